@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages this project builds and runs with. Idempotent: when every
+# package is already installed it returns at once without touching apt.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libopenblas0-openmp
+  libopencv-dev libeigen3-dev libsdl2-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev
+  xvfb xdotool
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
