@@ -1,0 +1,49 @@
+#pragma once
+// Streaming H.264 MP4 writer: frames are encoded and muxed as they arrive, never buffered whole.
+#include <memory>
+#include <string>
+
+#include "tools/media/image.h"
+
+namespace wm::media {
+
+// Writes wm::Image frames to an MP4 file (H.264, yuv420p, constant frame rate).
+// Each input frame is scaled up by an integer factor with nearest-neighbour sampling (so 64x64
+// frames become watchable at upscale 8). yuv420p needs even dimensions: when width*upscale or
+// height*upscale is odd, the frame is padded by one column/row that repeats the last one, so
+// the file's size is the scaled size rounded up to even (see out_width()/out_height()).
+// Encoder: libx264 when the linked libavcodec has it, else the first other H.264 encoder that
+// opens; if none opens, the constructor throws std::runtime_error naming what it tried.
+class Mp4Writer {
+ public:
+  // Opens `path` for writing; the first frame is not needed. Throws std::runtime_error with the
+  // path and FFmpeg's message on a bad path or encoder failure; std::invalid_argument on
+  // width/height/fps/upscale <= 0.
+  Mp4Writer(const std::string& path, int width, int height, int fps, int upscale = 1);
+  // Encodes one frame [height, width, 3] RGB8. Throws std::invalid_argument when the frame's size
+  // differs from the one given at construction, std::logic_error after close().
+  void write(const wm::Image& frame);
+  // Flushes the encoder and writes the MP4 trailer; idempotent. Throws on a write failure.
+  void close();
+  // Closes if still open; never throws (errors are reported to stderr).
+  ~Mp4Writer();
+
+  Mp4Writer(const Mp4Writer&) = delete;
+  Mp4Writer& operator=(const Mp4Writer&) = delete;
+  Mp4Writer(Mp4Writer&&) noexcept;
+  Mp4Writer& operator=(Mp4Writer&&) noexcept;
+
+  // Number of frames passed to write() so far.
+  int frames_written() const;
+  // Size of the encoded video: input size * upscale, rounded up to even.
+  int out_width() const;
+  int out_height() const;
+  // Name of the FFmpeg encoder in use, e.g. "libx264".
+  std::string encoder_name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wm::media
