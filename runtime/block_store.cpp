@@ -1,0 +1,240 @@
+#include "runtime/block_store.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "runtime/error.h"
+#include "runtime/spill_file.h"
+
+namespace wm {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::Device: return "device";
+    case Tier::Host: return "host";
+    case Tier::Disk: return "disk";
+  }
+  return "?";
+}
+
+BlockStore::BlockStore(StoreConfig cfg) : cfg_(std::move(cfg)) {}
+
+BlockStore::~BlockStore() {
+  for (auto& [id, e] : entries_)
+    if (e.tier == Tier::Disk && !e.path.empty()) std::remove(e.path.c_str());
+}
+
+size_t BlockStore::budget(Tier t) const {
+  switch (t) {
+    case Tier::Device: return cfg_.device_budget;
+    case Tier::Host: return cfg_.host_budget;
+    case Tier::Disk: return cfg_.disk_budget;
+  }
+  return 0;
+}
+
+std::string BlockStore::spill_path(const std::string& id) {
+  WM_CHECK(!cfg_.spill_dir.empty(), "block '", id, "' must go to the disk tier but no spill_dir is set");
+  ::mkdir(cfg_.spill_dir.c_str(), 0755);
+  std::string safe;
+  for (char c : id) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_');
+  if (safe.size() > 64) safe.resize(64);
+  return str_cat(cfg_.spill_dir, "/", safe, "-", spill_counter_++, ".wmkv");
+}
+
+void BlockStore::touch(Entry& e) {
+  auto& l = lru_[static_cast<int>(e.tier)];
+  l.splice(l.begin(), l, e.lru);
+}
+
+void BlockStore::unlink(Entry& e) {
+  const int t = static_cast<int>(e.tier);
+  lru_[t].erase(e.lru);
+  bytes_[t] -= e.bytes;
+  if (e.tier == Tier::Disk && !e.path.empty()) std::remove(e.path.c_str());
+  e.path.clear();
+  e.block = Block{};
+}
+
+void BlockStore::place(Entry& e, Tier t) {
+  // e is unlinked from any tier; e.block holds the data.
+  const bool gpu = !cfg_.device.is_cpu();
+  if (t == Tier::Device) {
+    e.block = e.block.to(cfg_.device);
+  } else if (t == Tier::Host) {
+    Block h = e.block.to(at::kCPU);
+    if (gpu && cfg_.pin_host)
+      for (auto& l : h.layers) {
+        l.k = l.k.pin_memory();
+        l.v = l.v.pin_memory();
+        l.logw = l.logw.pin_memory();
+      }
+    e.block = std::move(h);
+  } else {
+    e.path = spill_path(e.block.id);
+    write_spill_file(e.path, e.block);
+    e.block = Block{};
+  }
+  e.tier = t;
+  const int ti = static_cast<int>(t);
+  lru_[ti].push_front(e.id);
+  e.lru = lru_[ti].begin();
+  bytes_[ti] += e.bytes;
+}
+
+bool BlockStore::make_room(Tier t, size_t need) {
+  const int ti = static_cast<int>(t);
+  if (need > budget(t)) return false;
+  auto& l = lru_[ti];
+  // Demote from the least recently used end: unpinned blocks first, pinned ones only if needed.
+  for (int pass = 0; pass < 2; ++pass) {
+    while (bytes_[ti] + need > budget(t)) {
+      auto it = std::find_if(l.rbegin(), l.rend(),
+                             [&](const std::string& id) { return pass == 1 || !entries_.at(id).meta.pinned; });
+      if (it == l.rend()) break;
+      if (t == Tier::Disk) return false;  // nothing below disk: never drop data
+      Entry& victim = entries_.at(*it);
+      const Tier below = static_cast<Tier>(ti + 1);
+      if (!make_room(below, victim.bytes)) return false;
+      l.erase(victim.lru);
+      bytes_[ti] -= victim.bytes;
+      place(victim, below);
+    }
+  }
+  return bytes_[ti] + need <= budget(t);
+}
+
+void BlockStore::put(Block block, Tier tier) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WM_CHECK(!block.id.empty(), "a block needs an identity");
+  auto old = entries_.find(block.id);
+  if (old != entries_.end()) {
+    unlink(old->second);
+    entries_.erase(old);
+  }
+  const size_t nb = block.nbytes();
+  Tier t = tier;
+  while (!make_room(t, nb)) {
+    WM_CHECK(t != Tier::Disk, "block '", block.id, "' (", nb, " bytes) fits in no tier: device ",
+             bytes_[0], "/", cfg_.device_budget, ", host ", bytes_[1], "/", cfg_.host_budget, ", disk ", bytes_[2],
+             "/", cfg_.disk_budget, " bytes used");
+    t = static_cast<Tier>(static_cast<int>(t) + 1);
+  }
+  Entry e;
+  e.id = block.id;
+  e.bytes = nb;
+  e.meta = block.meta;
+  e.order = next_order_++;
+  e.block = std::move(block);
+  const std::string id = e.block.id;
+  auto [it, ok] = entries_.emplace(id, std::move(e));
+  (void)ok;
+  place(it->second, t);
+}
+
+Block BlockStore::load(const Entry& e, bool to_device) const {
+  Block b = e.tier == Tier::Disk ? read_spill_file(e.path) : e.block;
+  b.meta = e.meta;
+  if (to_device) return b.to(cfg_.device, false, /*non_blocking=*/!cfg_.device.is_cpu());
+  return b;
+}
+
+Block BlockStore::get(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  touch(it->second);
+  if (it->second.tier != Tier::Disk) return load(it->second, true);
+  const std::string path = it->second.path;
+  BlockMeta meta = it->second.meta;
+  lock.unlock();  // disk reads run without the lock
+  Block b = read_spill_file(path);
+  b.meta = meta;
+  return b.to(cfg_.device);
+}
+
+Block BlockStore::get_host(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  touch(it->second);
+  if (it->second.tier == Tier::Host) return load(it->second, false);
+  if (it->second.tier == Tier::Device) return load(it->second, false).to(at::kCPU);
+  const std::string path = it->second.path;
+  BlockMeta meta = it->second.meta;
+  lock.unlock();
+  Block b = read_spill_file(path);
+  b.meta = meta;
+  return b;
+}
+
+std::future<Block> BlockStore::fetch_async(const std::string& id) {
+  return std::async(std::launch::async, [this, id] { return get(id); });
+}
+
+Block BlockStore::take(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  Block b = load(it->second, true);
+  unlink(it->second);
+  entries_.erase(it);
+  return b;
+}
+
+bool BlockStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  unlink(it->second);
+  entries_.erase(it);
+  return true;
+}
+
+bool BlockStore::contains(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(id) != 0;
+}
+
+Tier BlockStore::tier_of(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  return it->second.tier;
+}
+
+const BlockMeta& BlockStore::meta(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  return it->second.meta;
+}
+
+size_t BlockStore::bytes(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_[static_cast<int>(t)];
+}
+
+size_t BlockStore::count(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_[static_cast<int>(t)].size();
+}
+
+size_t BlockStore::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::vector<std::string> BlockStore::ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, std::string>> v;
+  for (auto& [id, e] : entries_) v.emplace_back(e.order, id);
+  std::sort(v.begin(), v.end());
+  std::vector<std::string> out;
+  for (auto& p : v) out.push_back(p.second);
+  return out;
+}
+
+}  // namespace wm

@@ -1,0 +1,97 @@
+#pragma once
+// The bank: blocks by identity in three tiers (device -> host -> disk), each under a byte
+// budget. A tier over budget demotes its least recently used unpinned blocks to the next tier;
+// disk blocks live in checksummed spill files. Nothing is ever dropped silently: when every tier
+// is full, put() throws. Thread-safe; fetch_async() reads on a worker thread.
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstddef>
+#include <future>
+#include <limits>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/block.h"
+
+namespace wm {
+
+enum class Tier { Device = 0, Host = 1, Disk = 2 };
+const char* tier_name(Tier t);
+
+struct StoreConfig {
+  at::Device device = at::kCPU;  // where get() delivers blocks and the device tier lives
+  size_t device_budget = std::numeric_limits<size_t>::max();
+  size_t host_budget = std::numeric_limits<size_t>::max();
+  size_t disk_budget = std::numeric_limits<size_t>::max();
+  std::string spill_dir;  // required once anything reaches the disk tier
+  bool pin_host = true;   // pinned host memory when the device is a GPU
+};
+
+class BlockStore {
+ public:
+  explicit BlockStore(StoreConfig cfg);
+  ~BlockStore();  // removes its spill files
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+
+  // Stores the block (replacing one of the same id) in `tier` or, if it cannot fit there, the
+  // first lower tier where it fits after demotions. Throws wm::Error if no tier can take it.
+  void put(Block block, Tier tier = Tier::Device);
+  // The block on the store's device, bit-exact (from a spill file if it is on disk). Leaves it
+  // in its tier and marks it most recently used. Tensors may share memory with the store: read
+  // them, do not write them. Throws wm::Error if absent, wm::CorruptData if its spill file is bad.
+  Block get(const std::string& id);
+  // As get(), but the tensors stay on the CPU (host or disk blocks are not moved to the device).
+  Block get_host(const std::string& id);
+  // get() on a worker thread.
+  std::future<Block> fetch_async(const std::string& id);
+  // Removes the block and returns it on the device.
+  Block take(const std::string& id);
+  // Removes the block; false if it was absent.
+  bool erase(const std::string& id);
+
+  bool contains(const std::string& id) const;
+  Tier tier_of(const std::string& id) const;
+  const BlockMeta& meta(const std::string& id) const;  // metadata without loading the tensors
+  size_t bytes(Tier t) const;
+  size_t count(Tier t) const;
+  size_t size() const;
+  // Identities in insertion order (oldest first).
+  std::vector<std::string> ids() const;
+  const StoreConfig& config() const { return cfg_; }
+  size_t budget(Tier t) const;
+
+ private:
+  struct Entry {
+    std::string id;
+    Tier tier;
+    size_t bytes;
+    BlockMeta meta;
+    Block block;           // tensors when on the device or host tier
+    std::string path;      // spill file when on the disk tier
+    std::list<std::string>::iterator lru;  // position in lru_[tier], front = most recent
+    uint64_t order;
+  };
+  // Makes room for `bytes` in tier t by demoting its LRU unpinned blocks; false if impossible.
+  bool make_room(Tier t, size_t bytes);
+  // Moves e's data (e.block) into tier t and links it there as most recent; no budget check.
+  void place(Entry& e, Tier t);
+  Block load(const Entry& e, bool to_device) const;
+  void unlink(Entry& e);
+  void touch(Entry& e);
+  std::string spill_path(const std::string& id);
+
+  StoreConfig cfg_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::array<std::list<std::string>, 3> lru_;
+  std::array<size_t, 3> bytes_{};
+  uint64_t next_order_ = 0;
+  uint64_t spill_counter_ = 0;
+};
+
+}  // namespace wm

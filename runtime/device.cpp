@@ -1,0 +1,35 @@
+#include "runtime/device.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/Context.h>
+
+#include <thread>
+
+#include "runtime/error.h"
+
+namespace wm {
+
+at::Device parse_device(const std::string& name) {
+  if (name == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  at::Device d(at::kCPU);
+  try {
+    d = at::Device(name);
+  } catch (const std::exception&) {
+    throw Error(str_cat("unknown device '", name, "' (use auto, cpu, cuda or cuda:N)"));
+  }
+  if (d.is_cuda()) WM_CHECK(at::hasCUDA(), "device '", name, "' asked but this libtorch has no CUDA or no GPU is visible");
+  return d;
+}
+
+int init_threads(int n) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(n);
+  return at::get_num_threads();
+}
+
+std::string describe_device(at::Device d) {
+  if (d.is_cpu()) return str_cat("cpu (", at::get_num_threads(), " threads)");
+  return d.str();
+}
+
+}  // namespace wm

@@ -1,0 +1,19 @@
+#pragma once
+// Choosing the compute device once, at a program's edge, and the CPU thread count.
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace wm {
+
+// "auto" (a GPU when libtorch has one, else the CPU), "cpu", "cuda", "cuda:N". Throws wm::Error
+// for an unknown name or a GPU that is not there.
+at::Device parse_device(const std::string& name);
+
+// Sets libtorch's intra-op threads to n, or to the machine's cores when n <= 0. Returns the count.
+int init_threads(int n = 0);
+
+// "cpu (2 threads)" or "cuda:0 (NVIDIA H100 ...)"-like text for logs.
+std::string describe_device(at::Device d);
+
+}  // namespace wm

@@ -1,0 +1,199 @@
+#include "runtime/window.h"
+
+#include <cmath>
+
+#include "runtime/error.h"
+#include "runtime/rope.h"
+
+namespace wm {
+
+KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initial_capacity, WindowGrowth growth)
+    : spec_(std::move(spec)), layout_(std::move(regions), spec_.n_layers), growth_(growth) {
+  spec_.validate();
+  WM_CHECK(growth_.factor >= 1.0 && growth_.stagger >= 0 && growth_.granule > 0, "bad growth policy");
+  const int L = spec_.n_layers;
+  k_.resize(L);
+  v_.resize(L);
+  logw_.resize(L);
+  pos_.resize(L);
+  cap_.assign(L, 0);
+  reallocs_.assign(L, 0);
+  for (int l = 0; l < L; ++l) {
+    const int64_t cap = initial_capacity > 0 ? target_capacity(l, initial_capacity, 1.0) : 0;
+    k_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+    v_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+    logw_[l] = at::empty({cap}, spec_.options().dtype(at::kFloat));
+    pos_[l] = at::empty({cap, spec_.rope.n_axes()}, at::TensorOptions().dtype(at::kLong));
+    cap_[l] = cap;
+  }
+}
+
+int64_t KvWindow::target_capacity(int l, int64_t need, double factor) const {
+  const double f = factor * (1.0 + growth_.stagger * l / spec_.n_layers);
+  const int64_t want = static_cast<int64_t>(std::ceil(need * f));
+  const int64_t g = growth_.granule;
+  return std::max<int64_t>(need, (want + g - 1) / g * g);
+}
+
+void KvWindow::ensure(int l, int64_t need, double factor) {
+  if (need <= cap_[l]) return;
+  const int64_t cap = target_capacity(l, need, factor);
+  const int64_t used = layout_.size(l);
+  at::Tensor k = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+  at::Tensor v = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+  at::Tensor w = at::empty({cap}, spec_.options().dtype(at::kFloat));
+  at::Tensor p = at::empty({cap, spec_.rope.n_axes()}, at::TensorOptions().dtype(at::kLong));
+  if (used > 0) {
+    k.narrow(1, 0, used).copy_(k_[l].narrow(1, 0, used));
+    v.narrow(1, 0, used).copy_(v_[l].narrow(1, 0, used));
+    w.narrow(0, 0, used).copy_(logw_[l].narrow(0, 0, used));
+    p.narrow(0, 0, used).copy_(pos_[l].narrow(0, 0, used));
+  }
+  k_[l] = k;
+  v_[l] = v;
+  logw_[l] = w;
+  pos_[l] = p;
+  cap_[l] = cap;
+  ++reallocs_[l];
+}
+
+void KvWindow::reserve(int64_t tokens) {
+  for (int l = 0; l < spec_.n_layers; ++l)
+    if (cap_[l] < tokens) ensure(l, tokens, 1.0);
+}
+
+void KvWindow::insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
+                         const at::Tensor& logw) {
+  const int64_t n = k.size(1);
+  const int64_t used = layout_.size(l);
+  ensure(l, used + n, growth_.factor);
+  const int64_t tail = used - at;
+  if (tail > 0) {  // shift the tail right by n; a temporary because the ranges overlap
+    k_[l].narrow(1, at + n, tail).copy_(k_[l].narrow(1, at, tail).clone());
+    v_[l].narrow(1, at + n, tail).copy_(v_[l].narrow(1, at, tail).clone());
+    logw_[l].narrow(0, at + n, tail).copy_(logw_[l].narrow(0, at, tail).clone());
+    pos_[l].narrow(0, at + n, tail).copy_(pos_[l].narrow(0, at, tail).clone());
+  }
+  k_[l].narrow(1, at, n).copy_(k);
+  v_[l].narrow(1, at, n).copy_(v);
+  if (logw.defined()) logw_[l].narrow(0, at, n).copy_(logw);
+  else logw_[l].narrow(0, at, n).zero_();
+  pos_[l].narrow(0, at, n).copy_(pos);
+}
+
+void KvWindow::erase_at(int l, int64_t at, int64_t n) {
+  const int64_t used = layout_.size(l);
+  const int64_t tail = used - at - n;
+  if (n == 0 || tail <= 0) return;
+  k_[l].narrow(1, at, tail).copy_(k_[l].narrow(1, at + n, tail).clone());
+  v_[l].narrow(1, at, tail).copy_(v_[l].narrow(1, at + n, tail).clone());
+  logw_[l].narrow(0, at, tail).copy_(logw_[l].narrow(0, at + n, tail).clone());
+  pos_[l].narrow(0, at, tail).copy_(pos_[l].narrow(0, at + n, tail).clone());
+}
+
+void KvWindow::append(const std::string& region, const std::string& id, int l, const at::Tensor& k,
+                      const at::Tensor& v, const at::Tensor& pos, const at::Tensor& logw) {
+  const int r = layout_.region(region);
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  WM_CHECK(k.dim() == 3 && k.size(0) == spec_.n_kv_heads && k.size(2) == spec_.head_dim, "segment '", id,
+           "' layer ", l, ": K must be [", spec_.n_kv_heads, ", n, ", spec_.head_dim, "], got ", k.sizes());
+  WM_CHECK(v.sizes() == k.sizes(), "segment '", id, "' layer ", l, ": V ", v.sizes(), " differs from K ", k.sizes());
+  const int64_t n = k.size(1);
+  WM_CHECK(pos.dim() == 2 && pos.size(0) == n && pos.size(1) == spec_.rope.n_axes(), "segment '", id, "' layer ",
+           l, ": positions must be [", n, ", ", spec_.rope.n_axes(), "], got ", pos.sizes());
+  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == n), "segment '", id, "' layer ", l,
+           ": log-weights must be [", n, "], got ", logw.sizes());
+  auto [rr, idx] = layout_.find(id);
+  if (rr < 0) layout_.add_segment(r, id);
+  else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
+  const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id);
+  insert_at(l, at, k, v, pos.to(at::kCPU, at::kLong), logw);
+  layout_.grow(l, id, n);
+}
+
+void KvWindow::place(const std::string& region, const Block& block, std::optional<Reanchor> re) {
+  WM_CHECK(block.n_layers() == spec_.n_layers, "block '", block.id, "' has ", block.n_layers(), " layers, window ",
+           spec_.n_layers);
+  WM_CHECK(layout_.find(block.id).first < 0, "block '", block.id, "' is already in the window");
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    const LayerKv& kv = block.layers[l];
+    if (re && re->delta != 0) {
+      at::Tensor pos = kv.pos.clone();
+      pos.select(1, re->axis).add_(re->delta);
+      append(region, block.id, l, reanchor(kv.k, spec_.rope, re->axis, re->delta), kv.v, pos, kv.logw);
+    } else {
+      append(region, block.id, l, kv.k, kv.v, kv.pos, kv.logw);
+    }
+  }
+}
+
+Block KvWindow::extract(const std::string& id) const {
+  Block b;
+  b.id = id;
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    const int64_t s = layout_.segment_begin(l, id), n = layout_.segment_len(l, id);
+    LayerKv kv;
+    kv.k = k_[l].narrow(1, s, n).clone();
+    kv.v = v_[l].narrow(1, s, n).clone();
+    kv.logw = logw_[l].narrow(0, s, n).clone();
+    kv.pos = pos_[l].narrow(0, s, n).clone();
+    b.layers.push_back(std::move(kv));
+  }
+  return b;
+}
+
+Block KvWindow::remove(const std::string& id) {
+  Block b = extract(id);
+  for (int l = 0; l < spec_.n_layers; ++l) erase_at(l, layout_.segment_begin(l, id), layout_.segment_len(l, id));
+  layout_.remove(id);
+  return b;
+}
+
+void KvWindow::drop_region(const std::string& region) {
+  const int r = layout_.region(region);
+  for (int l = 0; l < spec_.n_layers; ++l) erase_at(l, layout_.region_begin(l, r), layout_.region_size(l, r));
+  layout_.clear_region(r);
+}
+
+void KvWindow::drop_tokens(const std::string& region, int l, int64_t begin, int64_t n) {
+  const int r = layout_.region(region);
+  WM_CHECK(begin >= 0 && n >= 0 && begin + n <= layout_.region_size(l, r), "tokens [", begin, ", ", begin + n,
+           ") leave region '", region, "' (", layout_.region_size(l, r), " tokens) in layer ", l);
+  erase_at(l, layout_.region_begin(l, r) + begin, n);
+  layout_.drop_tokens(l, r, begin, n);
+}
+
+void KvWindow::clear() {
+  for (int r = 0; r < layout_.n_regions(); ++r) layout_.clear_region(r);
+}
+
+at::Tensor KvWindow::k(int l) const { return k_.at(l).narrow(1, 0, size(l)); }
+at::Tensor KvWindow::v(int l) const { return v_.at(l).narrow(1, 0, size(l)); }
+at::Tensor KvWindow::logw(int l) const { return logw_.at(l).narrow(0, 0, size(l)); }
+at::Tensor KvWindow::pos(int l) const { return pos_.at(l).narrow(0, 0, size(l)); }
+
+KvWindow::Staged KvWindow::stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur) {
+  WM_CHECK(k_cur.dim() == 3 && k_cur.size(0) == spec_.n_kv_heads && k_cur.size(2) == spec_.head_dim,
+           "current K must be [", spec_.n_kv_heads, ", c, ", spec_.head_dim, "], got ", k_cur.sizes());
+  WM_CHECK(v_cur.sizes() == k_cur.sizes(), "current V ", v_cur.sizes(), " differs from K ", k_cur.sizes());
+  const int64_t n = size(l), c = k_cur.size(1);
+  ensure(l, n + c, growth_.factor);
+  k_[l].narrow(1, n, c).copy_(k_cur);
+  v_[l].narrow(1, n, c).copy_(v_cur);
+  logw_[l].narrow(0, n, c).zero_();
+  return {k_[l].narrow(1, 0, n + c), v_[l].narrow(1, 0, n + c), logw_[l].narrow(0, 0, n + c), n};
+}
+
+size_t KvWindow::bytes_allocated() const {
+  size_t b = 0;
+  for (int l = 0; l < spec_.n_layers; ++l) b += cap_[l] * (spec_.bytes_per_token_layer() + sizeof(float));
+  return b;
+}
+
+size_t KvWindow::bytes_used() const {
+  size_t b = 0;
+  for (int l = 0; l < spec_.n_layers; ++l) b += size(l) * (spec_.bytes_per_token_layer() + sizeof(float));
+  return b;
+}
+
+}  // namespace wm

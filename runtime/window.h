@@ -1,0 +1,102 @@
+#pragma once
+// The active KV cache: per layer, preallocated K/V/log-weight buffers holding named regions in
+// a declared order ([sink | retrieved | recent] for video, [system | blocks | recent] for text).
+// Appends and placements write in place; drops compact. Capacity grows ahead of need, by a
+// factor that differs per layer, so that reallocations of different layers fall on different
+// steps (OpenVINO's staggered growth). Attention reads views of the used prefix.
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/block.h"
+#include "runtime/kv_spec.h"
+#include "runtime/window_layout.h"
+
+namespace wm {
+
+struct WindowGrowth {
+  double factor = 1.5;    // a layer that must grow takes need * factor * (1 + stagger * l / L)
+  double stagger = 0.5;   // 0: all layers grow alike (and reallocate on the same step)
+  int64_t granule = 16;   // capacities are multiples of this
+};
+
+// A shift of a placed block's positions on one RoPE axis, keys rotated to match.
+struct Reanchor {
+  int axis = 0;
+  int64_t delta = 0;
+};
+
+class KvWindow {
+ public:
+  // initial_capacity: tokens preallocated per layer (before the per-layer stagger).
+  KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initial_capacity = 0, WindowGrowth growth = {});
+
+  const KvSpec& spec() const { return spec_; }
+  const WindowLayout& layout() const { return layout_; }
+
+  // Appends n tokens to layer l of segment `id` at the end of `region` (the segment is created
+  // there if new). k, v [n_kv_heads, n, head_dim] already rotated; pos [n, n_axes] (CPU);
+  // logw [n] or undefined (zeros). Throws wm::Error on a shape mismatch or if `id` sits in
+  // another region.
+  void append(const std::string& region, const std::string& id, int l, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& pos, const at::Tensor& logw = {});
+  // Copies every layer of `block` into a new segment at the end of `region`, optionally
+  // re-anchored (keys rotated, positions shifted; V untouched).
+  void place(const std::string& region, const Block& block, std::optional<Reanchor> reanchor = std::nullopt);
+  // A copy of segment `id` as a block (K, V, log-weights on the window's device). Metadata empty.
+  Block extract(const std::string& id) const;
+  // extract() then drop the segment, compacting every layer.
+  Block remove(const std::string& id);
+  // Drops every segment of the region, compacting.
+  void drop_region(const std::string& region);
+  // Drops tokens [begin, begin + n) of `region` in layer l (region coordinates), compacting.
+  void drop_tokens(const std::string& region, int l, int64_t begin, int64_t n);
+  // Every segment, every layer, gone; capacity kept.
+  void clear();
+
+  // Makes every layer hold at least `tokens` without reallocating later.
+  void reserve(int64_t tokens);
+
+  // Views of layer l's used prefix: K, V [n_kv_heads, n, head_dim]; logw [n]; pos [n, n_axes] (CPU).
+  at::Tensor k(int l) const;
+  at::Tensor v(int l) const;
+  at::Tensor logw(int l) const;
+  at::Tensor pos(int l) const;
+  int64_t size(int l) const { return layout_.size(l); }
+  int64_t capacity(int l) const { return cap_.at(l); }
+
+  // Writes the current tokens' k_cur, v_cur [n_kv_heads, c, head_dim] just after layer l's used
+  // prefix (growing if needed) and returns views {K, V, logw} over [0, size + c), log-weights of
+  // the current tokens 0: attention over window + current without a concatenation. The staged
+  // tokens are not part of the window: the next mutation may overwrite them.
+  struct Staged {
+    at::Tensor k, v, logw;
+    int64_t n_window;
+  };
+  Staged stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur);
+
+  // Reallocations so far of layer l, and the total count of mutations (the "step" clock).
+  int64_t reallocations(int l) const { return reallocs_.at(l); }
+  // Bytes allocated (capacity) and used, over all layers, K+V+log-weights.
+  size_t bytes_allocated() const;
+  size_t bytes_used() const;
+
+ private:
+  // Grows layer l to hold `need` tokens (to target_capacity(l, need, factor)) if it holds fewer.
+  void ensure(int l, int64_t need, double factor);
+  int64_t target_capacity(int l, int64_t need, double factor) const;
+  void insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
+                 const at::Tensor& logw);
+  void erase_at(int l, int64_t at, int64_t n);
+
+  KvSpec spec_;
+  WindowLayout layout_;
+  WindowGrowth growth_;
+  std::vector<at::Tensor> k_, v_, logw_, pos_;
+  std::vector<int64_t> cap_;
+  std::vector<int64_t> reallocs_;
+};
+
+}  // namespace wm
