@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/error.h"
 #include "tools/media/image.h"
 
 namespace wm::media {
@@ -13,15 +14,15 @@ namespace wm::media {
 // height*upscale is odd, the frame is padded by one column/row that repeats the last one, so
 // the file's size is the scaled size rounded up to even (see out_width()/out_height()).
 // Encoder: libx264 when the linked libavcodec has it, else the first other H.264 encoder that
-// opens; if none opens, the constructor throws std::runtime_error naming what it tried.
+// opens; if none opens, the constructor throws wm::Error naming what it tried.
 class Mp4Writer {
  public:
-  // Opens `path` for writing; the first frame is not needed. Throws std::runtime_error with the
-  // path and FFmpeg's message on a bad path or encoder failure; std::invalid_argument on
+  // Opens `path` for writing (container from the extension, MP4 when it has none). Throws
+  // wm::Error with the path and FFmpeg's message on a bad path or encoder failure, and on
   // width/height/fps/upscale <= 0.
   Mp4Writer(const std::string& path, int width, int height, int fps, int upscale = 1);
-  // Encodes one frame [height, width, 3] RGB8. Throws std::invalid_argument when the frame's size
-  // differs from the one given at construction, std::logic_error after close().
+  // Encodes one frame [height, width, 3] RGB8. Throws wm::Error when the frame's size differs
+  // from the one given at construction (expected vs got) or after close().
   void write(const wm::Image& frame);
   // Flushes the encoder and writes the MP4 trailer; idempotent. Throws on a write failure.
   void close();
