@@ -96,11 +96,13 @@ bool BlockStore::make_room(Tier t, size_t need) {
       if (it == l.rend()) break;
       if (t == Tier::Disk) return false;  // nothing below disk: never drop data
       Entry& victim = entries_.at(*it);
-      const Tier below = static_cast<Tier>(ti + 1);
-      if (!make_room(below, victim.bytes)) return false;
+      // The first lower tier that can take it (a tier with a zero budget is skipped).
+      int below = ti + 1;
+      while (below <= 2 && !make_room(static_cast<Tier>(below), victim.bytes)) ++below;
+      if (below > 2) return false;
       l.erase(victim.lru);
       bytes_[ti] -= victim.bytes;
-      place(victim, below);
+      place(victim, static_cast<Tier>(below));
     }
   }
   return bytes_[ti] + need <= budget(t);

@@ -19,7 +19,7 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
   cap_.assign(L, 0);
   reallocs_.assign(L, 0);
   for (int l = 0; l < L; ++l) {
-    const int64_t cap = initial_capacity > 0 ? target_capacity(l, initial_capacity, 1.0) : 0;
+    const int64_t cap = initial_capacity > 0 ? target_capacity(l, initial_capacity, 1.0 + 1e-9) : 0;
     k_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
     v_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
     logw_[l] = at::empty({cap}, spec_.options().dtype(at::kFloat));
@@ -29,10 +29,15 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
 }
 
 int64_t KvWindow::target_capacity(int l, int64_t need, double factor) const {
+  if (factor <= 1.0) return need;  // an explicit reserve: exactly what was asked
+  // Layer l takes need * factor * (1 + stagger * l / L), rounded up to the granule, plus l
+  // granules: capacities differ from layer to layer even where the rounding would merge them,
+  // so the layers fill up, and reallocate, on different steps.
   const double f = factor * (1.0 + growth_.stagger * l / spec_.n_layers);
-  const int64_t want = static_cast<int64_t>(std::ceil(need * f));
   const int64_t g = growth_.granule;
-  return std::max<int64_t>(need, (want + g - 1) / g * g);
+  const int64_t want = static_cast<int64_t>(std::ceil(need * f));
+  const int64_t extra = growth_.stagger > 0 ? l * g : 0;
+  return std::max<int64_t>(need, (want + g - 1) / g * g + extra);
 }
 
 void KvWindow::ensure(int l, int64_t need, double factor) {

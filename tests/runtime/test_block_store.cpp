@@ -1,0 +1,197 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "runtime/block_store.h"
+#include "runtime/error.h"
+#include "runtime/spill_file.h"
+#include "test_util.h"
+
+namespace wm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("wm_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+TEST(SpillFile, RoundTripIsBitExact) {
+  const std::string dir = temp_dir("spill");
+  for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    Block b = test::random_block("chunk:7", 3, 2, 11, 16, dt, 3, /*ragged=*/true);
+    b.meta.embedding = at::randn({5});
+    b.meta.pinned = true;
+    b.meta.created = 99;
+    b.stats.attn_ema = 0.123456789012345;
+    const std::string path = dir + "/b.wmkv";
+    write_spill_file(path, b);
+    Block r = read_spill_file(path);
+    EXPECT_TRUE(test::blocks_bit_equal(b, r));
+    EXPECT_TRUE(test::bit_equal(b.meta.embedding, r.meta.embedding));
+    EXPECT_EQ(r.meta.pose, b.meta.pose);
+    EXPECT_EQ(r.meta.kind, "chunk");
+    EXPECT_TRUE(r.meta.pinned);
+    EXPECT_EQ(r.meta.created, 99);
+    EXPECT_EQ(r.stats.attn_ema, b.stats.attn_ema);
+    EXPECT_EQ(r.stats.uses, 3);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(SpillFile, CorruptionAndTruncationAreDetected) {
+  const std::string dir = temp_dir("corrupt");
+  Block b = test::random_block("x", 2, 2, 8, 8, at::kFloat);
+  const std::string path = dir + "/x.wmkv";
+  const size_t size = write_spill_file(path, b);
+  ASSERT_EQ(fs::file_size(path), size);
+  // Flip one bit at several places: header, payload, checksum.
+  for (size_t at : {size_t{20}, size / 2, size - 3}) {
+    write_spill_file(path, b);
+    {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(at));
+      char c;
+      f.read(&c, 1);
+      c ^= 0x10;
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write(&c, 1);
+    }
+    EXPECT_THROW(read_spill_file(path), CorruptData) << "flip at " << at;
+  }
+  write_spill_file(path, b);
+  fs::resize_file(path, size - 100);
+  EXPECT_THROW(read_spill_file(path), CorruptData);
+  fs::resize_file(path, 10);
+  EXPECT_THROW(read_spill_file(path), CorruptData);
+  EXPECT_THROW(read_spill_file(dir + "/absent.wmkv"), Error);
+  fs::remove_all(dir);
+}
+
+TEST(BlockStore, EvictToHostAndDiskThenRestoreBitExact) {
+  const std::string dir = temp_dir("store");
+  StoreConfig cfg;
+  cfg.spill_dir = dir;
+  BlockStore store(cfg);
+  Block a = test::random_block("a", 4, 2, 20, 32, at::kHalf, 3, true);
+  Block b = test::random_block("b", 4, 2, 20, 32, at::kFloat, 3, false);
+  store.put(a, Tier::Host);
+  store.put(b, Tier::Disk);
+  EXPECT_EQ(store.tier_of("a"), Tier::Host);
+  EXPECT_EQ(store.tier_of("b"), Tier::Disk);
+  EXPECT_EQ(store.bytes(Tier::Host), a.nbytes());
+  EXPECT_EQ(store.bytes(Tier::Disk), b.nbytes());
+  EXPECT_TRUE(test::blocks_bit_equal(store.get("a"), a));
+  EXPECT_TRUE(test::blocks_bit_equal(store.get("b"), b));
+  EXPECT_TRUE(test::blocks_bit_equal(store.fetch_async("b").get(), b));
+  EXPECT_EQ(store.meta("b").pose, b.meta.pose);
+  Block t = store.take("b");
+  EXPECT_TRUE(test::blocks_bit_equal(t, b));
+  EXPECT_FALSE(store.contains("b"));
+  EXPECT_EQ(store.bytes(Tier::Disk), 0u);
+  EXPECT_THROW(store.get("b"), Error);
+  fs::remove_all(dir);
+}
+
+TEST(BlockStore, BudgetsHoldUnderRandomPutsAndGets) {
+  const std::string dir = temp_dir("budget");
+  const size_t one = test::random_block("p", 2, 2, 16, 8, at::kFloat).nbytes();
+  StoreConfig cfg;
+  cfg.spill_dir = dir;
+  cfg.device_budget = 3 * one + one / 2;
+  cfg.host_budget = 5 * one;
+  cfg.disk_budget = 40 * one;
+  BlockStore store(cfg);
+  std::mt19937 rng(12345);
+  std::map<std::string, Block> truth;
+  for (int step = 0; step < 300; ++step) {
+    const int op = rng() % 3;
+    if (op < 2 || truth.empty()) {
+      const std::string id = "blk" + std::to_string(rng() % 30);
+      const int n = 4 + rng() % 24;  // blocks of different sizes
+      Block b = test::random_block(id, 2, 2, n, 8, at::kFloat, 1, rng() % 2 == 0);
+      b.meta.pinned = rng() % 10 == 0;
+      const Tier t = static_cast<Tier>(rng() % 3);
+      try {
+        store.put(b, t);
+        truth[id] = b;
+      } catch (const Error&) {
+        truth.erase(id);  // a re-put of an id replaces it first
+        ASSERT_FALSE(store.contains(id));
+      }
+    } else if (op == 2) {
+      auto it = truth.begin();
+      std::advance(it, rng() % truth.size());
+      ASSERT_TRUE(test::blocks_bit_equal(store.get(it->first), it->second)) << it->first;
+      if (rng() % 4 == 0) {
+        store.erase(it->first);
+        truth.erase(it);
+      }
+    }
+    ASSERT_LE(store.bytes(Tier::Device), cfg.device_budget) << "step " << step;
+    ASSERT_LE(store.bytes(Tier::Host), cfg.host_budget) << "step " << step;
+    ASSERT_LE(store.bytes(Tier::Disk), cfg.disk_budget) << "step " << step;
+    ASSERT_EQ(store.size(), truth.size());
+  }
+  // Nothing was lost: every block comes back bit-exact from whichever tier holds it.
+  size_t on_disk = 0;
+  for (auto& [id, b] : truth) {
+    EXPECT_TRUE(test::blocks_bit_equal(store.get(id), b)) << id;
+    on_disk += store.tier_of(id) == Tier::Disk;
+  }
+  EXPECT_GT(on_disk, 0u);
+  EXPECT_EQ(store.count(Tier::Device) + store.count(Tier::Host) + store.count(Tier::Disk), truth.size());
+  fs::remove_all(dir);
+}
+
+TEST(BlockStore, LeastRecentlyUsedIsDemotedFirst) {
+  const std::string dir = temp_dir("lru");
+  const size_t one = test::random_block("p", 1, 1, 8, 8, at::kFloat).nbytes();
+  StoreConfig cfg;
+  cfg.spill_dir = dir;
+  cfg.device_budget = 2 * one;
+  BlockStore store(cfg);
+  store.put(test::random_block("a", 1, 1, 8, 8, at::kFloat));
+  store.put(test::random_block("b", 1, 1, 8, 8, at::kFloat));
+  store.get("a");  // b is now the least recently used
+  store.put(test::random_block("c", 1, 1, 8, 8, at::kFloat));
+  EXPECT_EQ(store.tier_of("a"), Tier::Device);
+  EXPECT_EQ(store.tier_of("b"), Tier::Host);
+  EXPECT_EQ(store.tier_of("c"), Tier::Device);
+  fs::remove_all(dir);
+}
+
+TEST(BlockStore, FullStoreThrowsAndCorruptSpillIsReported) {
+  const std::string dir = temp_dir("full");
+  const size_t one = test::random_block("p", 1, 1, 8, 8, at::kFloat).nbytes();
+  StoreConfig cfg;
+  cfg.spill_dir = dir;
+  cfg.device_budget = one;
+  cfg.host_budget = 0;
+  cfg.disk_budget = one;
+  BlockStore store(cfg);
+  store.put(test::random_block("a", 1, 1, 8, 8, at::kFloat));
+  store.put(test::random_block("b", 1, 1, 8, 8, at::kFloat));  // a goes to disk
+  EXPECT_EQ(store.tier_of("a"), Tier::Disk);
+  EXPECT_THROW(store.put(test::random_block("c", 1, 1, 8, 8, at::kFloat)), Error);
+  EXPECT_TRUE(store.contains("a"));
+  EXPECT_TRUE(store.contains("b"));
+  // Damage a's spill file: get() reports it instead of returning garbage.
+  for (auto& e : fs::directory_iterator(dir)) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(e.path()) - 20));
+    f.put('\x7f');
+  }
+  EXPECT_THROW(store.get("a"), CorruptData);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace wm

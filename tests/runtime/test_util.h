@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the runtime tests.
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <string>
+
+#include "runtime/block.h"
+
+namespace wm::test {
+
+// True when two tensors have the same dtype, shape and bytes.
+inline bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  at::Tensor x = a.to(at::kCPU).contiguous(), y = b.to(at::kCPU).contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+inline bool blocks_bit_equal(const Block& a, const Block& b) {
+  if (a.id != b.id || a.n_layers() != b.n_layers()) return false;
+  for (int l = 0; l < a.n_layers(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    if (!bit_equal(x.k, y.k) || !bit_equal(x.v, y.v) || !bit_equal(x.pos, y.pos) || !bit_equal(x.logw, y.logw))
+      return false;
+  }
+  return true;
+}
+
+// A block with random K/V (dtype), random log-weights, positions t = base + i, and a different
+// token count per layer when ragged (as compression leaves it).
+inline Block random_block(const std::string& id, int layers, int heads, int n, int d, at::ScalarType dtype,
+                          int n_axes = 1, bool ragged = false, int64_t base = 0) {
+  Block b;
+  b.id = id;
+  for (int l = 0; l < layers; ++l) {
+    const int nl = ragged ? std::max(1, n - l) : n;
+    LayerKv kv;
+    kv.k = at::randn({heads, nl, d}).to(dtype);
+    kv.v = at::randn({heads, nl, d}).to(dtype);
+    kv.pos = at::arange(base, base + nl, at::kLong).unsqueeze(1).repeat({1, n_axes});
+    kv.logw = at::rand({nl}).log_();
+    b.layers.push_back(kv);
+  }
+  b.meta.kind = "chunk";
+  b.meta.pose = {1.5, -2.25, 0.125};
+  b.meta.priority = 0.5;
+  b.stats.uses = 3;
+  return b;
+}
+
+}  // namespace wm::test

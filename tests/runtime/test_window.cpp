@@ -1,0 +1,204 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "runtime/error.h"
+#include "runtime/rope.h"
+#include "runtime/window.h"
+#include "test_util.h"
+
+namespace wm {
+namespace {
+
+KvSpec small_spec(int layers = 3) {
+  KvSpec s;
+  s.n_layers = layers;
+  s.n_kv_heads = 2;
+  s.head_dim = 12;
+  s.rope = RopeSpec::video3d(12);
+  return s;
+}
+
+// The reference: per region, the blocks in order; per layer, the window is their concatenation.
+struct Reference {
+  std::vector<std::string> regions;
+  std::map<std::string, std::vector<Block>> by_region;
+
+  at::Tensor cat(int l, int which) const {  // which: 0 k, 1 v, 2 logw, 3 pos
+    std::vector<at::Tensor> parts;
+    for (auto& r : regions)
+      for (auto& b : by_region.at(r)) {
+        auto& kv = b.layers[l];
+        parts.push_back(which == 0 ? kv.k : which == 1 ? kv.v : which == 2 ? kv.logw : kv.pos);
+      }
+    if (parts.empty()) return at::Tensor();
+    return at::cat(parts, which < 2 ? 1 : 0);
+  }
+};
+
+void expect_matches(const KvWindow& w, const Reference& ref, int step) {
+  for (int l = 0; l < w.spec().n_layers; ++l) {
+    at::Tensor k = ref.cat(l, 0);
+    if (!k.defined()) {
+      ASSERT_EQ(w.size(l), 0) << "step " << step;
+      continue;
+    }
+    ASSERT_TRUE(test::bit_equal(w.k(l), k)) << "step " << step << " layer " << l;
+    ASSERT_TRUE(test::bit_equal(w.v(l), ref.cat(l, 1))) << "step " << step << " layer " << l;
+    ASSERT_TRUE(test::bit_equal(w.logw(l), ref.cat(l, 2))) << "step " << step << " layer " << l;
+    ASSERT_TRUE(test::bit_equal(w.pos(l), ref.cat(l, 3))) << "step " << step << " layer " << l;
+  }
+}
+
+TEST(Window, RandomPlaceDropCompactKeepsOrderAndContents) {
+  at::manual_seed(11);
+  std::mt19937 rng(2024);
+  const std::vector<std::string> regions = {"sink", "retrieved", "recent"};
+  KvWindow w(small_spec(), regions, 8);
+  Reference ref{regions, {{"sink", {}}, {"retrieved", {}}, {"recent", {}}}};
+  int next_id = 0;
+  for (int step = 0; step < 400; ++step) {
+    const int op = rng() % 10;
+    const std::string& region = regions[rng() % regions.size()];
+    auto& list = ref.by_region[region];
+    if (op < 5) {
+      Block b = test::random_block("b" + std::to_string(next_id++), 3, 2, 1 + rng() % 9, 12, at::kFloat, 3,
+                                   rng() % 2 == 0, rng() % 1000);
+      w.place(region, b);
+      list.push_back(b);
+    } else if (op < 7 && !list.empty()) {
+      const size_t i = rng() % list.size();
+      Block got = w.remove(list[i].id);
+      ASSERT_TRUE(test::blocks_bit_equal(got, list[i])) << "step " << step;
+      list.erase(list.begin() + i);
+    } else if (op == 7) {
+      w.drop_region(region);
+      list.clear();
+    } else if (!list.empty()) {
+      // Drop a token range of one layer inside the region.
+      const int l = rng() % 3;
+      int64_t total = 0;
+      for (auto& b : list) total += b.n_tokens(l);
+      if (total == 0) continue;
+      const int64_t begin = rng() % total, n = 1 + rng() % std::min<int64_t>(total - begin, 5);
+      w.drop_tokens(region, l, begin, n);
+      int64_t off = 0;
+      for (auto& b : list) {
+        auto& kv = b.layers[l];
+        const int64_t s0 = off, s1 = off + kv.n_tokens();
+        off = s1;
+        const int64_t a = std::max(s0, begin) - s0, e = std::min(s1, begin + n) - s0;
+        if (e <= a) continue;
+        auto keep = [&](const at::Tensor& t, int dim) {
+          return at::cat({t.narrow(dim, 0, a), t.narrow(dim, e, t.size(dim) - e)}, dim);
+        };
+        kv.k = keep(kv.k, 1);
+        kv.v = keep(kv.v, 1);
+        kv.logw = keep(kv.logw, 0);
+        kv.pos = keep(kv.pos, 0);
+      }
+    }
+    expect_matches(w, ref, step);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(Window, AppendPerLayerBuildsOneSegment) {
+  KvWindow w(small_spec(2), {"recent"});
+  at::Tensor pos = at::zeros({4, 3}, at::kLong);
+  for (int l = 0; l < 2; ++l) w.append("recent", "c0", l, at::randn({2, 4, 12}), at::randn({2, 4, 12}), pos);
+  EXPECT_EQ(w.layout().segments(0).size(), 1u);
+  EXPECT_EQ(w.size(0), 4);
+  EXPECT_EQ(w.size(1), 4);
+  EXPECT_THROW(w.append("recent", "c1", 0, at::randn({3, 4, 12}), at::randn({3, 4, 12}), pos), Error);
+  EXPECT_THROW(w.append("nope", "c1", 0, at::randn({2, 4, 12}), at::randn({2, 4, 12}), pos), Error);
+}
+
+TEST(Window, ReanchoredPlacementEqualsRopeAtNewPositions) {
+  KvSpec spec = small_spec(2);
+  KvWindow w(spec, {"retrieved", "recent"});
+  const int n = 6;
+  at::Tensor raw = at::randn({2, n, 12});
+  at::Tensor pos = at::randint(0, 500, {n, 3}, at::kLong);
+  Block b;
+  b.id = "chunk:3";
+  for (int l = 0; l < 2; ++l) b.layers.push_back({apply_rope(raw, pos, spec.rope), raw * 2, pos, at::zeros({n})});
+  w.place("retrieved", b, Reanchor{0, 1234});
+  at::Tensor newpos = pos.clone();
+  newpos.select(1, 0).add_(1234);
+  at::Tensor direct = apply_rope(raw, newpos, spec.rope);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_LE((w.k(l) - direct).abs().max().item<float>(), 1e-5);
+    EXPECT_TRUE(w.v(l).equal(raw * 2));  // V untouched
+    EXPECT_TRUE(w.pos(l).equal(newpos));
+  }
+}
+
+TEST(Window, StagedViewEqualsConcatenation) {
+  KvWindow w(small_spec(1), {"recent"});
+  Block b = test::random_block("a", 1, 2, 5, 12, at::kFloat, 3);
+  w.place("recent", b);
+  at::Tensor kc = at::randn({2, 3, 12}), vc = at::randn({2, 3, 12});
+  auto s = w.stage(0, kc, vc);
+  EXPECT_EQ(s.n_window, 5);
+  EXPECT_TRUE(s.k.equal(at::cat({b.layers[0].k, kc}, 1)));
+  EXPECT_TRUE(s.v.equal(at::cat({b.layers[0].v, vc}, 1)));
+  EXPECT_TRUE(s.logw.equal(at::cat({b.layers[0].logw, at::zeros({3})})));
+  EXPECT_EQ(w.size(0), 5);  // staging does not change the window
+}
+
+TEST(Window, GrowthIsStaggeredAcrossLayers) {
+  const int L = 8;
+  KvWindow w(small_spec(L), {"recent"}, 16);
+  // Append one chunk per step to every layer; record which layers reallocate at each step.
+  std::vector<int64_t> before(L, 0);
+  int steps_with_realloc = 0, max_layers_in_one_step = 0;
+  for (int step = 0; step < 60; ++step) {
+    const std::string id = "c" + std::to_string(step);
+    for (int l = 0; l < L; ++l)
+      w.append("recent", id, l, at::randn({2, 7, 12}), at::randn({2, 7, 12}), at::zeros({7, 3}, at::kLong));
+    int n = 0;
+    for (int l = 0; l < L; ++l) {
+      n += w.reallocations(l) != before[l];
+      before[l] = w.reallocations(l);
+    }
+    steps_with_realloc += n > 0;
+    max_layers_in_one_step = std::max(max_layers_in_one_step, n);
+  }
+  EXPECT_GT(steps_with_realloc, 0);
+  EXPECT_LT(max_layers_in_one_step, L) << "every layer reallocated on the same step";
+  for (int l = 0; l < L; ++l) EXPECT_GE(w.capacity(l), w.size(l));
+}
+
+TEST(Window, ReserveMeansNoReallocation) {
+  KvWindow w(small_spec(2), {"sink", "recent"});
+  w.reserve(100);
+  for (int i = 0; i < 10; ++i) w.place("recent", test::random_block("c" + std::to_string(i), 2, 2, 10, 12, at::kFloat, 3));
+  EXPECT_EQ(w.reallocations(0), 1);  // the reserve itself
+  EXPECT_EQ(w.reallocations(1), 1);
+  const size_t bytes = w.bytes_allocated();
+  w.drop_region("recent");
+  for (int i = 0; i < 10; ++i) w.place("recent", test::random_block("d" + std::to_string(i), 2, 2, 10, 12, at::kFloat, 3));
+  EXPECT_EQ(w.bytes_allocated(), bytes);
+}
+
+TEST(WindowLayout, RejectsBadRegionsAndRanges) {
+  EXPECT_THROW(WindowLayout({"a", "a"}, 1), Error);
+  EXPECT_THROW(WindowLayout({}, 1), Error);
+  WindowLayout lay({"a", "b"}, 2);
+  lay.add_segment(1, "x");
+  lay.grow(0, "x", 4);
+  lay.grow(1, "x", 2);
+  EXPECT_EQ(lay.size(0), 4);
+  EXPECT_EQ(lay.size(1), 2);
+  EXPECT_THROW(lay.add_segment(0, "x"), Error);
+  EXPECT_THROW(lay.drop_tokens(1, 1, 1, 2), Error);
+  lay.drop_tokens(0, 1, 1, 2);
+  EXPECT_EQ(lay.size(0), 2);
+  EXPECT_THROW(lay.region("c"), Error);
+}
+
+}  // namespace
+}  // namespace wm
