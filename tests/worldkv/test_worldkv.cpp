@@ -1,0 +1,269 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "runtime/error.h"
+#include "runtime/rope.h"
+#include "worldkv/compression.h"
+#include "worldkv/pose_index.h"
+#include "worldkv/world_memory.h"
+
+namespace wm::worldkv {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+TEST(WorldKvPose, MeanWrapsYawAndGeodesicIsSymmetric) {
+  Pose a{0, 0, 0, kPi - 0.1, 0}, b{2, 4, 0, -kPi + 0.1, 0};
+  Pose m = mean_pose({a, b});
+  EXPECT_NEAR(std::abs(m.yaw), kPi, 1e-9);
+  EXPECT_NEAR(m.x, 1, 1e-12);
+  EXPECT_NEAR(m.y, 2, 1e-12);
+  EXPECT_NEAR(geodesic_angle(a, b), 0.2, 1e-9);
+  EXPECT_NEAR(geodesic_angle(b, a), 0.2, 1e-9);
+  Pose c{0, 0, 0, 0.3, 0.2};
+  Pose back = mean_pose({c});
+  EXPECT_NEAR(back.yaw, 0.3, 1e-9);
+  EXPECT_NEAR(back.pitch, 0.2, 1e-9);
+}
+
+TEST(WorldKvPoseIndex, NearestIsTheMatchingPose) {
+  PoseIndex idx;
+  for (int i = 0; i < 10; ++i) idx.add("chunk:" + std::to_string(i), Pose{i * 1.0, 0, 0, i * 0.5, 0});
+  auto r = idx.nearest(Pose{4.0, 0, 0, 2.0, 0}, 3);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].id, "chunk:4");
+  EXPECT_DOUBLE_EQ(r[0].distance, 0.0);
+  EXPECT_LE(r[0].distance, r[1].distance);
+  // Excluded chunks are not candidates.
+  auto e = idx.nearest(Pose{4.0, 0, 0, 2.0, 0}, 1, {"chunk:4"});
+  EXPECT_NE(e[0].id, "chunk:4");
+  // Same place, other direction: rotation counts as much as translation.
+  PoseIndex two;
+  two.add("same_place_turned", Pose{0, 0, 0, kPi, 0});
+  two.add("moved_same_dir", Pose{0.5, 0, 0, 0, 0});
+  two.add("far", Pose{10, 0, 0, kPi / 2, 0});
+  EXPECT_EQ(two.nearest(Pose{0, 0, 0, 0, 0}, 1)[0].id, "moved_same_dir");
+}
+
+TEST(WorldKvCompression, KeepsAnchorPlusLowestSimilarity) {
+  at::manual_seed(5);
+  const int64_t tpf = 16, frames = 3, H = 2, d = 8;
+  at::Tensor k = at::randn({H, frames * tpf, d});
+  for (bool per_frame : {false, true}) {
+    CompressionConfig cfg;
+    cfg.keep_ratio = 0.25;
+    cfg.per_frame = per_frame;
+    at::Tensor keep = compression_keep_indices(k, tpf, cfg);
+    // Reference in double: cosine of each flattened key to the anchor frame's mean key.
+    at::Tensor flat = k.to(at::kDouble).permute({1, 0, 2}).reshape({frames * tpf, H * d});
+    at::Tensor anchor = flat.narrow(0, 0, tpf).mean(0);
+    std::vector<std::pair<double, int64_t>> sims;
+    for (int64_t i = tpf; i < frames * tpf; ++i) {
+      at::Tensor x = flat[i];
+      sims.push_back({(x * anchor).sum().item<double>() / (x.norm().item<double>() * anchor.norm().item<double>()), i});
+    }
+    std::set<int64_t> want;
+    for (int64_t i = 0; i < tpf; ++i) want.insert(i);
+    if (!per_frame) {
+      const int64_t m = static_cast<int64_t>(std::ceil(0.25 * (frames - 1) * tpf));
+      std::sort(sims.begin(), sims.end());
+      for (int64_t j = 0; j < m; ++j) want.insert(sims[j].second);
+      EXPECT_EQ(keep.size(0), tpf + m);
+    } else {
+      const int64_t m = static_cast<int64_t>(std::ceil(0.25 * tpf));
+      for (int64_t f = 1; f < frames; ++f) {
+        std::vector<std::pair<double, int64_t>> fs(sims.begin() + (f - 1) * tpf, sims.begin() + f * tpf);
+        std::sort(fs.begin(), fs.end());
+        for (int64_t j = 0; j < m; ++j) want.insert(fs[j].second);
+      }
+      EXPECT_EQ(keep.size(0), tpf + (frames - 1) * m);
+    }
+    std::vector<int64_t> got(keep.data_ptr<int64_t>(), keep.data_ptr<int64_t>() + keep.numel());
+    EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), want);
+    EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  }
+  // An odd count rounds up: 10 non-anchor tokens at r = 0.25 keep ceil(2.5) = 3.
+  CompressionConfig cfg;
+  at::Tensor small = at::randn({1, 15, 4});
+  EXPECT_EQ(compression_keep_indices(small, 5, cfg).size(0), 5 + 3);
+  EXPECT_THROW(compression_keep_indices(at::randn({1, 14, 4}), 5, cfg), Error);
+}
+
+// A synthetic "model": chunk i's K/V are random, rotated at positions (t = frame, h, w).
+struct Synthetic {
+  KvSpec spec;
+  int64_t tpf = 4;  // a 2x2 latent grid
+  Synthetic() {
+    spec.n_layers = 2;
+    spec.n_kv_heads = 2;
+    spec.head_dim = 12;
+    spec.rope = RopeSpec::video3d(12);
+  }
+  at::Tensor positions(int64_t chunk, int fpc) const {
+    std::vector<int64_t> p;
+    for (int f = 0; f < fpc; ++f)
+      for (int h = 0; h < 2; ++h)
+        for (int w = 0; w < 2; ++w) p.insert(p.end(), {chunk * fpc + f, h, w});
+    return at::tensor(p, at::kLong).view({-1, 3});
+  }
+  std::vector<LayerKv> chunk(int64_t i, int fpc, std::vector<at::Tensor>* raw = nullptr) const {
+    std::vector<LayerKv> out;
+    at::Tensor pos = positions(i, fpc);
+    for (int l = 0; l < spec.n_layers; ++l) {
+      at::Tensor r = at::randn({2, fpc * tpf, 12});
+      if (raw) raw->push_back(r);
+      out.push_back({apply_rope(r, pos, spec.rope), at::randn({2, fpc * tpf, 12}), pos, at::Tensor()});
+    }
+    return out;
+  }
+};
+
+std::vector<Pose> poses_at(double x, double yaw, int n = 3) { return std::vector<Pose>(n, Pose{x, 0, 0, yaw, 0}); }
+
+TEST(WorldKvMemory, RetrievesTheChunkSeenFromThisPose) {
+  Synthetic s;
+  MemoryConfig cfg;
+  cfg.tokens_per_frame = s.tpf;
+  cfg.policy = Policy::WorldKv;
+  cfg.retrieved_frames = 3;  // one retrieved chunk makes the choice visible
+  WorldMemory mem(s.spec, cfg);
+  // Walk along x, looking along +x: chunk i at x = i.
+  for (int64_t i = 0; i < 8; ++i) {
+    mem.prepare(i, poses_at(i, 0));
+    mem.commit(i, s.chunk(i, 3), poses_at(i, 0));
+  }
+  // Chunks 0 (sink), 7 (recent) are in the window; 1..6 are banked.
+  EXPECT_EQ(mem.bank().size(), 6u);
+  mem.prepare(8, poses_at(3.1, 0.05));
+  ASSERT_EQ(mem.last_retrieval().size(), 1u);
+  EXPECT_EQ(mem.last_retrieval()[0].id, "chunk:3");
+  EXPECT_EQ(mem.region_ids("retrieved"), std::vector<std::string>{"chunk:3"});
+  EXPECT_EQ(mem.region_ids("sink"), std::vector<std::string>{"chunk:0"});
+  EXPECT_EQ(mem.region_ids("recent"), std::vector<std::string>{"chunk:7"});
+}
+
+TEST(WorldKvMemory, ReanchoredRetrievalEqualsRopeAtNewPositions) {
+  at::manual_seed(9);
+  Synthetic s;
+  MemoryConfig cfg;
+  cfg.tokens_per_frame = s.tpf;
+  cfg.policy = Policy::WorldKv;
+  cfg.placement = Placement::Reanchored;
+  cfg.retrieved_frames = 3;
+  WorldMemory mem(s.spec, cfg);
+  std::vector<std::vector<at::Tensor>> raws;
+  for (int64_t i = 0; i < 6; ++i) {
+    raws.emplace_back();
+    mem.prepare(i, poses_at(i, 0));
+    mem.commit(i, s.chunk(i, 3, &raws.back()), poses_at(i, 0));
+  }
+  mem.prepare(6, poses_at(2, 0));  // chunk 2 comes back, just before recent (chunk 5, frames 15..17)
+  ASSERT_EQ(mem.region_ids("retrieved"), std::vector<std::string>{"chunk:2"});
+  const auto& lay = mem.window().layout();
+  at::Tensor newpos = s.positions(2, 3);
+  newpos.select(1, 0).add_(12 - 6);  // frames 6..8 move to 12..14
+  for (int l = 0; l < 2; ++l) {
+    const int64_t b = lay.segment_begin(l, "chunk:2"), n = lay.segment_len(l, "chunk:2");
+    at::Tensor k = mem.window().k(l).narrow(1, b, n);
+    EXPECT_LE((k - apply_rope(raws[2][l], newpos, s.spec.rope)).abs().max().item<float>(), 1e-5);
+    EXPECT_TRUE(mem.window().pos(l).narrow(0, b, n).equal(newpos));
+  }
+}
+
+TEST(WorldKvMemory, WindowBytesConstantExceptFullKv) {
+  Synthetic s;
+  for (auto policy : {Policy::SlidingWindow, Policy::SinkRecent, Policy::WorldKv, Policy::WorldKvC,
+                      Policy::WorldKvAttn, Policy::FullKv}) {
+    MemoryConfig cfg;
+    cfg.tokens_per_frame = s.tpf;
+    cfg.policy = policy;
+    WorldMemory mem(s.spec, cfg);
+    size_t bytes_at_10 = 0;
+    for (int64_t i = 0; i < 120; ++i) {
+      const double x = std::sin(i * 0.1) * 5;
+      mem.prepare(i, poses_at(x, i * 0.2));
+      mem.commit(i, s.chunk(i, 3), poses_at(x, i * 0.2));
+      if (i == 10) bytes_at_10 = mem.window_bytes();
+      if (policy != Policy::FullKv) {
+        // Window: never more than sink + retrieved + recent = 15 frames of tokens.
+        EXPECT_LE(mem.window().size(0), 15 * s.tpf) << policy_name(policy);
+      }
+    }
+    if (policy == Policy::FullKv) {
+      EXPECT_GT(mem.window_bytes(), 5 * bytes_at_10);
+      EXPECT_EQ(mem.window().size(0), 120 * 3 * s.tpf);
+    } else {
+      EXPECT_EQ(mem.window_bytes(), bytes_at_10) << policy_name(policy);
+      EXPECT_EQ(mem.peak_window_bytes(), bytes_at_10) << policy_name(policy);
+    }
+    if (banks(policy)) EXPECT_EQ(mem.bank().size(), 120u - 2u);
+  }
+}
+
+TEST(WorldKvMemory, CompressedBankIsAboutHalf) {
+  Synthetic s;
+  size_t bytes[2];
+  for (int c = 0; c < 2; ++c) {
+    MemoryConfig cfg;
+    cfg.tokens_per_frame = s.tpf;
+    cfg.policy = c ? Policy::WorldKvC : Policy::WorldKv;
+    WorldMemory mem(s.spec, cfg);
+    for (int64_t i = 0; i < 20; ++i) {
+      mem.prepare(i, poses_at(i, 0));
+      mem.commit(i, s.chunk(i, 3), poses_at(i, 0));
+    }
+    bytes[c] = mem.bank().bytes(Tier::Device) + mem.bank().bytes(Tier::Host) + mem.bank().bytes(Tier::Disk);
+  }
+  // Anchor frame (1/3) + 25% of the other 2/3 = 1/2 of the tokens.
+  EXPECT_NEAR(static_cast<double>(bytes[1]) / bytes[0], 0.5, 0.01);
+}
+
+TEST(WorldKvMemory, BankSpillsToDiskAndComesBackIntact) {
+  Synthetic s;
+  const std::string dir = (std::filesystem::temp_directory_path() / "wm_test_worldkv_spill").string();
+  MemoryConfig cfg;
+  cfg.tokens_per_frame = s.tpf;
+  cfg.policy = Policy::WorldKv;
+  cfg.retrieved_frames = 3;
+  cfg.bank.device_budget = 0;
+  cfg.bank.host_budget = 3 * 2 * 2 * (2 * 12 * 12 * 4 + 12 * 8 + 12 * 4) + 16;  // about three chunks
+  cfg.bank.spill_dir = dir;
+  WorldMemory mem(s.spec, cfg);
+  std::vector<std::vector<LayerKv>> made;
+  for (int64_t i = 0; i < 12; ++i) {
+    made.push_back(s.chunk(i, 3));
+    mem.prepare(i, poses_at(i, 0));
+    mem.commit(i, made.back(), poses_at(i, 0));
+  }
+  EXPECT_GT(mem.bank().count(Tier::Disk), 0u);
+  EXPECT_LE(mem.bank().bytes(Tier::Host), cfg.bank.host_budget);
+  mem.prepare(12, poses_at(1, 0));  // chunk 1 is the oldest banked: on disk
+  ASSERT_EQ(mem.region_ids("retrieved"), std::vector<std::string>{"chunk:1"});
+  const auto& lay = mem.window().layout();
+  for (int l = 0; l < 2; ++l) {
+    const int64_t b = lay.segment_begin(l, "chunk:1"), n = lay.segment_len(l, "chunk:1");
+    EXPECT_TRUE(mem.window().k(l).narrow(1, b, n).equal(made[1][l].k));
+    EXPECT_TRUE(mem.window().v(l).narrow(1, b, n).equal(made[1][l].v));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(WorldKvMemory, BadConfigAndOrderAreRejected) {
+  Synthetic s;
+  MemoryConfig cfg;
+  EXPECT_THROW(WorldMemory(s.spec, cfg), Error);  // tokens_per_frame missing
+  cfg.tokens_per_frame = s.tpf;
+  cfg.retrieved_frames = 4;
+  EXPECT_THROW(WorldMemory(s.spec, cfg), Error);  // not whole chunks
+  cfg.retrieved_frames = 9;
+  WorldMemory mem(s.spec, cfg);
+  EXPECT_THROW(mem.prepare(1, poses_at(0, 0)), Error);
+  EXPECT_THROW(parse_policy("lru"), Error);
+}
+
+}  // namespace
+}  // namespace wm::worldkv

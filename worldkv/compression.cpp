@@ -1,0 +1,50 @@
+#include "worldkv/compression.h"
+
+#include <cmath>
+
+#include "runtime/error.h"
+
+namespace wm::worldkv {
+
+at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const CompressionConfig& cfg) {
+  WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
+  const int64_t n = k.size(1);
+  WM_CHECK(tpf > 0 && n % tpf == 0 && n >= tpf, "a chunk of ", n, " tokens is not whole frames of ", tpf);
+  WM_CHECK(cfg.keep_ratio >= 0 && cfg.keep_ratio <= 1, "keep_ratio must be in [0, 1], got ", cfg.keep_ratio);
+  const int64_t frames = n / tpf;
+  at::Tensor flat = k.to(at::kFloat).permute({1, 0, 2}).reshape({n, -1});  // [n, heads * d]
+  at::Tensor anchor = flat.narrow(0, 0, tpf).mean(0, true);                // [1, heads * d]
+  at::Tensor rest = flat.narrow(0, tpf, n - tpf);
+  at::Tensor sim = at::cosine_similarity(rest, anchor.expand_as(rest), 1, 1e-8);  // [n - tpf]
+  auto lopt = at::TensorOptions().dtype(at::kLong).device(k.device());
+  std::vector<at::Tensor> keep = {at::arange(tpf, lopt)};
+  if (frames > 1) {
+    if (cfg.per_frame) {
+      const int64_t m = static_cast<int64_t>(std::ceil(cfg.keep_ratio * tpf - 1e-9));
+      for (int64_t f = 1; f < frames; ++f) {
+        at::Tensor s = sim.narrow(0, (f - 1) * tpf, tpf);
+        keep.push_back(std::get<1>(s.topk(m, 0, /*largest=*/false, /*sorted=*/false)) + f * tpf);
+      }
+    } else {
+      const int64_t m = static_cast<int64_t>(std::ceil(cfg.keep_ratio * (n - tpf) - 1e-9));
+      keep.push_back(std::get<1>(sim.topk(m, 0, false, false)) + tpf);
+    }
+  }
+  return std::get<0>(at::cat(keep).sort());
+}
+
+Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& cfg) {
+  Block out;
+  out.id = chunk.id;
+  out.meta = chunk.meta;
+  out.stats = chunk.stats;
+  for (auto& l : chunk.layers) {
+    at::Tensor idx = compression_keep_indices(l.k, tpf, cfg);
+    at::Tensor cpu_idx = idx.to(at::kCPU);
+    out.layers.push_back(
+        {l.k.index_select(1, idx), l.v.index_select(1, idx), l.pos.index_select(0, cpu_idx), l.logw.index_select(0, idx)});
+  }
+  return out;
+}
+
+}  // namespace wm::worldkv
