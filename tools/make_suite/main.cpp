@@ -21,7 +21,13 @@ void print_stats(const Suite& s, const RenderSpec& check_spec, double min_requir
   double min_psnr = INFINITY;
   int finite = 0, with_pairs = 0;
   std::map<std::string, int> kinds, layouts;
+  std::vector<int> gaps;
+  int mid = 0;  // pairs whose first visit is not in the first second
   for (const Episode& ep : s.episodes) {
+    for (const RevisitPair& p : ep.revisits) {
+      gaps.push_back(p.revisit - p.first);
+      mid += p.first >= s.fps;
+    }
     min_f = std::min(min_f, ep.frames());
     max_f = std::max(max_f, ep.frames());
     total_f += ep.frames();
@@ -39,6 +45,10 @@ void print_stats(const Suite& s, const RenderSpec& check_spec, double min_requir
                s.episodes.size(), total_f, total_f / double(s.fps) / 60.0, s.fps, min_f / double(s.fps), max_f / double(s.fps));
   std::fprintf(stderr, "revisit pairs: %ld (episodes with >= 1: %d/%zu); min PSNR of pairs %.2f dB (%d pairs not bit-identical); required >= %.1f\n",
                pairs, with_pairs, s.episodes.size(), min_psnr, finite, min_required);
+  std::sort(gaps.begin(), gaps.end());
+  if (!gaps.empty())
+    std::fprintf(stderr, "revisit gap (frames): min %d, median %d, max %d; pairs with the first visit after 1 s: %d\n", gaps.front(),
+                 gaps[gaps.size() / 2], gaps.back(), mid);
   std::fprintf(stderr, "layouts:");
   for (auto& [k, n] : layouts) std::fprintf(stderr, " %s=%d", k.c_str(), n);
   std::fprintf(stderr, "\nsegments:");

@@ -226,6 +226,9 @@ WorldParams random_world_params(uint64_t seed) {
     p.block_max = p.block_min + rng.uniform_int(0, 2);
     p.pillars = rng.uniform(0.0, 0.6);
   }
+  auto r2 = [](double v) { return std::round(v * 100.0) / 100.0; };  // short, exact-looking JSON
+  p.pillars = r2(p.pillars);
+  p.extra_links = r2(p.extra_links);
   return p;
 }
 
