@@ -1,0 +1,78 @@
+#include "dit/conditioning.h"
+
+#include <cmath>
+
+#include "runtime/error.h"
+
+namespace wm::dit {
+namespace {
+
+// Fourier features of positions xy [..., 2] (float64) -> [..., 4 * bands].
+at::Tensor position_fourier(const at::Tensor& xy, const CondConfig& c) {
+  if (c.pos_bands == 0) return at::empty({0}, xy.options());
+  std::vector<double> f;
+  for (int k = 0; k < c.pos_bands; ++k) f.push_back(std::ldexp(M_PI, k) / c.pos_scale);
+  at::Tensor freq = at::tensor(f, xy.options());                     // [K]
+  at::Tensor ang = (xy.unsqueeze(-1) * freq).flatten(-2);            // [..., 2K]
+  return at::cat({ang.sin(), ang.cos()}, -1);                        // [..., 4K]
+}
+
+// Harmonics of a yaw in degrees [...] (float64) -> [..., 2 * M].
+at::Tensor yaw_harmonics(const at::Tensor& yaw_deg, const CondConfig& c) {
+  if (c.yaw_harmonics == 0) return at::empty({0}, yaw_deg.options());
+  at::Tensor m = at::arange(1, c.yaw_harmonics + 1, yaw_deg.options());
+  at::Tensor ang = yaw_deg.unsqueeze(-1) * (M_PI / 180.0) * m;
+  return at::cat({ang.sin(), ang.cos()}, -1);
+}
+
+void check_pose(const at::Tensor& pose) {
+  WM_CHECK(pose.defined() && pose.dim() == 3 && pose.size(2) == 3, "pose must be [B, F, 3] (x, y, yaw_deg), got ",
+           pose.defined() ? pose.sizes() : at::IntArrayRef{});
+}
+
+}  // namespace
+
+FrameCond FrameCond::slice(int64_t begin, int64_t n) const {
+  auto sl = [&](const at::Tensor& x) {
+    if (!x.defined()) return x;
+    return x.narrow(x.dim() - 2, begin, n);
+  };
+  return {sl(pose), sl(action)};
+}
+
+int64_t n_camera_features(const CondConfig& c) { return 4 * c.pos_bands + 2 * c.yaw_harmonics; }
+
+at::Tensor pose_features(const at::Tensor& pose, const CondConfig& c) {
+  check_pose(pose);
+  at::Tensor p = pose.to(at::kDouble);
+  std::vector<at::Tensor> parts;
+  if (c.pos_bands > 0) parts.push_back(position_fourier(p.narrow(-1, 0, 2), c));
+  if (c.yaw_harmonics > 0) parts.push_back(yaw_harmonics(p.select(-1, 2), c));
+  WM_CHECK(!parts.empty(), "no camera features: pos_bands and yaw_harmonics are both 0");
+  return at::cat(parts, -1).to(at::kFloat);
+}
+
+at::Tensor column_yaw_offsets_deg(const CondConfig& c, int64_t grid_w) {
+  const double half = std::tan(c.hfov_deg * M_PI / 360.0);
+  at::Tensor j = at::arange(grid_w, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor cam_x = (j + 0.5) * (2.0 / grid_w) - 1.0;
+  return at::atan(cam_x * half) * (180.0 / M_PI);
+}
+
+at::Tensor ray_features(const at::Tensor& pose, const CondConfig& c, int64_t grid_w) {
+  check_pose(pose);
+  at::Tensor p = pose.to(at::kDouble);
+  const int64_t B = p.size(0), F = p.size(1);
+  std::vector<at::Tensor> parts;
+  if (c.pos_bands > 0)
+    parts.push_back(position_fourier(p.narrow(-1, 0, 2), c).unsqueeze(2).expand({B, F, grid_w, 4 * c.pos_bands}));
+  if (c.yaw_harmonics > 0) {
+    at::Tensor off = column_yaw_offsets_deg(c, grid_w).to(p.device());   // [gw]
+    at::Tensor ray = p.select(-1, 2).unsqueeze(-1) + off;                // [B, F, gw]
+    parts.push_back(yaw_harmonics(ray, c));
+  }
+  WM_CHECK(!parts.empty(), "no camera features: pos_bands and yaw_harmonics are both 0");
+  return at::cat(parts, -1).to(at::kFloat);
+}
+
+}  // namespace wm::dit

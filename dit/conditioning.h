@@ -1,0 +1,42 @@
+#pragma once
+// Per-frame camera and action conditioning of the DiT, and the per-token camera-ray features.
+//
+// Pose per frame: [x, y, yaw_deg] in the world's convention (x east, y south, in cells; yaw in
+// degrees, 0 facing +x, +90 facing +y: positive yaw turns right). The ray through patch column j
+// of a grid_w-wide frame has world yaw
+//   yaw + atan((2 (j + 0.5) / grid_w - 1) * tan(hfov / 2))
+// (the raycaster's camera plane points to the right of the heading, so columns to the right
+// look at larger yaw).
+// Features (float64 inside, returned as float32):
+//   position: (sin, cos)(2^k * pi * p / pos_scale) for p in {x, y}, k = 0..pos_bands-1
+//   yaw:      (sin, cos)(m * yaw) for m = 1..yaw_harmonics
+#include <ATen/ATen.h>
+
+#include "dit/config.h"
+
+namespace wm::dit {
+
+// The conditioning of F frames (or B x F). Undefined tensors mean zeros.
+struct FrameCond {
+  at::Tensor pose;    // [F, 3] or [B, F, 3] float: x, y, yaw_deg
+  at::Tensor action;  // [F, action_dim] or [B, F, action_dim] float
+
+  // The frames [begin, begin + n) of every batch entry (a view; undefined stays undefined).
+  FrameCond slice(int64_t begin, int64_t n) const;
+};
+
+// Number of features per frame (pose) or per patch column (ray): 4 * pos_bands + 2 * yaw_harmonics.
+int64_t n_camera_features(const CondConfig& c);
+
+// pose [B, F, 3] -> camera features [B, F, n_camera_features] float32 (on pose's device).
+at::Tensor pose_features(const at::Tensor& pose, const CondConfig& c);
+
+// pose [B, F, 3] -> ray features [B, F, grid_w, n_camera_features] float32: the camera's position
+// features and the yaw features of the ray through each patch column.
+at::Tensor ray_features(const at::Tensor& pose, const CondConfig& c, int64_t grid_w);
+
+// World yaw (degrees) of the ray through each patch column, [grid_w] float64, relative to the
+// camera's yaw: atan((2 (j + 0.5) / grid_w - 1) * tan(hfov / 2)).
+at::Tensor column_yaw_offsets_deg(const CondConfig& c, int64_t grid_w);
+
+}  // namespace wm::dit

@@ -1,0 +1,239 @@
+#include "dit/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "runtime/error.h"
+
+namespace wm::dit {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one JSON object, rejecting unknown keys and wrong types with "where: field: ...".
+class Reader {
+ public:
+  Reader(const json& j, std::string where) : j_(j), where_(std::move(where)) {
+    if (!j_.is_object()) throw Error(str_cat(where_, ": expected a JSON object, got ", j_.type_name()));
+  }
+  template <class T>
+  void get(const char* key, T& out, bool required = false) {
+    seen_.insert(key);
+    if (!j_.contains(key)) {
+      if (required) throw Error(str_cat(where_, ": missing required field '", key, "'"));
+      return;
+    }
+    try {
+      out = j_.at(key).get<T>();
+    } catch (const json::exception& e) {
+      throw Error(str_cat(where_, ": field '", key, "': wrong type (", j_.at(key).dump(), "): ", e.what()));
+    }
+  }
+  const json* sub(const char* key) {
+    seen_.insert(key);
+    return j_.contains(key) ? &j_.at(key) : nullptr;
+  }
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!seen_.count(it.key())) throw Error(str_cat(where_, ": unknown field '", it.key(), "'"));
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& j_;
+  std::string where_;
+  std::set<std::string> seen_;
+};
+
+template <class F>
+void field_check(bool ok, const std::string& where, const char* field, F&& msg) {
+  if (!ok) throw Error(str_cat(where, ": field '", field, "': ", msg()));
+}
+
+}  // namespace
+
+void DitConfig::validate() const {
+  const std::string w = str_cat("DitConfig '", name, "'");
+  auto pos = [&](const char* f, int v) {
+    field_check(v > 0, w, f, [&] { return str_cat("must be > 0, got ", v); });
+  };
+  pos("dim", dim);
+  pos("n_layers", n_layers);
+  pos("n_heads", n_heads);
+  pos("ffn_dim", ffn_dim);
+  pos("latent_channels", latent_channels);
+  pos("frames_per_chunk", frames_per_chunk);
+  pos("freq_dim", freq_dim);
+  field_check(freq_dim % 2 == 0, w, "freq_dim", [&] { return str_cat("must be even, got ", freq_dim); });
+  field_check(dim % n_heads == 0, w, "n_heads",
+              [&] { return str_cat("dim ", dim, " is not a multiple of n_heads ", n_heads); });
+  field_check(head_dim == dim / n_heads, w, "head_dim",
+              [&] { return str_cat("must be dim / n_heads = ", dim / n_heads, ", got ", head_dim); });
+  field_check(patch_t == 1, w, "patch",
+              [&] { return str_cat("only a temporal patch of 1 is supported, got ", patch_t); });
+  field_check(patch_h > 0 && patch_w > 0 && latent_height > 0 && latent_width > 0 && latent_height % patch_h == 0 &&
+                  latent_width % patch_w == 0,
+              w, "patch", [&] {
+                return str_cat("latent ", latent_height, "x", latent_width, " is not divisible by patch ", patch_h,
+                               "x", patch_w);
+              });
+  field_check(eps > 0, w, "eps", [&] { return str_cat("must be > 0, got ", eps); });
+  field_check(rope.n_axes() == 3, w, "rope",
+              [&] { return str_cat("needs 3 axes (t, h, w), got ", rope.n_axes()); });
+  try {
+    rope.validate(head_dim);
+  } catch (const Error& e) {
+    throw Error(str_cat(w, ": field 'rope': ", e.what()));
+  }
+  field_check(cond.action_dim >= 0, w, "conditioning.action_dim",
+              [&] { return str_cat("must be >= 0, got ", cond.action_dim); });
+  field_check(cond.hfov_deg > 0 && cond.hfov_deg < 180, w, "conditioning.hfov_deg",
+              [&] { return str_cat("must be in (0, 180), got ", cond.hfov_deg); });
+  field_check(cond.pos_bands >= 0 && cond.yaw_harmonics >= 0 && cond.hidden >= 0, w, "conditioning",
+              [&] { return std::string("pos_bands, yaw_harmonics and hidden must be >= 0"); });
+  field_check(!cond.ray_embedding || cond.pos_bands + cond.yaw_harmonics > 0, w, "conditioning.ray_embedding",
+              [&] { return std::string("needs pos_bands or yaw_harmonics > 0"); });
+  field_check(cond.pos_scale > 0, w, "conditioning.pos_scale",
+              [&] { return str_cat("must be > 0, got ", cond.pos_scale); });
+  field_check(codec.stride > 0, w, "codec.stride", [&] { return str_cat("must be > 0, got ", codec.stride); });
+  field_check(codec.image_height == latent_height * codec.stride && codec.image_width == latent_width * codec.stride,
+              w, "codec", [&] {
+                return str_cat("image ", codec.image_height, "x", codec.image_width, " must be latent ", latent_height,
+                               "x", latent_width, " times stride ", codec.stride);
+              });
+  field_check(codec.kind != "pixel_patch" || latent_channels == 3 * codec.stride * codec.stride, w,
+              "latent_channels", [&] {
+                return str_cat("a pixel_patch codec with stride ", codec.stride, " gives ",
+                               3 * codec.stride * codec.stride, " channels, got ", latent_channels);
+              });
+}
+
+DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
+  DitConfig c;
+  Reader r(j, where);
+  r.get("name", c.name);
+  r.get("dim", c.dim, true);
+  r.get("n_layers", c.n_layers, true);
+  r.get("n_heads", c.n_heads, true);
+  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  r.get("head_dim", c.head_dim);
+  r.get("ffn_dim", c.ffn_dim, true);
+  std::vector<int> patch{1, 2, 2};
+  r.get("patch", patch);
+  if (patch.size() != 3) throw Error(str_cat(where, ": field 'patch': expected [pt, ph, pw], got ", patch.size(), " values"));
+  c.patch_t = patch[0];
+  c.patch_h = patch[1];
+  c.patch_w = patch[2];
+  r.get("latent_channels", c.latent_channels, true);
+  std::vector<int> lsize;
+  r.get("latent_size", lsize, true);
+  if (lsize.size() != 2) throw Error(str_cat(where, ": field 'latent_size': expected [h, w], got ", lsize.size(), " values"));
+  c.latent_height = lsize[0];
+  c.latent_width = lsize[1];
+  r.get("frames_per_chunk", c.frames_per_chunk);
+  r.get("freq_dim", c.freq_dim);
+  r.get("timestep_scale", c.timestep_scale);
+  r.get("eps", c.eps);
+  r.get("qk_norm", c.qk_norm);
+  int tpf = -1;
+  r.get("tokens_per_frame", tpf);  // optional cross-check
+
+  // RoPE: {"theta": 10000, "split": [t, h, w]}; default Wan's split of head_dim.
+  double theta = 10000.0;
+  std::vector<int> split;
+  if (const json* rj = r.sub("rope")) {
+    Reader rr(*rj, where + ": rope");
+    rr.get("theta", theta);
+    rr.get("split", split);
+    rr.finish();
+  }
+  c.rope = RopeSpec::video3d(c.head_dim > 0 ? c.head_dim : 6, theta);
+  if (!split.empty()) {
+    if (split.size() != 3) throw Error(str_cat(where, ": field 'rope.split': expected [t, h, w], got ", split.size(), " values"));
+    for (int a = 0; a < 3; ++a) c.rope.axes[a].channels = split[a];
+  }
+
+  if (const json* cj = r.sub("conditioning")) {
+    Reader cr(*cj, where + ": conditioning");
+    cr.get("pose", c.cond.pose);
+    cr.get("action_dim", c.cond.action_dim);
+    cr.get("ray_embedding", c.cond.ray_embedding);
+    cr.get("hfov_deg", c.cond.hfov_deg);
+    cr.get("pos_bands", c.cond.pos_bands);
+    cr.get("pos_scale", c.cond.pos_scale);
+    cr.get("yaw_harmonics", c.cond.yaw_harmonics);
+    cr.get("hidden", c.cond.hidden);
+    cr.finish();
+  }
+  c.codec.image_height = c.latent_height * c.codec.stride;
+  c.codec.image_width = c.latent_width * c.codec.stride;
+  if (const json* kj = r.sub("codec")) {
+    Reader kr(*kj, where + ": codec");
+    kr.get("kind", c.codec.kind);
+    kr.get("stride", c.codec.stride);
+    std::vector<int> isize{c.latent_height * c.codec.stride, c.latent_width * c.codec.stride};
+    kr.get("image_size", isize);
+    if (isize.size() != 2) throw Error(str_cat(where, ": field 'codec.image_size': expected [h, w]"));
+    c.codec.image_height = isize[0];
+    c.codec.image_width = isize[1];
+    kr.finish();
+  }
+  r.finish();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(str_cat(where, ": ", e.what()));
+  }
+  if (tpf >= 0 && tpf != c.tokens_per_frame())
+    throw Error(str_cat(where, ": field 'tokens_per_frame': ", tpf, " disagrees with latent_size / patch = ",
+                        c.tokens_per_frame()));
+  return c;
+}
+
+DitConfig load_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(str_cat(path, ": cannot open the config file"));
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(path, ": invalid JSON: ", e.what()));
+  }
+  return config_from_json(j, path);
+}
+
+nlohmann::json config_to_json(const DitConfig& c) {
+  nlohmann::json j;
+  j["name"] = c.name;
+  j["dim"] = c.dim;
+  j["n_layers"] = c.n_layers;
+  j["n_heads"] = c.n_heads;
+  j["head_dim"] = c.head_dim;
+  j["ffn_dim"] = c.ffn_dim;
+  j["patch"] = {c.patch_t, c.patch_h, c.patch_w};
+  j["latent_channels"] = c.latent_channels;
+  j["latent_size"] = {c.latent_height, c.latent_width};
+  j["tokens_per_frame"] = c.tokens_per_frame();
+  j["frames_per_chunk"] = c.frames_per_chunk;
+  j["freq_dim"] = c.freq_dim;
+  j["timestep_scale"] = c.timestep_scale;
+  j["eps"] = c.eps;
+  j["qk_norm"] = c.qk_norm;
+  j["rope"] = {{"theta", c.rope.axes.empty() ? 10000.0 : c.rope.axes[0].theta},
+               {"split", {c.rope.axes.at(0).channels, c.rope.axes.at(1).channels, c.rope.axes.at(2).channels}}};
+  j["conditioning"] = {{"pose", c.cond.pose},
+                       {"action_dim", c.cond.action_dim},
+                       {"ray_embedding", c.cond.ray_embedding},
+                       {"hfov_deg", c.cond.hfov_deg},
+                       {"pos_bands", c.cond.pos_bands},
+                       {"pos_scale", c.cond.pos_scale},
+                       {"yaw_harmonics", c.cond.yaw_harmonics},
+                       {"hidden", c.cond.hidden}};
+  j["codec"] = {{"kind", c.codec.kind},
+                {"stride", c.codec.stride},
+                {"image_size", {c.codec.image_height, c.codec.image_width}}};
+  return j;
+}
+
+}  // namespace wm::dit

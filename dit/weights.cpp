@@ -1,0 +1,76 @@
+#include "dit/weights.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+
+namespace wm::dit {
+
+void save_weights(CausalDitImpl& model, const std::string& path,
+                  const std::map<std::string, std::string>& extra_metadata) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& p : model.named_parameters(true)) tensors.emplace_back(p.key(), p.value().detach());
+  std::map<std::string, std::string> meta = extra_metadata;
+  meta["format"] = "wm_dit";
+  meta["config"] = config_to_json(model.config()).dump();
+  save_safetensors(path, tensors, meta);
+}
+
+void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt) {
+  SafeTensors st = SafeTensors::open(path);
+  auto file_name = [&](const std::string& n) {
+    return !opt.strip_prefix.empty() && n.rfind(opt.strip_prefix, 0) == 0 ? n.substr(opt.strip_prefix.size()) : n;
+  };
+  std::map<std::string, std::string> in_file;  // model name -> file name
+  for (const auto& n : st.names()) in_file[file_name(n)] = n;
+
+  auto params = model.named_parameters(true);
+  // Check everything before touching the model.
+  for (const auto& p : params) {
+    auto it = in_file.find(p.key());
+    if (it == in_file.end())
+      throw Error(str_cat(path, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(), ")"));
+    const auto& e = st.entry(it->second);
+    if (at::IntArrayRef(e.shape) != p.value().sizes())
+      throw Error(str_cat(path, ": tensor '", it->second, "' has shape ", at::IntArrayRef(e.shape),
+                          ", the model expects ", p.value().sizes()));
+  }
+  if (opt.strict) {
+    std::set<std::string> known;
+    for (const auto& p : params) known.insert(p.key());
+    for (const auto& kv : in_file)
+      if (!known.count(kv.first))
+        throw Error(str_cat(path, ": unexpected tensor '", kv.second, "' (shape ",
+                            at::IntArrayRef(st.entry(kv.second).shape), ") not in model '", model.config().name,
+                            "'"));
+  }
+  at::NoGradGuard ng;
+  for (auto& p : params) p.value().copy_(st.get(in_file.at(p.key())));
+}
+
+DitConfig config_from_weights(const std::string& path) {
+  SafeTensors st = SafeTensors::open(path);
+  auto it = st.metadata().find("config");
+  if (it == st.metadata().end()) throw Error(str_cat(path, ": no 'config' in the safetensors metadata"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(path, ": metadata 'config' is not valid JSON: ", e.what()));
+  }
+  return config_from_json(j, path + " (metadata config)");
+}
+
+CausalDit load_model(const std::string& path, at::Device device, const LoadOptions& opt) {
+  CausalDit m(config_from_weights(path));
+  load_weights(*m, path, opt);
+  m->to(device);
+  return m;
+}
+
+}  // namespace wm::dit

@@ -1,0 +1,34 @@
+#pragma once
+// Saving and loading a CausalDit's parameters as safetensors, by tensor name (the names are the
+// module paths, which mirror Wan checkpoint keys; see model.h). The config JSON travels in the
+// file's metadata under "config".
+#include <map>
+#include <string>
+
+#include "dit/config.h"
+#include "dit/model.h"
+
+namespace wm::dit {
+
+struct LoadOptions {
+  std::string strip_prefix;  // removed from every file name that starts with it ("model.", ...)
+  bool strict = true;        // a file tensor the model does not have is an error (else ignored)
+};
+
+// Writes every parameter (float32 or its own dtype, moved to the CPU) and the config JSON.
+// Throws wm::Error on an I/O failure.
+void save_weights(CausalDitImpl& model, const std::string& path,
+                  const std::map<std::string, std::string>& extra_metadata = {});
+
+// Copies every parameter from the file into the model (converted to the parameter's dtype and
+// device). Throws wm::Error naming the file and the tensor for a missing tensor, an unexpected
+// one (strict), or a shape mismatch (both shapes named). The model is unchanged on error.
+void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt = {});
+
+// The config stored in a file's metadata. Throws wm::Error if there is none.
+DitConfig config_from_weights(const std::string& path);
+
+// Builds the model a file describes (its stored config), loads it and moves it to device.
+CausalDit load_model(const std::string& path, at::Device device, const LoadOptions& opt = {});
+
+}  // namespace wm::dit
