@@ -1,0 +1,62 @@
+#include "tools/rollout/session.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+
+#include "dit/weights.h"
+#include "runtime/error.h"
+#include "tools/rollout/conditioning.h"
+
+namespace wm::rollout {
+
+dit::CausalDit load_world_model(const std::string& path, at::Device device) {
+  dit::CausalDit m = dit::load_model(path, device);
+  m->eval();
+  return m;
+}
+
+WorldSession::WorldSession(dit::CausalDit model, SessionConfig cfg, at::Device device)
+    : model_(std::move(model)), cfg_(std::move(cfg)), device_(device) {
+  const auto& mc = model_->config();
+  cfg_.memory.tokens_per_frame = mc.tokens_per_frame();
+  cfg_.memory.frames_per_chunk = mc.frames_per_chunk;
+  cfg_.memory.denoise_frames = mc.frames_per_chunk;
+  codec_ = dit::make_codec(mc);
+  reset(cfg_.seed);
+}
+
+int WorldSession::frames_per_chunk() const { return model_->config().frames_per_chunk; }
+
+void WorldSession::reset(uint64_t seed) { reset(seed, cfg_.memory.policy); }
+
+void WorldSession::reset(uint64_t seed, worldkv::Policy policy) {
+  cfg_.seed = seed;
+  cfg_.memory.policy = policy;
+  memory_ = std::make_unique<worldkv::WorldMemory>(model_->kv_spec(device_), cfg_.memory);
+  gen_ = at::detail::createCPUGenerator(seed);
+  next_index_ = 0;
+}
+
+ChunkOutput WorldSession::next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions) {
+  const int F = frames_per_chunk();
+  WM_CHECK(static_cast<int>(poses.size()) == F && static_cast<int>(actions.size()) == F, "a chunk is ", F,
+           " frames: got ", poses.size(), " poses and ", actions.size(), " actions");
+  const auto t0 = std::chrono::steady_clock::now();
+  ChunkOutput out;
+  out.index = next_index_;
+  const auto mposes = memory_poses(poses);
+  memory_->prepare(out.index, mposes);
+  if (worldkv::banks(cfg_.memory.policy)) out.retrieved = memory_->region_ids("retrieved");
+  dit::FrameCond cond{pose_tensor(poses).to(device_),
+                      action_tensor(actions, model_->config().cond.action_dim).to(device_)};
+  dit::ChunkResult r =
+      dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
+  memory_->commit(out.index, std::move(r.kv), mposes);
+  out.frames = codec_->decode_images(r.latents);
+  ++next_index_;
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace wm::rollout

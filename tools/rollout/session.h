@@ -1,0 +1,69 @@
+#pragma once
+// A streaming world session: the world model generating video chunk by chunk from the camera
+// poses and actions it is given, over the window the world memory assembles. Per chunk:
+// memory.prepare -> sampler (N steps over the window) -> refill K/V -> memory.commit -> decode.
+// The generation is the model's alone: nothing of the past frames or the ground truth is copied
+// into the output.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dit/codec.h"
+#include "dit/model.h"
+#include "dit/sampler.h"
+#include "tools/media/image.h"
+#include "tools/world/actions.h"
+#include "tools/world/pose.h"
+#include "worldkv/world_memory.h"
+
+namespace wm::rollout {
+
+struct SessionConfig {
+  worldkv::MemoryConfig memory;  // policy, region sizes, compression, bank tiers (tokens_per_frame
+                                 // and frames_per_chunk are taken from the model)
+  dit::SamplerConfig sampler;
+  uint64_t seed = 0;             // noise of every chunk is drawn from this
+};
+
+struct ChunkOutput {
+  int64_t index = 0;                  // chunk index
+  std::vector<Image> frames;          // frames_per_chunk decoded RGB frames
+  double ms = 0;                      // wall time of the chunk (sampling, refill, memory, decode)
+  std::vector<std::string> retrieved; // chunks in the retrieved region for this chunk
+};
+
+class WorldSession {
+ public:
+  // The model is shared (sessions of several policies may use one), the codec is the model's.
+  WorldSession(dit::CausalDit model, SessionConfig cfg, at::Device device);
+
+  // Generates the next chunk for frames with these poses and actions (frames_per_chunk each).
+  ChunkOutput next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions);
+  // Back to an empty memory and chunk 0, with a new noise seed and optionally another policy.
+  void reset(uint64_t seed);
+  void reset(uint64_t seed, worldkv::Policy policy);
+
+  int frames_per_chunk() const;
+  int64_t chunks_done() const { return next_index_; }
+  const worldkv::WorldMemory& memory() const { return *memory_; }
+  const dit::CausalDit& model() const { return model_; }
+  const SessionConfig& config() const { return cfg_; }
+  at::Device device() const { return device_; }
+
+ private:
+  dit::CausalDit model_;
+  std::unique_ptr<dit::Codec> codec_;
+  SessionConfig cfg_;
+  at::Device device_;
+  std::unique_ptr<worldkv::WorldMemory> memory_;
+  at::Generator gen_;
+  int64_t next_index_ = 0;
+};
+
+// Loads a model saved by the trainer (config in its metadata) onto `device`, in eval mode.
+dit::CausalDit load_world_model(const std::string& path, at::Device device);
+
+
+}  // namespace wm::rollout

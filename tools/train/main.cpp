@@ -1,0 +1,338 @@
+// wm_train: trains the world model from scratch on fresh scenes of the procedural world.
+// Teacher forcing with clean context, on windows shaped like those met at inference
+// (sink | chunks retrieved by pose | recent | the chunk being denoised), rectified-flow
+// velocity loss. Progress with loss, periodic checkpoints (EMA weights + resumable state), and
+// a memory probe on unseen scenes: one-chunk-ahead PSNR with and without the retrieved chunks.
+#include <CLI/CLI.hpp>
+#include <torch/types.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/serialize.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "dit/codec.h"
+#include "dit/config.h"
+#include "dit/model.h"
+#include "dit/sampler.h"
+#include "dit/weights.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/media/metrics.h"
+#include "tools/train/data.h"
+#include "tools/world/rng.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string config = "configs/tiny.json";
+  std::string out = "runs/tiny";
+  int64_t steps = 20000;
+  double minutes = 0;
+  double lr = 3e-4;
+  int64_t warmup = 300;
+  int noisy = 2;
+  uint64_t seed = 1;
+  bool resume = false;
+  int64_t ckpt_every = 250;
+  int64_t eval_every = 1000;
+  int eval_samples = 8;
+  double ema = 0.999;
+  int threads = 0;
+  std::string device = "auto";
+  double ctx_noise_prob = 0.3;
+};
+
+std::string fmt_duration(double s) {
+  char b[32];
+  const int h = static_cast<int>(s / 3600), m = static_cast<int>(std::fmod(s, 3600) / 60);
+  std::snprintf(b, sizeof b, "%dh%02dm", h, m);
+  return b;
+}
+
+// Frames [a, b) of a per-frame tensor.
+at::Tensor frames(const at::Tensor& t, int64_t a, int64_t b) { return t.narrow(0, a, b - a); }
+
+// The teacher-forcing input for a sample: [S-1 clean chunks ; the last K chunks noisy].
+struct Batch {
+  at::Tensor x, t, frame_index, pose, action, bias, target;
+  int64_t noisy_from;  // first frame of the noisy part in x
+};
+
+Batch make_batch(const wm::train::Sample& s, const wm::dit::DitConfig& cfg, int K, double ctx_noise_prob,
+                 at::Generator& gen, at::Device dev, const at::Tensor* fixed_noise = nullptr, double fixed_t = -1) {
+  const int F = cfg.frames_per_chunk;
+  const int S = static_cast<int>(s.chunks.size());
+  K = std::min(K, S);
+  const int64_t C = (S - 1) * F, N0 = (S - K) * F, T = S * F;
+  at::Tensor x0 = s.latents.to(dev);
+  at::Tensor ctx = frames(x0, 0, C);
+  at::Tensor src = frames(x0, N0, T);
+  at::Tensor noise = fixed_noise ? *fixed_noise : wm::dit::seeded_noise(src.sizes(), gen, dev);
+  // Per noisy chunk, t ~ U(0, 1) (or fixed), repeated over its frames.
+  at::Tensor tk = fixed_t >= 0 ? at::full({K}, fixed_t) : at::rand({K}, gen);
+  at::Tensor tn = tk.repeat_interleave(F).to(dev);
+  at::Tensor xn = (1 - tn).view({-1, 1, 1, 1}) * src + tn.view({-1, 1, 1, 1}) * noise;
+  at::Tensor tc = at::zeros({C});
+  if (C > 0 && ctx_noise_prob > 0) {
+    // Light noise on some context chunks (labelled with their t) so that the model copes with
+    // its own imperfect past frames.
+    at::Tensor u = at::rand({S - 1}, gen), lvl = at::rand({S - 1}, gen) * 0.1;
+    tc = at::where(u < ctx_noise_prob, lvl, at::zeros_like(lvl)).repeat_interleave(F);
+    at::Tensor tcd = tc.to(dev).view({-1, 1, 1, 1});
+    ctx = (1 - tcd) * ctx + tcd * wm::dit::seeded_noise(ctx.sizes(), gen, dev);
+  }
+  Batch b;
+  b.x = at::cat({ctx, xn});
+  b.t = at::cat({tc, tn.cpu()}).to(dev);
+  auto pick = [&](const at::Tensor& a) { return at::cat({frames(a, 0, C), frames(a, N0, T)}).to(dev); };
+  b.frame_index = at::cat({frames(s.frame_index, 0, C), frames(s.frame_index, N0, T)});
+  b.pose = pick(s.pose);
+  b.action = pick(s.action);
+  b.bias = wm::dit::chunk_visibility_bias(wm::train::visibility(S, K), cfg.tokens_per_chunk(), dev);
+  b.target = noise - src;
+  b.noisy_from = C;
+  return b;
+}
+
+at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
+  wm::dit::SequenceOptions so;
+  so.frame_index = b.frame_index;
+  so.attn_bias = b.bias;
+  wm::dit::FrameCond cond{b.pose, b.action};
+  return model->forward_sequence(b.x, b.t, cond, so);
+}
+
+// One-chunk-ahead prediction of the sample's target by the 4-step sampler, from its clean
+// context (all of it, or only the sink and the recent chunk). Returns decoded frames.
+std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, wm::train::Sample s,
+                                      bool keep_retrieved, uint64_t noise_seed, at::Device dev) {
+  const int F = model->config().frames_per_chunk;
+  if (!keep_retrieved && s.chunks.size() > 3) {
+    // Keep the sink, the recent chunk and the target.
+    const int S = static_cast<int>(s.chunks.size());
+    std::vector<int64_t> keep;
+    for (int c : {0, S - 2, S - 1})
+      for (int f = 0; f < F; ++f) keep.push_back(c * F + f);
+    at::Tensor idx = at::tensor(keep, at::kLong);
+    s.latents = s.latents.index_select(0, idx);
+    s.frame_index = s.frame_index.index_select(0, idx);
+    s.pose = s.pose.index_select(0, idx);
+    s.action = s.action.index_select(0, idx);
+    s.chunks = {s.chunks.front(), s.chunks[S - 2], s.chunks.back()};
+  }
+  at::Generator gen = at::detail::createCPUGenerator(noise_seed);
+  const int S = static_cast<int>(s.chunks.size());
+  at::Tensor noise = wm::dit::seeded_noise({F, s.latents.size(1), s.latents.size(2), s.latents.size(3)}, gen, dev);
+  wm::dit::SamplerConfig sc;
+  auto denoise = [&](const at::Tensor& x_t, double t) {
+    Batch b = make_batch(s, model->config(), 1, 0.0, gen, dev, &x_t, t);
+    b.x = at::cat({b.x.narrow(0, 0, b.noisy_from), x_t});
+    return forward(model, b).narrow(0, (S - 1) * F, F);
+  };
+  at::Tensor x = wm::dit::sample_flow(noise, sc, denoise);
+  return codec.decode_images(x);
+}
+
+struct EvalResult {
+  double psnr_full = 0, psnr_nomem = 0, psnr_repeat = 0;
+  int n = 0;
+};
+
+EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int n, uint64_t seed, at::Device dev) {
+  at::NoGradGuard ng;
+  const bool was_training = model->is_training();
+  model->eval();
+  wm::train::SampleOptions so;
+  so.revisit_prob = 1.0;
+  so.random_ctx_prob = 0.0;
+  EvalResult r;
+  for (uint64_t k = 0; r.n < n && k < static_cast<uint64_t>(n) * 4; ++k) {
+    wm::train::Sample s = make_sample(wm::world::hash_combine(seed, 0xE7A1000 + k), model->config(), codec, so);
+    if (!s.revisit) continue;
+    const int F = model->config().frames_per_chunk;
+    std::vector<wm::Image> truth = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F, F));
+    std::vector<wm::Image> last = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F - 1, 1));
+    auto full = predict_target(model, codec, s, true, 1000 + k, dev);
+    auto nomem = predict_target(model, codec, s, false, 1000 + k, dev);
+    for (int f = 0; f < F; ++f) {
+      r.psnr_full += wm::media::psnr(full[f], truth[f]) / F;
+      r.psnr_nomem += wm::media::psnr(nomem[f], truth[f]) / F;
+      r.psnr_repeat += wm::media::psnr(last[0], truth[f]) / F;
+    }
+    ++r.n;
+  }
+  if (r.n > 0) {
+    r.psnr_full /= r.n;
+    r.psnr_nomem /= r.n;
+    r.psnr_repeat /= r.n;
+  }
+  if (was_training) model->train();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_train: train the world model on the procedural world (teacher forcing, clean context)"};
+  Args a;
+  app.add_option("--config", a.config, "model config JSON")->check(CLI::ExistingFile);
+  app.add_option("--out", a.out, "run folder: checkpoints, log, final model");
+  app.add_option("--steps", a.steps, "optimizer steps in all");
+  app.add_option("--minutes", a.minutes, "stop (with a checkpoint) after this wall time; 0: no limit");
+  app.add_option("--lr", a.lr, "peak learning rate (AdamW)");
+  app.add_option("--warmup", a.warmup, "linear warm-up steps; cosine decay to 10% after");
+  app.add_option("--noisy", a.noisy, "noisy chunks per sample (the target and the ones before it)");
+  app.add_option("--seed", a.seed, "seed of the initialisation and of every sample");
+  app.add_flag("--resume", a.resume, "continue from OUT/last.* if present");
+  app.add_option("--ckpt-every", a.ckpt_every, "steps between checkpoints");
+  app.add_option("--eval-every", a.eval_every, "steps between memory probes (0: only at the end)");
+  app.add_option("--eval-samples", a.eval_samples, "revisit samples per probe");
+  app.add_option("--ema", a.ema, "EMA decay of the saved weights");
+  app.add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N");
+  app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    wm::init_threads(a.threads);
+    const at::Device dev = wm::parse_device(a.device);
+    wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
+    auto codec = wm::dit::make_codec(cfg);
+    fs::create_directories(a.out);
+    const std::string last = a.out + "/last.safetensors", last_ema = a.out + "/model.safetensors",
+                      last_opt = a.out + "/last.optim.pt", state_path = a.out + "/state.json";
+
+    wm::dit::CausalDit model(cfg);
+    model->init_weights(a.seed, /*zero_head=*/true);
+    model->to(dev);
+    wm::dit::CausalDit ema(cfg);
+    ema->to(dev);
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.01));
+    int64_t step = 0;
+    double wall_before = 0;
+    if (a.resume && fs::exists(last) && fs::exists(state_path)) {
+      wm::dit::load_weights(*model, last);
+      wm::dit::load_weights(*ema, last_ema);
+      torch::load(opt, last_opt);
+      std::ifstream f(state_path);
+      nlohmann::json st = nlohmann::json::parse(f);
+      step = st.at("step").get<int64_t>();
+      wall_before = st.value("wall_seconds", 0.0);
+      std::cerr << "wm_train: resumed at step " << step << " from " << a.out << "\n";
+    } else {
+      at::NoGradGuard ng;
+      auto src = model->parameters(), dst = ema->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    ema->eval();
+    for (auto& p : ema->parameters()) p.set_requires_grad(false);
+    std::ofstream log(a.out + "/log.jsonl", std::ios::app);
+    int64_t nparams = 0;
+    for (auto& p : model->parameters()) nparams += p.numel();
+    std::cerr << "wm_train: " << cfg.name << ", " << nparams << " parameters, " << wm::describe_device(dev)
+              << ", steps " << step << " -> " << a.steps << "\n";
+
+    const auto t_start = Clock::now();
+    auto save = [&](bool final_save) {
+      std::map<std::string, std::string> meta = {{"step", std::to_string(step)}, {"trainer", "wm_train"}};
+      wm::dit::save_weights(*model, last, meta);
+      wm::dit::save_weights(*ema, last_ema, meta);
+      torch::save(opt, last_opt + ".tmp");
+      fs::rename(last_opt + ".tmp", last_opt);
+      std::ofstream f(state_path + ".tmp");
+      const double wall = wall_before + std::chrono::duration<double>(Clock::now() - t_start).count();
+      f << nlohmann::json{{"step", step}, {"config", a.config}, {"seed", a.seed}, {"final", final_save},
+                          {"wall_seconds", wall}}
+               .dump(2);
+      f.close();
+      fs::rename(state_path + ".tmp", state_path);
+    };
+
+    double loss_ema = 0, data_s = 0, model_s = 0;
+    int64_t ema_n = 0;
+    auto last_print = Clock::now();
+    const bool tty = isatty(STDERR_FILENO);
+    wm::train::SampleOptions sopt;
+    model->train();
+    while (step < a.steps) {
+      const auto t_data = Clock::now();
+      const uint64_t sseed = wm::world::hash_combine(a.seed, static_cast<uint64_t>(step));
+      at::Generator gen = at::detail::createCPUGenerator(sseed);
+      wm::train::Sample s = wm::train::make_sample(sseed, cfg, *codec, sopt);
+      Batch b = make_batch(s, cfg, a.noisy, a.ctx_noise_prob, gen, dev);
+      const auto t_model = Clock::now();
+      data_s += std::chrono::duration<double>(t_model - t_data).count();
+      at::Tensor v = forward(model, b);
+      at::Tensor loss = (v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target).pow(2).mean();
+      opt.zero_grad();
+      loss.backward();
+      torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+      const double progress = static_cast<double>(step) / std::max<int64_t>(1, a.steps);
+      const double lr = step < a.warmup ? a.lr * (step + 1) / a.warmup
+                                        : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
+      for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      opt.step();
+      {
+        at::NoGradGuard ng;
+        const double d = std::min(a.ema, (1.0 + step) / (10.0 + step));
+        auto src = model->parameters(), dst = ema->parameters();
+        for (size_t i = 0; i < src.size(); ++i) dst[i].mul_(d).add_(src[i], 1 - d);
+      }
+      const double lv = loss.item<double>();
+      model_s += std::chrono::duration<double>(Clock::now() - t_model).count();
+      WM_CHECK(std::isfinite(lv), "the loss is not finite at step ", step);
+      loss_ema = ema_n == 0 ? lv : 0.98 * loss_ema + 0.02 * lv;
+      ++ema_n;
+      ++step;
+      const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
+      const double rate = ema_n / el;
+      if (tty || std::chrono::duration<double>(Clock::now() - last_print).count() > 30 || step == a.steps) {
+        char line[256];
+        std::snprintf(line, sizeof line, "[%lld/%lld] loss %.4f  %.2f steps/s (data %.0f ms, model %.0f ms)  elapsed %s  eta %s",
+                      static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate,
+                      1e3 * data_s / ema_n, 1e3 * model_s / ema_n,
+                      fmt_duration(el).c_str(), fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
+        std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
+        last_print = Clock::now();
+      }
+      log << nlohmann::json{{"step", step}, {"loss", lv}, {"lr", lr}, {"t", el}}.dump() << "\n";
+      const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
+      if (step % a.ckpt_every == 0 || step == a.steps || out_of_time) save(step == a.steps);
+      if ((a.eval_every > 0 && step % a.eval_every == 0) || step == a.steps || out_of_time) {
+        EvalResult r = evaluate(ema, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, dev);
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "\n[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
+                      "sink+recent only %.2f dB, repeat-last-frame %.2f dB\n",
+                      static_cast<long long>(step), r.n, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
+        std::cerr << line;
+        log << nlohmann::json{{"step", step}, {"eval_psnr_memory", r.psnr_full}, {"eval_psnr_nomem", r.psnr_nomem},
+                              {"eval_psnr_repeat", r.psnr_repeat}, {"eval_n", r.n}}
+                   .dump()
+            << "\n";
+        log.flush();
+      }
+      if (out_of_time) {
+        std::cerr << "wm_train: time budget reached at step " << step << "; resume with --resume\n";
+        break;
+      }
+    }
+    std::cerr << "\nwm_train: done; model (EMA) at " << last_ema << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "\nwm_train: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
