@@ -1,0 +1,129 @@
+// The pixel-patch codec, the conditioning features and the flow-matching sampler.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "dit/codec.h"
+#include "dit/conditioning.h"
+#include "dit/sampler.h"
+#include "runtime/error.h"
+#include "runtime/window.h"
+
+namespace wm::dit {
+namespace {
+
+TEST(DitCodec, PixelPatchRoundTripIsExact) {
+  PixelPatchCodec codec(4, 64, 64);
+  at::Generator g = at::detail::createCPUGenerator(1);
+  at::Tensor frames = at::randint(0, 256, {3, 64, 64, 3}, g, at::TensorOptions().dtype(at::kLong)).to(at::kByte);
+  frames[0].fill_(0);
+  frames[1][5].fill_(255);
+  at::Tensor lat = codec.encode(frames, at::kCPU);
+  ASSERT_EQ(lat.sizes(), at::IntArrayRef({3, 48, 16, 16}));
+  EXPECT_LE(lat.max().item<float>(), 1.0f);
+  EXPECT_GE(lat.min().item<float>(), -1.0f);
+  EXPECT_TRUE(at::equal(codec.decode(lat), frames));
+  // Layout: pixel (y, x, c) -> channel c*16 + (y%4)*4 + x%4 at (y/4, x/4).
+  const int y = 9, x = 14, c = 2;
+  const float want = frames[1][y][x][c].item<uint8_t>() / 127.5f - 1.0f;
+  EXPECT_FLOAT_EQ(lat[1][c * 16 + (y % 4) * 4 + x % 4][y / 4][x / 4].item<float>(), want);
+
+  // wm::Image lists.
+  std::vector<Image> ims = tensor_to_images(frames);
+  ASSERT_EQ(ims.size(), 3u);
+  EXPECT_EQ(ims[1].pixel(x, y)[c], frames[1][y][x][c].item<uint8_t>());
+  std::vector<Image> back = codec.decode_images(codec.encode_images(ims, at::kCPU));
+  EXPECT_EQ(back[2].rgb, ims[2].rgb);
+  EXPECT_THROW(codec.encode(at::zeros({1, 32, 32, 3}, at::kByte), at::kCPU), Error);
+}
+
+TEST(DitCodec, FactoryRejectsUnknownKinds) {
+  DitConfig c;
+  c.codec.kind = "wan_vae";
+  EXPECT_THROW(make_codec(c), Error);
+}
+
+TEST(DitConditioning, RayYawFollowsTheRaycasterConvention) {
+  CondConfig c;
+  c.hfov_deg = 90;
+  at::Tensor off = column_yaw_offsets_deg(c, 2);
+  // Two columns of a 90 degree view: centres at cam_x = -0.5 and 0.5.
+  EXPECT_NEAR(off[0].item<double>(), -std::atan(0.5) * 180 / M_PI, 1e-12);
+  EXPECT_NEAR(off[1].item<double>(), std::atan(0.5) * 180 / M_PI, 1e-12);
+  // A token looking at world yaw Y has the same ray features whatever the camera yaw: the
+  // right column of a camera at yaw 0 and the left column of one at yaw 2*atan(0.5).
+  c.pos_bands = 0;
+  const double cam2 = 2 * std::atan(0.5) * 180 / M_PI;
+  at::Tensor pose = at::tensor({0.0, 0.0, 0.0, 0.0, 0.0, cam2}, at::TensorOptions().dtype(at::kDouble)).view({1, 2, 3});
+  at::Tensor rf = ray_features(pose, c, 2);  // [1, 2, 2, 8]
+  EXPECT_LT((rf[0][0][1] - rf[0][1][0]).abs().max().item<float>(), 1e-6);
+  EXPECT_EQ(pose_features(pose, c).sizes(), at::IntArrayRef({1, 2, n_camera_features(c)}));
+}
+
+TEST(DitSampler, ScheduleAndShift) {
+  SamplerConfig s;
+  std::vector<double> t = flow_schedule(s);
+  EXPECT_EQ(t, (std::vector<double>{1.0, 0.75, 0.5, 0.25, 0.0}));
+  s.shift = 3.0;
+  t = flow_schedule(s);
+  EXPECT_DOUBLE_EQ(t[0], 1.0);
+  EXPECT_DOUBLE_EQ(t[2], 1.5 / 2.0);
+  s.timesteps = {0.5, 0.7};
+  EXPECT_THROW(flow_schedule(s), Error);
+}
+
+// With the exact velocity of the straight path to x0, v(x, t) = (x - x0) / t, every sampler
+// lands on x0.
+TEST(DitSampler, AnalyticVelocityReachesTarget) {
+  at::Generator g = at::detail::createCPUGenerator(3);
+  at::Tensor x0 = at::randn({3, 4, 5, 6}, g);
+  at::Tensor noise = seeded_noise(x0.sizes(), g, at::kCPU);
+  auto v = [&](const at::Tensor& x, double t) { return (x - x0) / t; };
+  for (double shift : {1.0, 3.0})
+    for (bool renoise : {false, true}) {
+      SamplerConfig s;
+      s.shift = shift;
+      s.renoise = renoise;
+      at::Tensor out = sample_flow(noise, s, v, &g);
+      EXPECT_LT((out - x0).abs().max().item<float>(), 1e-5) << "shift " << shift << " renoise " << renoise;
+    }
+  // One Euler step from t = 1 with a constant velocity is x - v.
+  EXPECT_TRUE(at::allclose(flow_step(noise, x0, 1.0, 0.0), noise - x0));
+}
+
+TEST(DitSampler, GenerateChunkIsSeededAndRefills) {
+  at::NoGradGuard ng;
+  nlohmann::json j = {{"name", "small"},       {"dim", 32},
+                      {"n_layers", 2},         {"n_heads", 2},
+                      {"ffn_dim", 64},         {"latent_channels", 12},
+                      {"latent_size", {4, 4}}, {"codec", {{"kind", "pixel_patch"}, {"stride", 2}}}};
+  DitConfig c = config_from_json(j, "small");
+  CausalDit m(c);
+  m->init_weights(4);
+  KvWindow win(m->kv_spec(at::kCPU), {"recent"});
+  FrameCond cond{at::zeros({3, 3}), at::zeros({3, 5})};
+  SamplerConfig s;
+  at::Generator g1 = at::detail::createCPUGenerator(7), g2 = at::detail::createCPUGenerator(7);
+  ChunkResult a = generate_chunk(m, &win, cond, 0, s, g1);
+  ChunkResult b = generate_chunk(m, &win, cond, 0, s, g2);
+  EXPECT_TRUE(at::equal(a.latents, b.latents));
+  ASSERT_EQ(a.kv.size(), 2u);
+  EXPECT_EQ(a.kv[1].k.sizes(), at::IntArrayRef({2, 3 * 4, 16}));
+  EXPECT_EQ(win.size(0), 0);  // the window is only staged into
+  std::vector<LayerKv> kv;
+  m->forward_chunk(a.latents, at::scalar_tensor(0.0), cond, 0, &win, &kv);
+  EXPECT_TRUE(at::equal(kv[0].k, a.kv[0].k));
+  Block blk;
+  blk.id = "chunk:0";
+  blk.layers = a.kv;
+  win.place("recent", blk);
+  ChunkResult next = generate_chunk(m, &win, cond, 3, s, g1);
+  EXPECT_EQ(next.kv[0].pos[0][0].item<int64_t>(), 3);
+}
+
+}  // namespace
+}  // namespace wm::dit

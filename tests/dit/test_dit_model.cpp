@@ -1,0 +1,338 @@
+// The causal DiT: config parsing, the block-causal mask, chunk vs sequence agreement (outputs
+// and refill K/V), teacher-forcing masks, safetensors round trip and errors, the
+// matrix-game-2 size with 2 layers.
+#include <gtest/gtest.h>
+
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "dit/config.h"
+#include "dit/model.h"
+#include "dit/weights.h"
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+#include "runtime/window.h"
+
+namespace wm::dit {
+namespace {
+
+// A very small model: 2 layers, dim 64, 2 heads of 32 (RoPE 12/10/10), 6 tokens per frame.
+DitConfig small_config() {
+  nlohmann::json j = {{"name", "small"},       {"dim", 64},
+                      {"n_layers", 2},         {"n_heads", 2},
+                      {"ffn_dim", 128},        {"latent_channels", 12},
+                      {"latent_size", {4, 6}}, {"frames_per_chunk", 3},
+                      {"codec", {{"kind", "pixel_patch"}, {"stride", 2}}},
+                      {"conditioning", {{"action_dim", 5}, {"pos_bands", 2}, {"yaw_harmonics", 2}}}};
+  return config_from_json(j, "small_config");
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+struct Data {
+  at::Tensor x, t;
+  FrameCond cond;
+};
+
+Data random_data(const DitConfig& c, int64_t T, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  Data d;
+  d.x = at::randn({T, c.latent_channels, c.latent_height, c.latent_width}, g);
+  d.t = at::rand({T}, g);
+  d.cond.pose = at::randn({T, 3}, g) * 4;
+  d.cond.action = at::rand({T, c.cond.action_dim}, g);
+  return d;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+TEST(DitConfig, ParsesShippedConfigs) {
+  DitConfig mg = load_config(std::string(WM_SOURCE_DIR) + "/configs/matrix-game-2.json");
+  EXPECT_EQ(mg.dim, 1536);
+  EXPECT_EQ(mg.n_layers, 30);
+  EXPECT_EQ(mg.head_dim, 128);
+  EXPECT_EQ(mg.tokens_per_frame(), 880);
+  EXPECT_EQ(mg.rope.axes[0].channels, 44);
+  EXPECT_EQ(mg.rope.axes[1].channels, 42);
+  EXPECT_EQ(mg.rope.axes[2].channels, 42);
+  // The default split is Wan's.
+  EXPECT_EQ(RopeSpec::video3d(128).axes[0].channels, 44);
+
+  DitConfig tiny = load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json");
+  EXPECT_EQ(tiny.tokens_per_frame(), 64);
+  EXPECT_EQ(tiny.latent_channels, 48);
+  // Round trip through JSON.
+  DitConfig back = config_from_json(config_to_json(tiny), "round trip");
+  EXPECT_EQ(config_to_json(back), config_to_json(tiny));
+}
+
+TEST(DitConfig, ErrorsNameFileAndField) {
+  nlohmann::json j = config_to_json(small_config());
+  j["dim"] = "wide";
+  std::string m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("bad.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("'dim'"), std::string::npos) << m;
+
+  j = config_to_json(small_config());
+  j["n_heads"] = 3;  // 64 % 3 != 0
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("n_heads"), std::string::npos) << m;
+
+  j = config_to_json(small_config());
+  j["conditioning"]["colour"] = 1;
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("colour"), std::string::npos) << m;
+
+  j = config_to_json(small_config());
+  j.erase("ffn_dim");
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("ffn_dim"), std::string::npos) << m;
+
+  m = message_of([&] { load_config("/nonexistent/x.json"); });
+  EXPECT_NE(m.find("/nonexistent/x.json"), std::string::npos) << m;
+}
+
+TEST(DitModel, ParameterNamesMirrorWan) {
+  CausalDit m(small_config());
+  auto p = m->named_parameters(true);
+  for (const char* n : {"patch_embedding.weight", "time_embedding.0.weight", "time_embedding.2.weight",
+                        "time_projection.1.weight", "blocks.1.self_attn.q.weight", "blocks.1.self_attn.norm_k.weight",
+                        "blocks.0.ffn.0.weight", "blocks.0.ffn.2.bias", "blocks.0.modulation", "head.head.weight",
+                        "head.modulation", "pose_embedding.2.weight", "action_embedding.0.weight",
+                        "ray_embedding.0.weight"})
+    EXPECT_TRUE(p.contains(n)) << n;
+  EXPECT_EQ(p["patch_embedding.weight"].sizes(), at::IntArrayRef({64, 12, 1, 2, 2}));
+  EXPECT_EQ(p["blocks.0.modulation"].sizes(), at::IntArrayRef({1, 6, 64}));
+}
+
+// Changing a later chunk never changes an earlier chunk's output (exactly), batch 2.
+TEST(DitModel, SequenceIsBlockCausal) {
+  at::NoGradGuard ng;
+  const DitConfig c = small_config();
+  CausalDit m(c);
+  m->init_weights(1);
+  const int64_t F = c.frames_per_chunk, N = 3;
+  Data a = random_data(c, N * F, 2);
+  at::Tensor x = at::stack({a.x, a.x * 0.5});  // [2, T, C, h, w]
+  at::Tensor t = at::stack({a.t, a.t.flip(0)});
+  FrameCond cond{at::stack({a.cond.pose, a.cond.pose}), at::stack({a.cond.action, a.cond.action})};
+  at::Tensor out = m->forward_sequence(x, t, cond);
+  ASSERT_EQ(out.sizes(), x.sizes());
+
+  at::Tensor x2 = x.clone(), t2 = t.clone();
+  x2.narrow(1, 2 * F, F).normal_();
+  t2.narrow(1, 2 * F, F).fill_(0.9);
+  FrameCond cond2{cond.pose.clone(), cond.action.clone()};
+  cond2.pose.narrow(1, 2 * F, F).add_(3.0);
+  at::Tensor out2 = m->forward_sequence(x2, t2, cond2);
+  EXPECT_TRUE(at::equal(out.narrow(1, 0, 2 * F), out2.narrow(1, 0, 2 * F)));
+  EXPECT_FALSE(at::equal(out.narrow(1, 2 * F, F), out2.narrow(1, 2 * F, F)));
+
+  x2.narrow(1, F, F).normal_();
+  at::Tensor out3 = m->forward_sequence(x2, t2, cond2);
+  EXPECT_TRUE(at::equal(out.narrow(1, 0, F), out3.narrow(1, 0, F)));
+  EXPECT_FALSE(at::equal(out.narrow(1, F, F), out3.narrow(1, F, F)));
+
+  // The unbatched form is the same computation.
+  at::Tensor o1 = m->forward_sequence(a.x, a.t, a.cond);
+  EXPECT_LT(max_abs_diff(o1, out[0]), 1e-5);
+}
+
+// Streaming chunk by chunk (t = 0 refill of each chunk into the window) reproduces the
+// sequence pass: the outputs and every layer's K/V, for each chunk.
+TEST(DitModel, ChunkRefillMatchesSequence) {
+  at::NoGradGuard ng;
+  const DitConfig c = small_config();
+  CausalDit m(c);
+  m->init_weights(3);
+  const int64_t F = c.frames_per_chunk, N = 3, P = c.tokens_per_frame();
+  Data d = random_data(c, N * F, 4);
+  at::Tensor t0 = at::zeros({N * F});
+  std::vector<LayerKv> kv_seq;
+  SequenceOptions so;
+  so.kv_out = &kv_seq;
+  at::Tensor seq = m->forward_sequence(d.x, t0, d.cond, so);
+  ASSERT_EQ(kv_seq.size(), size_t(c.n_layers));
+  ASSERT_EQ(kv_seq[0].k.sizes(), at::IntArrayRef({c.n_heads, N * F * P, c.head_dim}));
+
+  KvWindow win(m->kv_spec(at::kCPU), {"ctx"});
+  double worst_out = 0, worst_kv = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    std::vector<LayerKv> kv;
+    at::Tensor out = m->forward_chunk(d.x.narrow(0, i * F, F), at::scalar_tensor(0.0), d.cond.slice(i * F, F), i * F,
+                                      &win, &kv);
+    worst_out = std::max(worst_out, max_abs_diff(out, seq.narrow(0, i * F, F)));
+    ASSERT_EQ(kv.size(), size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      worst_kv = std::max(worst_kv, max_abs_diff(kv[l].k, kv_seq[l].k.narrow(1, i * F * P, F * P)));
+      worst_kv = std::max(worst_kv, max_abs_diff(kv[l].v, kv_seq[l].v.narrow(1, i * F * P, F * P)));
+      EXPECT_TRUE(at::equal(kv[l].pos, kv_seq[l].pos.narrow(0, i * F * P, F * P)));
+    }
+    Block b;
+    b.id = "chunk:" + std::to_string(i);
+    b.layers = kv;
+    win.place("ctx", b);
+  }
+  EXPECT_LT(worst_out, 1e-5);
+  EXPECT_LT(worst_kv, 1e-5);
+  // Positions: t = absolute frame, h = row, w = column.
+  EXPECT_EQ(kv_seq[0].pos[P + 4][0].item<int64_t>(), 1);
+  EXPECT_EQ(kv_seq[0].pos[P + 4][1].item<int64_t>(), 1);
+  EXPECT_EQ(kv_seq[0].pos[P + 4][2].item<int64_t>(), 1);
+}
+
+// Teacher forcing in one pass ([clean ; noisy] with the visibility helper) equals denoising
+// each noisy chunk over a window holding the clean earlier chunks.
+TEST(DitModel, TeacherForcingMatchesChunkOverCleanWindow) {
+  at::NoGradGuard ng;
+  const DitConfig c = small_config();
+  CausalDit m(c);
+  m->init_weights(5);
+  const int64_t F = c.frames_per_chunk, N = 3, T = N * F, P = c.tokens_per_frame();
+  Data clean = random_data(c, T, 6);
+  Data noisy = random_data(c, T, 7);
+  SequenceOptions so;
+  at::Tensor fi = at::arange(T, at::TensorOptions().dtype(at::kLong));
+  so.frame_index = at::cat({fi, fi});
+  so.attn_bias = chunk_visibility_bias(teacher_forcing_visibility(N), F * P, at::kCPU);
+  FrameCond cond{at::cat({clean.cond.pose, clean.cond.pose}), at::cat({clean.cond.action, clean.cond.action})};
+  at::Tensor out = m->forward_sequence(at::cat({clean.x, noisy.x}), at::cat({at::zeros({T}), noisy.t}), cond, so);
+
+  KvWindow win(m->kv_spec(at::kCPU), {"ctx"});
+  double worst = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    at::Tensor v = m->forward_chunk(noisy.x.narrow(0, i * F, F), noisy.t.narrow(0, i * F, F),
+                                    clean.cond.slice(i * F, F), i * F, &win);
+    worst = std::max(worst, max_abs_diff(v, out.narrow(0, T + i * F, F)));
+    std::vector<LayerKv> kv;
+    m->forward_chunk(clean.x.narrow(0, i * F, F), at::scalar_tensor(0.0), clean.cond.slice(i * F, F), i * F, &win,
+                     &kv);
+    Block b;
+    b.id = "chunk:" + std::to_string(i);
+    b.layers = kv;
+    win.place("ctx", b);
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
+TEST(DitModel, BackwardReachesEveryParameter) {
+  const DitConfig c = small_config();
+  CausalDit m(c);
+  m->init_weights(8);
+  Data d = random_data(c, 2 * c.frames_per_chunk, 9);
+  at::Tensor out = m->forward_sequence(d.x, d.t, d.cond);
+  out.pow(2).mean().backward();
+  for (const auto& p : m->named_parameters(true)) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+}
+
+class DitWeights : public ::testing::Test {
+ protected:
+  std::string path(const std::string& name) { return ::testing::TempDir() + "dit_" + name + ".safetensors"; }
+};
+
+TEST_F(DitWeights, RoundTripGivesIdenticalOutputs) {
+  at::NoGradGuard ng;
+  const DitConfig c = small_config();
+  CausalDit a(c), b(c);
+  a->init_weights(10);
+  b->init_weights(11);
+  const std::string f = path("roundtrip");
+  save_weights(*a, f);
+  load_weights(*b, f);
+  Data d = random_data(c, c.frames_per_chunk, 12);
+  EXPECT_TRUE(at::equal(a->forward_chunk(d.x, d.t, d.cond, 5, nullptr), b->forward_chunk(d.x, d.t, d.cond, 5, nullptr)));
+  // The config travels in the metadata.
+  EXPECT_EQ(config_to_json(config_from_weights(f)), config_to_json(c));
+  CausalDit m = load_model(f, at::kCPU);
+  EXPECT_TRUE(at::equal(m->forward_chunk(d.x, d.t, d.cond, 5, nullptr), a->forward_chunk(d.x, d.t, d.cond, 5, nullptr)));
+  std::remove(f.c_str());
+}
+
+TEST_F(DitWeights, ErrorsNameTheTensor) {
+  const DitConfig c = small_config();
+  CausalDit m(c);
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  for (const auto& p : m->named_parameters(true)) ts.emplace_back(p.key(), p.value().detach());
+
+  // Wrong shape.
+  auto wrong = ts;
+  for (auto& kv : wrong)
+    if (kv.first == "blocks.1.ffn.0.weight") kv.second = at::zeros({100, 64});
+  const std::string f = path("bad");
+  save_safetensors(f, wrong);
+  std::string msg = message_of([&] { load_weights(*m, f); });
+  EXPECT_NE(msg.find("blocks.1.ffn.0.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[100, 64]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[128, 64]"), std::string::npos) << msg;
+
+  // Missing tensor.
+  auto missing = ts;
+  missing.erase(std::remove_if(missing.begin(), missing.end(), [](auto& kv) { return kv.first == "head.modulation"; }),
+                missing.end());
+  save_safetensors(f, missing);
+  msg = message_of([&] { load_weights(*m, f); });
+  EXPECT_NE(msg.find("missing tensor 'head.modulation'"), std::string::npos) << msg;
+
+  // Unexpected tensor (strict), accepted when not strict; a prefix can be stripped.
+  auto extra = ts;
+  extra.emplace_back("blocks.9.cross_attn.q.weight", at::zeros({2, 2}));
+  save_safetensors(f, extra);
+  msg = message_of([&] { load_weights(*m, f); });
+  EXPECT_NE(msg.find("unexpected tensor 'blocks.9.cross_attn.q.weight'"), std::string::npos) << msg;
+  LoadOptions lax;
+  lax.strict = false;
+  EXPECT_NO_THROW(load_weights(*m, f, lax));
+
+  auto prefixed = ts;
+  for (auto& kv : prefixed) kv.first = "model." + kv.first;
+  save_safetensors(f, prefixed);
+  LoadOptions strip;
+  strip.strip_prefix = "model.";
+  EXPECT_NO_THROW(load_weights(*m, f, strip));
+  std::remove(f.c_str());
+}
+
+// The real Matrix-Game-2.0 layout (dim 1536, 12 heads of 128, 880 tokens per frame), cut to 2
+// layers, runs one chunk (3 x 880 tokens) with random weights, then a second over the first.
+TEST(DitModel, MatrixGame2SizeRunsOneChunk) {
+  at::NoGradGuard ng;
+  DitConfig c = load_config(std::string(WM_SOURCE_DIR) + "/configs/matrix-game-2.json");
+  c.n_layers = 2;
+  CausalDit m(c);
+  const int64_t F = c.frames_per_chunk;
+  Data d = random_data(c, F, 13);
+  KvWindow win(m->kv_spec(at::kCPU), {"recent"});
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<LayerKv> kv;
+  at::Tensor v = m->forward_chunk(d.x, d.t, d.cond, 0, &win, &kv);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(v.sizes(), d.x.sizes());
+  EXPECT_TRUE(v.isfinite().all().item<bool>());
+  ASSERT_EQ(kv.size(), 2u);
+  EXPECT_EQ(kv[0].k.sizes(), at::IntArrayRef({12, 3 * 880, 128}));
+  Block b;
+  b.id = "chunk:0";
+  b.layers = kv;
+  win.place("recent", b);
+  at::Tensor v2 = m->forward_chunk(d.x, d.t, d.cond, F, &win);
+  EXPECT_TRUE(v2.isfinite().all().item<bool>());
+  std::printf("[ info ] matrix-game-2 size, 2 layers, one chunk of 3 x 880 tokens: %.2f s\n", s);
+}
+
+}  // namespace
+}  // namespace wm::dit

@@ -1,0 +1,193 @@
+// wm_bench_dit: throughput of a causal DiT config with random weights. Each chunk runs the
+// few-step sampler over the window, then the t = 0 refill pass whose K/V join the window.
+//   wm_bench_dit --config configs/matrix-game-2.json --chunks 3
+//   wm_bench_dit --config configs/tiny.json --chunks 16 --max-window-chunks 6
+#include <CLI/CLI.hpp>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "dit/config.h"
+#include "dit/model.h"
+#include "dit/sampler.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/window.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Waits for queued device work (a host read forces it on every backend).
+void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "float32") return at::kFloat;
+  if (s == "bfloat16") return at::kBFloat16;
+  if (s == "float16") return at::kHalf;
+  throw wm::Error(wm::str_cat("unknown dtype '", s, "' (float32, bfloat16, float16)"));
+}
+
+struct Args {
+  std::string config = "configs/matrix-game-2.json";
+  int layers = 0;
+  int chunks = 3;
+  int steps = 4;
+  double shift = 1.0;
+  int max_window_chunks = 0;
+  std::string device = "auto";
+  std::string dtype = "float32";
+  int threads = 0;
+  uint64_t seed = 0;
+  bool train = false;
+  int batch = 1;
+  int iters = 3;
+};
+
+// Training-pass timing: forward_sequence over `chunks` chunks (block-causal), MSE loss to a
+// random target, backward; reports the mean of `iters` after one warm-up.
+int run_train(const Args& a, wm::dit::CausalDit& model, const wm::dit::DitConfig& cfg, at::Device dev) {
+  at::AutoGradMode grad(true);
+  const int64_t T = int64_t(a.chunks) * cfg.frames_per_chunk;
+  auto fo = at::TensorOptions().dtype(at::kFloat).device(dev);
+  at::Tensor x = at::randn({a.batch, T, cfg.latent_channels, cfg.latent_height, cfg.latent_width}, fo);
+  at::Tensor target = at::randn_like(x);
+  at::Tensor t = at::rand({a.batch, T}, fo);
+  wm::dit::FrameCond cond{at::randn({a.batch, T, 3}, fo), at::rand({a.batch, T, cfg.cond.action_dim}, fo)};
+  std::printf("train pass: batch %d x %lld frames = %lld tokens per sequence\n", a.batch, static_cast<long long>(T),
+              static_cast<long long>(T * cfg.tokens_per_frame()));
+  double fwd = 0, bwd = 0;
+  for (int i = 0; i <= a.iters; ++i) {
+    model->zero_grad();
+    auto t0 = Clock::now();
+    at::Tensor out = model->forward_sequence(x, t, cond);
+    at::Tensor loss = (out - target).pow(2).mean();
+    sync(loss);
+    const double f = seconds_since(t0);
+    auto t1 = Clock::now();
+    loss.backward();
+    sync(model->head->head->weight.grad());
+    const double b = seconds_since(t1);
+    std::printf("iter %d: forward %.3f s, backward %.3f s, loss %.4f%s\n", i, f, b, loss.item<double>(),
+                i == 0 ? " (warm-up)" : "");
+    if (i > 0) {
+      fwd += f;
+      bwd += b;
+    }
+  }
+  std::printf("mean forward+backward %.3f s (forward %.3f, backward %.3f)\n", (fwd + bwd) / a.iters, fwd / a.iters,
+              bwd / a.iters);
+  return 0;
+}
+
+int run(const Args& a) {
+  wm::init_threads(a.threads);
+  at::NoGradGuard ng;
+  const at::Device dev = wm::parse_device(a.device);
+  const at::ScalarType dt = parse_dtype(a.dtype);
+  wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
+  if (a.layers > 0) cfg.n_layers = a.layers;
+  WM_CHECK(a.chunks > 0 && a.steps > 0, "--chunks and --steps must be > 0");
+
+  auto t_build = Clock::now();
+  wm::dit::CausalDit model(cfg);
+  model->to(dev, dt);
+  int64_t n_params = 0;
+  for (const auto& p : model->parameters()) n_params += p.numel();
+  std::printf("config %s: dim %d, %d layers, %d heads x %d, ffn %d, %d tokens/frame, %d frames/chunk\n",
+              cfg.name.c_str(), cfg.dim, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.ffn_dim, cfg.tokens_per_frame(),
+              cfg.frames_per_chunk);
+  std::printf("parameters %.1f M (%s), built in %.1f s on %s\n", n_params / 1e6, a.dtype.c_str(),
+              seconds_since(t_build), wm::describe_device(dev).c_str());
+
+  if (a.train) return run_train(a, model, cfg, dev);
+
+  wm::dit::SamplerConfig sc;
+  sc.timesteps.clear();
+  for (int i = 0; i < a.steps; ++i) sc.timesteps.push_back(1.0 - double(i) / a.steps);
+  sc.shift = a.shift;
+  wm::KvWindow window(model->kv_spec(dev, dt), {"recent"});
+  at::Generator gen = at::detail::createCPUGenerator(a.seed);
+  const int F = cfg.frames_per_chunk;
+  std::deque<std::string> ids;
+
+  std::printf("%5s %8s %10s %10s %10s %8s %12s %12s\n", "chunk", "ctx_tok", "sample_s", "refill_s", "total_s",
+              "fps", "win_used_MB", "win_alloc_MB");
+  double total = 0;
+  for (int c = 0; c < a.chunks; ++c) {
+    const int64_t first = int64_t(c) * F;
+    wm::dit::FrameCond cond;  // a camera walking forward and turning right
+    cond.pose = at::zeros({F, 3});
+    cond.action = at::zeros({F, cfg.cond.action_dim});
+    for (int f = 0; f < F; ++f) {
+      cond.pose[f][0] = 0.125 * double(first + f);
+      cond.pose[f][2] = 2.0 * double(first + f);
+      if (cfg.cond.action_dim > 0) cond.action[f][0] = 1.0;
+    }
+    const int64_t ctx = window.size(0);
+    auto t0 = Clock::now();
+    sc.refill = false;
+    wm::dit::ChunkResult r = wm::dit::generate_chunk(model, &window, cond, first, sc, gen);
+    sync(r.latents);
+    const double ts = seconds_since(t0);
+    auto t1 = Clock::now();
+    model->forward_chunk(r.latents, at::scalar_tensor(0.0), cond, first, &window, &r.kv);
+    sync(r.kv.back().k);
+    const double tr = seconds_since(t1);
+    wm::Block b;
+    b.id = "chunk:" + std::to_string(c);
+    b.layers = std::move(r.kv);
+    window.place("recent", b);
+    ids.push_back(b.id);
+    if (a.max_window_chunks > 0 && int(ids.size()) > a.max_window_chunks) {
+      window.remove(ids.front());
+      ids.pop_front();
+    }
+    const double dtot = ts + tr;
+    total += dtot;
+    std::printf("%5d %8lld %10.3f %10.3f %10.3f %8.2f %12.1f %12.1f\n", c, static_cast<long long>(ctx), ts, tr, dtot,
+                F / dtot, window.bytes_used() / 1e6, window.bytes_allocated() / 1e6);
+    std::fflush(stdout);
+  }
+  std::printf("mean %.3f s/chunk, %.2f frames/s over %d chunks (%d steps + refill)\n", total / a.chunks,
+              a.chunks * F / total, a.chunks, a.steps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_bench_dit: per-chunk latency of a causal DiT config (random weights) through the few-step "
+               "sampler and the refill pass over a growing KV window"};
+  Args a;
+  app.add_option("--config", a.config, "model config JSON")->capture_default_str();
+  app.add_option("--layers", a.layers, "override the config's layer count (0: keep)")->capture_default_str();
+  app.add_option("--chunks", a.chunks, "chunks to generate")->capture_default_str();
+  app.add_option("--steps", a.steps, "sampler steps per chunk (t = 1, 1-1/n, ...)")->capture_default_str();
+  app.add_option("--shift", a.shift, "timestep shift")->capture_default_str();
+  app.add_option("--max-window-chunks", a.max_window_chunks,
+                 "drop the oldest chunk beyond this many in the window (0: grow without bound)")
+      ->capture_default_str();
+  app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window)")->capture_default_str();
+  app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--seed", a.seed, "noise seed")->capture_default_str();
+  app.add_flag("--train", a.train, "time a training pass instead: forward_sequence over --chunks chunks + backward");
+  app.add_option("--batch", a.batch, "--train: sequences per batch")->capture_default_str();
+  app.add_option("--iters", a.iters, "--train: timed iterations after one warm-up")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_bench_dit: %s\n", e.what());
+    return 1;
+  }
+}
