@@ -4,6 +4,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/options/activation.h>
 #include <torch/nn/options/conv.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -33,6 +34,18 @@ at::Tensor batch_cond(const at::Tensor& c, int64_t B, int64_t T, int64_t k, cons
   WM_CHECK(x.dim() == 3 && x.size(1) == T && x.size(2) == k && (x.size(0) == B || x.size(0) == 1), what,
            " must be [", T, ", ", k, "] or [", B, ", ", T, ", ", k, "], got ", c.sizes());
   return x.to(dev, at::kFloat).expand({B, T, k});
+}
+
+// softmax(q k^T / sqrt(d) + bias) v for q, k, v [B, H, n, d] and bias [n, n] or [B, 1, n, n]
+// (float32), scores in float32. Out of place throughout so that backward is cheap.
+at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias) {
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+  if (!q.device().is_cpu() || q.scalar_type() == at::kFloat)
+    return at::scaled_dot_product_attention(q, k, v, bias.to(q.scalar_type()), 0.0, false);
+#endif
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  at::Tensor s = at::matmul(q.to(at::kFloat) * scale, k.to(at::kFloat).transpose(-1, -2)) + bias;
+  return at::matmul(at::softmax(s, -1), v.to(at::kFloat)).to(q.scalar_type());
 }
 
 }  // namespace
@@ -263,6 +276,7 @@ at::Tensor CausalDitImpl::forward_sequence(const at::Tensor& x, const at::Tensor
   at::Tensor key_logw = opt.key_logw.defined() ? opt.key_logw.to(dev, at::kFloat) : at::Tensor();
   WM_CHECK(!key_logw.defined() || (key_logw.dim() == 1 && key_logw.size(0) == n), "key_logw must be [", n, "], got ",
            key_logw.sizes());
+  // The additive bias [n, n] or [B, 1, n, n]: the caller's, or block-causal over blocks of bf frames.
   at::Tensor bias;
   if (opt.attn_bias.defined()) {
     bias = opt.attn_bias.to(dev, at::kFloat);
@@ -270,18 +284,17 @@ at::Tensor CausalDitImpl::forward_sequence(const at::Tensor& x, const at::Tensor
                  (bias.dim() == 4 && (bias.size(0) == B || bias.size(0) == 1) && bias.size(1) == 1 &&
                   bias.size(2) == n && bias.size(3) == n),
              "attn_bias must be [", n, ", ", n, "] or [", B, ", 1, ", n, ", ", n, "], got ", bias.sizes());
-    if (key_logw.defined()) bias = bias + key_logw;
-  }
-  const double scale = 1.0 / std::sqrt(double(cfg_.head_dim));
-  auto attend = [&](int, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) -> at::Tensor {
-    if (bias.defined()) {  // plain attention with the caller's bias (float32 scores)
-      at::Tensor s = at::matmul(q, k.transpose(-1, -2)).to(at::kFloat).mul_(scale) + bias;
-      return at::matmul(at::softmax(s, -1).to(v.scalar_type()), v);
-    }
+  } else {
     AttentionOptions o;
     o.mask.kind = AttentionMask::BlockCausal;
     o.mask.block = bf * P;
-    return attention(q, k, v, key_logw, o).out;
+    bias = attention_bias(n, n, at::Tensor(), o, dev);
+  }
+  if (key_logw.defined()) bias = bias + key_logw;
+  // Out-of-place softmax attention (the same math as wm::attention with this bias): autograd
+  // through it stays cheap, and libtorch 2.x runs it fused.
+  auto attend = [&](int, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) -> at::Tensor {
+    return sequence_attention(q, k, v, bias);
   };
   at::Tensor out = run(xb, batch_t(t, B, T, dev), cb, fi, attend, opt.kv_out);
   return (batched ? out : out.squeeze(0)).to(x.scalar_type());

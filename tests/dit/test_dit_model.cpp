@@ -187,6 +187,7 @@ TEST(DitModel, ChunkRefillMatchesSequence) {
   }
   EXPECT_LT(worst_out, 1e-5);
   EXPECT_LT(worst_kv, 1e-5);
+  std::printf("[ info ] chunk vs sequence: max |out diff| %.2e, max |K/V diff| %.2e\n", worst_out, worst_kv);
   // Positions: t = absolute frame, h = row, w = column.
   EXPECT_EQ(kv_seq[0].pos[P + 4][0].item<int64_t>(), 1);
   EXPECT_EQ(kv_seq[0].pos[P + 4][1].item<int64_t>(), 1);
@@ -225,6 +226,7 @@ TEST(DitModel, TeacherForcingMatchesChunkOverCleanWindow) {
     win.place("ctx", b);
   }
   EXPECT_LT(worst, 1e-5);
+  std::printf("[ info ] teacher forcing vs chunk over clean window: max |diff| %.2e\n", worst);
 }
 
 TEST(DitModel, BackwardReachesEveryParameter) {
