@@ -1,0 +1,177 @@
+// wm_render: rolls the world model out along a trajectory and writes the video to MP4, optionally
+// side by side with the ground truth, with a strip that shows which chunks the memory holds.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/media/mp4_writer.h"
+#include "tools/media/png.h"
+#include "tools/rollout/episode_runner.h"
+#include "tools/world/raycaster.h"
+#include "tools/world/suite.h"
+
+namespace {
+
+// Nearest-neighbour upscale of src into dst at (x0, y0).
+void blit(const wm::Image& src, int s, wm::Image& dst, int x0, int y0) {
+  for (int y = 0; y < src.height * s; ++y)
+    for (int x = 0; x < src.width * s; ++x) {
+      const uint8_t* p = src.pixel(x / s, y / s);
+      uint8_t* q = dst.pixel(x0 + x, y0 + y);
+      q[0] = p[0], q[1] = p[1], q[2] = p[2];
+    }
+}
+
+void fill(wm::Image& im, int x0, int y0, int x1, int y1, uint8_t r, uint8_t g, uint8_t b) {
+  for (int y = std::max(0, y0); y < std::min(im.height, y1); ++y)
+    for (int x = std::max(0, x0); x < std::min(im.width, x1); ++x) {
+      uint8_t* q = im.pixel(x, y);
+      q[0] = r, q[1] = g, q[2] = b;
+    }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_render: roll the world model out along a trajectory and write an MP4"};
+  std::string model_path = "assets/models/tiny/model.safetensors";
+  std::string suite = "assets/suites/revisit60.json";
+  int index = 0;
+  int64_t seed = -1;
+  std::string policy = "worldkv", placement = "original";
+  std::string out = "rollout.mp4";
+  std::string png_dir;
+  int upscale = 6, fps = 16, max_seconds = 0, threads = 0, steps = 4;
+  double keep_ratio = 0.25;
+  bool side_by_side = false, strip = false;
+  uint64_t noise_seed = 0;
+  std::string device = "auto";
+  app.add_option("--model", model_path, "model weights (safetensors with its config)");
+  app.add_option("--suite", suite, "suite file, or gen:SEED:COUNT to generate one");
+  app.add_option("--index", index, "episode of the suite");
+  app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed");
+  app.add_option("--policy", policy, "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn");
+  app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
+  app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept");
+  app.add_option("-o,--out", out, "output MP4");
+  app.add_option("--png-dir", png_dir, "also write every output frame as PNG here");
+  app.add_option("--upscale", upscale, "integer nearest-neighbour upscale")->check(CLI::Range(1, 32));
+  app.add_option("--fps", fps, "frame rate of the MP4")->check(CLI::Range(1, 240));
+  app.add_option("--max-seconds", max_seconds, "render only the first N seconds (0: all)");
+  app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
+  app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
+  app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
+  app.add_flag("--strip", strip, "a strip under the frames: chunks in the window (green), retrieved (orange)");
+  app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    wm::init_threads(threads);
+    const at::Device dev = wm::parse_device(device);
+    if (!std::filesystem::exists(model_path))
+      throw wm::Error("no model at '" + model_path + "' (train one with wm_train, or pass --model)");
+    wm::world::Episode ep;
+    if (seed >= 0) {
+      ep = wm::world::generate_episode(static_cast<uint64_t>(seed));
+    } else {
+      wm::world::Suite s = wm::world::load_or_generate_suite(suite);
+      if (index < 0 || index >= static_cast<int>(s.episodes.size()))
+        throw wm::Error(wm::str_cat("--index ", index, " out of range: the suite has ", s.episodes.size(), " episodes"));
+      ep = s.episodes[index];
+    }
+    const wm::world::Scene scene = wm::world::scene_of(ep);
+
+    wm::rollout::SessionConfig sc;
+    sc.memory.policy = wm::worldkv::parse_policy(policy);
+    sc.memory.placement = wm::worldkv::parse_placement(placement);
+    sc.memory.compression.keep_ratio = keep_ratio;
+    sc.seed = noise_seed;
+    sc.sampler.timesteps.clear();
+    for (int i = 0; i < steps; ++i) sc.sampler.timesteps.push_back(1.0 - static_cast<double>(i) / steps);
+    wm::rollout::WorldSession session(wm::rollout::load_world_model(model_path, dev), sc, dev);
+    const int F = session.frames_per_chunk();
+    const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);
+    const int n_chunks = n / F;
+
+    wm::world::RenderSpec rs;
+    const auto& mc = session.model()->config();
+    rs.width = mc.codec.image_width;
+    rs.height = mc.codec.image_height;
+    rs.fov_deg = mc.cond.hfov_deg;
+    wm::world::Raycaster ray(scene, rs);
+    const int fw = rs.width * upscale, fh = rs.height * upscale;
+    const int strip_h = strip ? std::max(12, 3 * upscale) : 0;
+    int W = fw * (side_by_side ? 2 : 1), H = fh + strip_h;
+    W += W % 2;
+    H += H % 2;
+    wm::media::Mp4Writer writer(out, W, H, fps, 1);
+    std::unique_ptr<wm::media::PngSequenceWriter> pngs;
+    if (!png_dir.empty()) pngs = std::make_unique<wm::media::PngSequenceWriter>(png_dir);
+    std::fprintf(stderr, "wm_render: episode '%s', %d frames (%d chunks), policy %s, %s\n", ep.name.c_str(), n,
+                 n_chunks, policy.c_str(), wm::describe_device(dev).c_str());
+
+    std::vector<double> ms;
+    auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun& run) {
+      ms.push_back(c.ms);
+      const auto& mem = session.memory();
+      std::vector<std::string> in_window;
+      for (auto r : mem.window().layout().region_names())
+        for (auto& id : mem.region_ids(r)) in_window.push_back(id);
+      for (int f = 0; f < F; ++f) {
+        const int frame = static_cast<int>(c.index) * F + f;
+        wm::Image canvas(W, H);
+        blit(c.frames[f], upscale, canvas, 0, 0);
+        if (side_by_side) blit(ray.render(ep.poses[frame]), upscale, canvas, fw, 0);
+        if (strip) {
+          // One cell per chunk of the whole rollout: in the window green, retrieved orange, the
+          // current chunk white, past chunks grey.
+          for (int k = 0; k <= c.index; ++k) {
+            const int x0 = static_cast<int>(static_cast<int64_t>(k) * W / n_chunks),
+                      x1 = std::max(x0 + 1, static_cast<int>(static_cast<int64_t>(k + 1) * W / n_chunks));
+            const std::string id = wm::worldkv::WorldMemory::chunk_id(k);
+            uint8_t r = 90, g = 90, b = 90;
+            if (std::find(in_window.begin(), in_window.end(), id) != in_window.end()) r = 40, g = 170, b = 60;
+            if (std::find(c.retrieved.begin(), c.retrieved.end(), id) != c.retrieved.end()) r = 250, g = 150, b = 20;
+            if (k == c.index) r = g = b = 255;
+            fill(canvas, x0, fh + 2, x1, H, r, g, b);
+          }
+        }
+        writer.write(canvas);
+        if (pngs) pngs->write(canvas);
+      }
+      (void)run;
+      if (c.index % 10 == 0 || c.index + 1 == n_chunks)
+        std::fprintf(stderr, "\r  chunk %lld/%d  %.0f ms  window %zu KiB  bank %zu KiB   ", static_cast<long long>(c.index + 1),
+                     n_chunks, c.ms, mem.window_bytes() / 1024,
+                     (mem.bank().bytes(wm::Tier::Device) + mem.bank().bytes(wm::Tier::Host) +
+                      mem.bank().bytes(wm::Tier::Disk)) / 1024);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    wm::rollout::run_episode(session, ep, noise_seed, n, on_chunk);
+    writer.close();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double sum = 0;
+    for (double m : ms) sum += m;
+    std::fprintf(stderr,
+                 "\nwm_render: wrote %s (%dx%d, %d frames at %d fps)\n"
+                 "  chunk ms: mean %.1f, p50 %.1f, p90 %.1f, last %.1f; generated %.1f frames/s; wall %.1f s\n",
+                 out.c_str(), W, H, writer.frames_written(), fps, sum / ms.size(), percentile(ms, 0.5),
+                 percentile(ms, 0.9), ms.back(), 1000.0 * F * ms.size() / sum, wall);
+  } catch (const std::exception& e) {
+    std::cerr << "\nwm_render: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

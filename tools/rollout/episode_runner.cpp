@@ -1,0 +1,39 @@
+#include "tools/rollout/episode_runner.h"
+
+#include "runtime/error.h"
+
+namespace wm::rollout {
+
+int covered_frames(const world::Episode& ep, int fpc, int max_frames) {
+  int n = ep.frames();
+  if (max_frames > 0) n = std::min(n, max_frames);
+  return n / fpc * fpc;
+}
+
+EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames,
+                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk) {
+  const int F = session.frames_per_chunk();
+  const int n = covered_frames(ep, F, max_frames);
+  WM_CHECK(n >= F, "episode '", ep.name, "' has ", ep.frames(), " frames, fewer than one chunk of ", F);
+  session.reset(seed);
+  EpisodeRun run;
+  run.frames.reserve(n);
+  for (int f0 = 0; f0 < n; f0 += F) {
+    std::vector<world::Pose> poses(ep.poses.begin() + f0, ep.poses.begin() + f0 + F);
+    std::vector<world::Action> actions(ep.actions.begin() + f0, ep.actions.begin() + f0 + F);
+    ChunkOutput out = session.next(poses, actions);
+    ChunkRecord rec;
+    rec.index = out.index;
+    rec.ms = out.ms;
+    rec.retrieved = out.retrieved;
+    rec.window_bytes = session.memory().window_bytes();
+    for (int t = 0; t < 3; ++t) rec.bank_bytes[t] = session.memory().bank().bytes(static_cast<Tier>(t));
+    run.frames.insert(run.frames.end(), out.frames.begin(), out.frames.end());
+    run.chunks.push_back(std::move(rec));
+    if (on_chunk) on_chunk(out, run);
+  }
+  run.peak_window_bytes = session.memory().peak_window_bytes();
+  return run;
+}
+
+}  // namespace wm::rollout

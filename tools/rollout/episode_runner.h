@@ -1,0 +1,37 @@
+#pragma once
+// Rolling a session through a scene-trajectory pair: the trajectory's poses and actions drive
+// the model chunk by chunk; the generated frames, the chunk timings and the memory's state per
+// chunk are kept for the programs that render, score and plot them.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/media/image.h"
+#include "tools/rollout/session.h"
+#include "tools/world/trajectory.h"
+
+namespace wm::rollout {
+
+struct ChunkRecord {
+  int64_t index = 0;
+  double ms = 0;
+  std::vector<std::string> retrieved;
+  size_t window_bytes = 0;
+  size_t bank_bytes[3] = {0, 0, 0};  // device, host, disk
+};
+
+struct EpisodeRun {
+  std::vector<Image> frames;  // generated, one per trajectory frame (whole chunks only)
+  std::vector<ChunkRecord> chunks;
+  size_t peak_window_bytes = 0;
+};
+
+// Frames of the trajectory that the run covers: whole chunks only.
+int covered_frames(const world::Episode& ep, int frames_per_chunk, int max_frames = 0);
+
+// Runs the session (reset with `seed` first) over the episode's first max_frames frames (0: all),
+// calling on_chunk after each chunk (may be empty).
+EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames = 0,
+                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk = {});
+
+}  // namespace wm::rollout

@@ -1,0 +1,117 @@
+#include "tools/rollout/plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "runtime/error.h"
+
+namespace wm::rollout {
+namespace {
+
+const cv::Scalar kPalette[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44},  {40, 39, 214},
+                               {189, 103, 148}, {75, 86, 140},  {194, 119, 227}, {127, 127, 127}};
+constexpr int W = 900, H = 540, L = 90, R = 40, T = 60, B = 80;
+
+void text(cv::Mat& m, const std::string& s, int x, int y, double scale = 0.5, cv::Scalar c = {30, 30, 30},
+          bool center = false) {
+  int base = 0;
+  cv::Size sz = cv::getTextSize(s, cv::FONT_HERSHEY_SIMPLEX, scale, 1, &base);
+  if (center) x -= sz.width / 2;
+  cv::putText(m, s, {x, y}, cv::FONT_HERSHEY_SIMPLEX, scale, c, 1, cv::LINE_AA);
+}
+
+std::string num(double v) {
+  char b[32];
+  if (std::abs(v) >= 1000 || (std::abs(v) < 0.01 && v != 0)) std::snprintf(b, sizeof b, "%.3g", v);
+  else std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+void frame(cv::Mat& m, const std::string& title, const std::string& x_label, const std::string& y_label) {
+  text(m, title, W / 2, 32, 0.7, {0, 0, 0}, true);
+  text(m, x_label, L + (W - L - R) / 2, H - 25, 0.5, {30, 30, 30}, true);
+  cv::Mat yl(30, H, CV_8UC3, cv::Scalar(255, 255, 255));
+  text(yl, y_label, H / 2, 20, 0.5, {30, 30, 30}, true);
+  cv::rotate(yl, yl, cv::ROTATE_90_COUNTERCLOCKWISE);
+  yl.copyTo(m(cv::Rect(5, 0, 30, H)));
+  cv::rectangle(m, {L, T}, {W - R, H - B}, {0, 0, 0}, 1);
+}
+
+void save(const std::string& path, const cv::Mat& m) {
+  if (!cv::imwrite(path, m)) throw Error(str_cat("plot: cannot write '", path, "'"));
+}
+
+}  // namespace
+
+void bar_chart(const std::string& path, const std::string& title, const std::string& y_label,
+               const std::vector<std::pair<std::string, double>>& bars) {
+  cv::Mat m(H, W, CV_8UC3, cv::Scalar(255, 255, 255));
+  frame(m, title, "", y_label);
+  double lo = 0, hi = 1e-9;
+  for (auto& b : bars)
+    if (std::isfinite(b.second)) hi = std::max(hi, b.second), lo = std::min(lo, b.second);
+  hi *= 1.1;
+  const int n = static_cast<int>(bars.size());
+  const double slot = static_cast<double>(W - L - R) / std::max(1, n);
+  auto ymap = [&](double v) { return static_cast<int>(H - B - (v - lo) / (hi - lo) * (H - B - T)); };
+  for (int k = 0; k <= 5; ++k) {
+    const double v = lo + (hi - lo) * k / 5;
+    cv::line(m, {L, ymap(v)}, {W - R, ymap(v)}, {225, 225, 225}, 1);
+    text(m, num(v), 38, ymap(v) + 4, 0.4);
+  }
+  for (int i = 0; i < n; ++i) {
+    const int x0 = static_cast<int>(L + slot * i + slot * 0.2), x1 = static_cast<int>(L + slot * (i + 1) - slot * 0.2);
+    const double v = std::isfinite(bars[i].second) ? bars[i].second : 0;
+    cv::rectangle(m, {x0, ymap(v)}, {x1, ymap(0 > lo ? 0 : lo)}, kPalette[i % 8], cv::FILLED);
+    text(m, num(bars[i].second), (x0 + x1) / 2, ymap(v) - 6, 0.5, {0, 0, 0}, true);
+    text(m, bars[i].first, (x0 + x1) / 2, H - B + 20, 0.45, {0, 0, 0}, true);
+  }
+  save(path, m);
+}
+
+void line_chart(const std::string& path, const std::string& title, const std::string& x_label,
+                const std::string& y_label, const std::vector<Series>& series, bool log_y) {
+  cv::Mat m(H, W, CV_8UC3, cv::Scalar(255, 255, 255));
+  frame(m, title, x_label, y_label);
+  double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
+  auto ty = [&](double y) { return log_y ? std::log10(std::max(y, 1e-12)) : y; };
+  for (auto& s : series)
+    for (auto& [x, y] : s.points) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
+    }
+  if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  if (!log_y) y0 = std::min(y0, 0.0);
+  if (y1 == y0) y1 = y0 + 1;
+  y1 += (y1 - y0) * 0.05;
+  auto px = [&](double x) { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); };
+  auto py = [&](double y) { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); };
+  for (int k = 0; k <= 5; ++k) {
+    const double v = y0 + (y1 - y0) * k / 5;
+    const int yy = static_cast<int>(H - B - (v - y0) / (y1 - y0) * (H - B - T));
+    cv::line(m, {L, yy}, {W - R, yy}, {225, 225, 225}, 1);
+    text(m, num(log_y ? std::pow(10, v) : v), 38, yy + 4, 0.4);
+    const double xv = x0 + (x1 - x0) * k / 5;
+    text(m, num(xv), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
+  }
+  int li = 0;
+  for (size_t si = 0; si < series.size(); ++si) {
+    const auto& s = series[si];
+    const cv::Scalar c = kPalette[si % 8];
+    for (size_t i = 1; i < s.points.size(); ++i)
+      if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
+        cv::line(m, {px(s.points[i - 1].first), py(s.points[i - 1].second)}, {px(s.points[i].first), py(s.points[i].second)},
+                 c, 2, cv::LINE_AA);
+    cv::line(m, {W - R - 190, T + 18 + 20 * li}, {W - R - 165, T + 18 + 20 * li}, c, 3);
+    text(m, s.name, W - R - 158, T + 23 + 20 * li, 0.45);
+    ++li;
+  }
+  save(path, m);
+}
+
+}  // namespace wm::rollout
