@@ -1,0 +1,410 @@
+// wm_viewer: the input/script/layout logic of wm_viewer_core, and the viewer itself run as a
+// subprocess under X (Xvfb started here when there is no DISPLAY) with injected key and mouse
+// events: the pose follows the input, the screenshot holds the frame and the HUD, keys switch
+// the policy, record, change the scene, and the program exits cleanly.
+#include <gtest/gtest.h>
+
+#ifndef WM_VIEWER_BIN
+
+TEST(Viewer, NotConfigured) {
+  GTEST_SKIP() << "wm_tests was built without WM_VIEWER_BIN (wm_viewer not built: WM_BUILD_VIEWER off or SDL2 "
+                  "missing, or tests/CMakeLists.txt does not link wm_viewer_core)";
+}
+
+#else
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dit/config.h"
+#include "dit/model.h"
+#include "dit/weights.h"
+#include "runtime/error.h"
+#include "tools/media/png.h"
+#include "tools/world/scene.h"
+#include "viewer/app.h"
+#include "viewer/font.h"
+#include "viewer/hud.h"
+#include "viewer/input.h"
+#include "viewer/layout.h"
+#include "viewer/palette.h"
+#include "viewer/script.h"
+
+namespace fs = std::filesystem;
+namespace wv = wm::viewer;
+
+// ---------------------------------------------------------------- logic, no window
+
+TEST(ViewerInput, HeldKeysMoveEveryFrameTapsOnce) {
+  wv::InputState in;
+  in.press(wv::Control::Forward, 26);
+  EXPECT_EQ(in.sample().forward, 1);
+  EXPECT_EQ(in.sample().forward, 1);  // still held
+  in.release(wv::Control::Forward, 26);
+  EXPECT_EQ(in.sample().forward, 0);
+  in.press(wv::Control::Right, 7);  // a tap between two samples still counts, once
+  in.release(wv::Control::Right, 7);
+  EXPECT_EQ(in.sample().strafe, 1);
+  EXPECT_EQ(in.sample().strafe, 0);
+  in.press(wv::Control::Forward, 1);  // W and S cancel
+  in.press(wv::Control::Back, 2);
+  EXPECT_EQ(in.sample().forward, 0);
+}
+
+TEST(ViewerInput, MouseYawIsCappedPerFrameAndCarriesOver) {
+  wv::InputState in;  // 0.15 deg/px, cap 15, quantum 0.5
+  in.mouse_motion(240);  // 36 degrees
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, 15.0);
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, 15.0);
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, 6.0);
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, 0.0);
+  in.mouse_motion(-2);  // -0.3: under one quantum, waits
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, 0.0);
+  in.mouse_motion(-2);  // -0.6 in all
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, -0.5);
+  in.press(wv::Control::TurnLeft, 80);
+  EXPECT_DOUBLE_EQ(in.sample().dyaw_deg, -7.5);
+}
+
+TEST(ViewerScript, ParsesCommandsAndExpandsHold) {
+  auto steps = wv::parse_script("hold W 4c; mouse 200 -3 # turn right\nwait 500ms;screenshot a.png\nclick;quit", "t");
+  ASSERT_EQ(steps.size(), 8u);
+  EXPECT_EQ(steps[0].kind, wv::ScriptStep::Kind::KeyDown);
+  EXPECT_EQ(steps[0].key, "W");
+  EXPECT_EQ(steps[1].kind, wv::ScriptStep::Kind::Wait);
+  EXPECT_EQ(steps[1].wait.unit, wv::ScriptDuration::Unit::Chunks);
+  EXPECT_EQ(steps[1].wait.value, 4);
+  EXPECT_EQ(steps[2].kind, wv::ScriptStep::Kind::KeyUp);
+  EXPECT_EQ(steps[3].kind, wv::ScriptStep::Kind::Mouse);
+  EXPECT_EQ(steps[3].dx, 200);
+  EXPECT_EQ(steps[3].dy, -3);
+  EXPECT_EQ(steps[4].wait.value, 500);
+  EXPECT_EQ(steps[4].where, "t:2");
+  EXPECT_EQ(steps[5].path, "a.png");
+  EXPECT_EQ(steps[6].kind, wv::ScriptStep::Kind::Click);
+  EXPECT_EQ(steps[7].kind, wv::ScriptStep::Kind::Quit);
+  EXPECT_EQ(wv::parse_duration("2s").value, 2000);
+  EXPECT_EQ(wv::parse_duration("12f").unit, wv::ScriptDuration::Unit::Frames);
+  EXPECT_THROW(wv::parse_script("jump", "t"), wm::Error);
+  EXPECT_THROW(wv::parse_script("wait 3", "t"), wm::Error);
+  EXPECT_THROW(wv::parse_script("hold W", "t"), wm::Error);
+  try {
+    wv::parse_script("wait 1c\nfly W", "s.txt");
+    FAIL();
+  } catch (const wm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("s.txt:2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ViewerLayout, FramesFitWholeScaleBesideThePanel) {
+  const auto one = wv::compute_layout(1280, 720, 64, 64, false, 0);
+  EXPECT_EQ(one.frame.w, 64 * one.scale);
+  EXPECT_GE(one.scale, 6);
+  EXPECT_EQ(one.gt.w, 0);
+  EXPECT_LE(one.frame.x + one.frame.w, one.panel.x);
+  EXPECT_LE(one.bar.y + one.bar.h, 720);
+  const auto two = wv::compute_layout(1280, 720, 64, 64, true, 0);
+  EXPECT_EQ(two.gt.w, two.frame.w);
+  EXPECT_GE(two.gt.x, two.frame.x + two.frame.w);
+  EXPECT_LE(two.gt.x + two.gt.w, two.panel.x);
+  EXPECT_EQ(wv::compute_layout(1280, 720, 64, 64, false, 3).scale, 3);
+  EXPECT_EQ(wv::compute_layout(1280, 720, 64, 64, false, 50).scale, one.scale);  // capped to fit
+  int w = 0, h = 0;
+  wv::window_size_for_scale(4, 64, 64, w, h);
+  EXPECT_EQ(wv::compute_layout(w, h, 64, 64, true, 0).scale, 4);
+}
+
+TEST(ViewerStart, StartPoseIsFreeAndFacesAFreeRun) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const auto scene = wm::world::generate_scene(wm::world::random_world_params(seed));
+    const auto p = wv::start_pose(scene);
+    const int cx = static_cast<int>(std::floor(p.x)), cy = static_cast<int>(std::floor(p.y));
+    EXPECT_FALSE(scene.is_solid(cx, cy));
+    double dx, dy;
+    wm::world::heading(p.yaw_deg, dx, dy);
+    EXPECT_FALSE(scene.is_solid(cx + static_cast<int>(std::lround(dx)), cy + static_cast<int>(std::lround(dy))))
+        << "seed " << seed;
+  }
+}
+
+TEST(ViewerHud, FontAndFormatting) {
+  const auto a = wv::glyph_columns('A');
+  EXPECT_NE(a[0], 0);
+  EXPECT_EQ(wv::glyph_columns('\x01'), wv::glyph_columns('?'));
+  EXPECT_NE(wv::glyph_columns('g')[1] >> 8, 0);  // descender below the baseline
+  EXPECT_EQ(wv::BitmapFont::width("ab\nabcd", 2), 4 * wv::kCellW * 2);
+  EXPECT_EQ(wv::format_bytes(512), "512 B");
+  EXPECT_EQ(wv::format_bytes(3 << 20), "3.00 MB");
+  EXPECT_EQ(wv::chunk_number("chunk:42"), 42);
+  EXPECT_EQ(wv::chunk_number("file:a.py#0"), -1);
+}
+
+// ---------------------------------------------------------------- the program under X
+
+namespace {
+
+std::string find_in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(ss, dir, ':');) {
+    const fs::path p = fs::path(dir) / name;
+    if (!dir.empty() && ::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return "";
+}
+
+// A display for the viewer: $DISPLAY when set, else an Xvfb started on a free number (killed
+// by the destructor). skip_reason is set when neither is possible.
+struct XDisplay {
+  std::string display, skip_reason;
+  pid_t xvfb = -1;
+
+  XDisplay() {
+    if (const char* d = std::getenv("DISPLAY"); d && *d) {
+      display = d;
+      return;
+    }
+    const std::string bin = find_in_path("Xvfb");
+    if (bin.empty()) {
+      skip_reason = "no DISPLAY and no Xvfb on PATH (install xvfb to run the viewer test headless)";
+      return;
+    }
+    for (int n = 91; n < 140 && xvfb < 0; ++n) {
+      const std::string sock = "/tmp/.X11-unix/X" + std::to_string(n), lock = "/tmp/.X" + std::to_string(n) + "-lock";
+      if (fs::exists(sock) || fs::exists(lock)) continue;
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        const int null = ::open("/dev/null", O_RDWR);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        const std::string disp = ":" + std::to_string(n);
+        ::execl(bin.c_str(), "Xvfb", disp.c_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp",
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      if (pid < 0) break;
+      // Ready when its socket appears; gone if it exited (display taken meanwhile): try the next.
+      bool ready = false, exited = false;
+      for (int i = 0; i < 100 && !ready && !exited; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        int st = 0;
+        exited = ::waitpid(pid, &st, WNOHANG) == pid;
+        ready = fs::exists(sock);
+      }
+      if (ready) {
+        xvfb = pid;
+        display = ":" + std::to_string(n);
+      } else if (!exited) {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+    if (xvfb < 0) skip_reason = "could not start Xvfb on any display :91..:139";
+  }
+  ~XDisplay() {
+    if (xvfb > 0) {
+      ::kill(xvfb, SIGTERM);
+      ::waitpid(xvfb, nullptr, 0);
+    }
+  }
+};
+
+struct RunResult {
+  int rc = -1;  // exit code; -1 killed on timeout or by a signal
+  std::string output;
+};
+
+// Runs argv in `cwd` with DISPLAY set, stdout+stderr to a log; kills it after timeout_s.
+RunResult run_program(const std::vector<std::string>& argv, const std::string& display, const fs::path& cwd,
+                      double timeout_s) {
+  const fs::path log = cwd / "viewer.log";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::setenv("DISPLAY", display.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  RunResult r;
+  if (pid < 0) return r;
+  const auto t0 = std::chrono::steady_clock::now();
+  int st = 0;
+  for (;;) {
+    if (::waitpid(pid, &st, WNOHANG) == pid) {
+      r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      break;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+class ViewerProgram : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    x_ = new XDisplay();
+    dir_ = fs::temp_directory_path() / ("wm_viewer_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    // The embedded model when it is there, else random weights of the tiny config.
+    const fs::path shipped = fs::path(WM_SOURCE_DIR) / "assets/models/tiny/model.safetensors";
+    if (fs::exists(shipped)) {
+      model_ = shipped.string();
+    } else {
+      model_ = (dir_ / "random_tiny.safetensors").string();
+      wm::dit::CausalDit m(wm::dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json"));
+      m->init_weights(7);
+      wm::dit::save_weights(*m, model_);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete x_;
+    x_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    if (!x_->skip_reason.empty()) GTEST_SKIP() << x_->skip_reason;
+  }
+  // Runs the viewer with the common flags plus `extra`; returns its summary JSON.
+  nlohmann::json run_viewer(const std::vector<std::string>& extra, const std::string& name, RunResult* out = nullptr) {
+    const fs::path summary = dir_ / (name + ".json");
+    std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model_, "--software", "--seed", "1",
+                                  "--timeout", "50", "--summary-json", summary.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const RunResult r = run_program(argv, x_->display, dir_, 55);
+    if (out) *out = r;
+    EXPECT_EQ(r.rc, 0) << r.output;
+    std::ifstream f(summary);
+    if (!f) {
+      ADD_FAILURE() << "no summary written; output:\n" << r.output;
+      return nlohmann::json::object();
+    }
+    return nlohmann::json::parse(f);
+  }
+
+  static XDisplay* x_;
+  static fs::path dir_;
+  static std::string model_;
+};
+
+XDisplay* ViewerProgram::x_ = nullptr;
+fs::path ViewerProgram::dir_;
+std::string ViewerProgram::model_;
+
+SDL_Rect rect_of(const nlohmann::json& a) { return SDL_Rect{a[0], a[1], a[2], a[3]}; }
+
+// Distinct colours in a rectangle of the image.
+size_t distinct_colors(const wm::Image& img, const SDL_Rect& r) {
+  std::set<uint32_t> seen;
+  for (int y = r.y; y < r.y + r.h; ++y)
+    for (int x = r.x; x < r.x + r.w; ++x) {
+      const uint8_t* p = img.pixel(x, y);
+      seen.insert(uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]);
+    }
+  return seen.size();
+}
+
+size_t count_color(const wm::Image& img, const SDL_Rect& r, SDL_Color c) {
+  size_t n = 0;
+  for (int y = r.y; y < r.y + r.h; ++y)
+    for (int x = r.x; x < r.x + r.w; ++x) {
+      const uint8_t* p = img.pixel(x, y);
+      n += p[0] == c.r && p[1] == c.g && p[2] == c.b;
+    }
+  return n;
+}
+
+}  // namespace
+
+TEST_F(ViewerProgram, InjectedInputSteersAndScreenshotShowsFrameAndHud) {
+  const fs::path shot = dir_ / "shot.png";
+  // W held for 4 chunks, then the mouse 240 px right (36 degrees), then G (ground truth beside).
+  const auto s = run_viewer({"--width", "1100", "--height", "660", "--screenshot", shot.string(), "--inject",
+                             "wait 1c; hold W 4c; mouse 240 0; wait 3c; press G; wait 1c"},
+                            "steer");
+  ASSERT_TRUE(s.contains("start")) << s.dump();
+  const double x0 = s["start"]["x"], y0 = s["start"]["y"], yaw0 = s["start"]["yaw_deg"];
+  const double x1 = s["end"]["x"], y1 = s["end"]["y"], yaw1 = s["end"]["yaw_deg"];
+  const double r = yaw0 * M_PI / 180.0;
+  const double along = (x1 - x0) * std::cos(r) + (y1 - y0) * std::sin(r);
+  EXPECT_GT(along, 0.5) << "W should move forward along the start heading " << s["start"].dump() << " -> "
+                        << s["end"].dump();
+  const double turned = wm::world::wrap_deg(yaw1 - yaw0);
+  EXPECT_NEAR(turned, 36.0, 6.0) << "mouse 240 px right at 0.15 deg/px";
+  EXPECT_GE(s["chunks"].get<int>(), 8);
+  EXPECT_EQ(s["policy"], "worldkv");
+  EXPECT_TRUE(s["ground_truth_shown"].get<bool>());
+
+  ASSERT_TRUE(fs::exists(shot));
+  const wm::Image img = wm::media::read_image(shot.string());
+  EXPECT_EQ(img.width, 1100);
+  EXPECT_EQ(img.height, 660);
+  const SDL_Rect frame = rect_of(s["layout"]["frame"]), gt = rect_of(s["layout"]["gt"]), hud = rect_of(s["layout"]["hud"]);
+  ASSERT_GT(frame.w, 0);
+  ASSERT_LE(frame.x + frame.w, img.width);
+  ASSERT_LE(frame.y + frame.h, img.height);
+  EXPECT_GT(distinct_colors(img, frame), 20u) << "the model frame area is (nearly) uniform";
+  ASSERT_GT(gt.w, 0);
+  EXPECT_GT(distinct_colors(img, gt), 20u) << "the ground-truth area is (nearly) uniform";
+  EXPECT_GT(count_color(img, hud, wv::palette::kText), 300u) << "no HUD text in the HUD area";
+}
+
+TEST_F(ViewerProgram, KeysSwitchPolicyRecordNewSceneAndQuit) {
+  const fs::path rec = dir_ / "rec.mp4";
+  // Recording from the start, 4 = worldkv_c, R stops the recording, N = next scene, P pause and
+  // resume, H help, Q quits.
+  const auto s = run_viewer({"--record", rec.string(), "--inject",
+                             "wait 1c; press 4; hold D 2c; press R; press N; wait 1c; press P; wait 200ms; "
+                             "press P; press H; wait 1c; press Q; wait 10s"},
+                            "keys");
+  EXPECT_EQ(s["policy"], "worldkv_c");
+  EXPECT_EQ(s["seed"], 2);
+  ASSERT_EQ(s["recordings"].size(), 1u) << s.dump();
+  EXPECT_TRUE(fs::exists(rec));
+  EXPECT_GT(fs::file_size(rec), 1000u);
+}
+
+TEST_F(ViewerProgram, ExitsAfterChunksAndReportsErrors) {
+  const auto s = run_viewer({"--chunks", "3", "--fps", "0", "--policy", "sliding_window"}, "chunks");
+  EXPECT_EQ(s["chunks"], 3);
+  EXPECT_EQ(s["frames"], 9);
+  EXPECT_GT(s["chunk_ms"]["p50"].get<double>(), 0.0);
+  // A missing model is a clear error and a non-zero exit, before any window.
+  const RunResult bad = run_program({WM_VIEWER_BIN, "--model", (dir_ / "missing.safetensors").string()}, x_->display,
+                                    dir_, 30);
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.output.find("not found"), std::string::npos) << bad.output;
+}
+
+#endif  // WM_VIEWER_BIN

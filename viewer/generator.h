@@ -1,0 +1,111 @@
+#pragma once
+// The generation worker: a thread that owns the WorldSession and turns chunk requests into
+// chunk results, so the UI thread never waits on the model. Requests and resets are served in
+// the order they are made; every result carries the epoch it was made in, and a reset starts a
+// new epoch, so the UI can drop results that a reset made stale.
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tools/rollout/session.h"
+#include "tools/world/actions.h"
+#include "tools/world/pose.h"
+#include "worldkv/policy.h"
+#include "worldkv/pose.h"
+
+namespace wm::viewer {
+
+// What the HUD and the minimap show of the world memory, copied on the worker thread.
+struct MemorySnapshot {
+  std::string policy;
+  // The window chunk i was denoised over, in window order: {"sink", [...]}, {"retrieved", [...]},
+  // {"recent", [...]}, {"denoise", ["chunk:i"]} (regions the policy lacks are left out).
+  std::vector<std::pair<std::string, std::vector<std::string>>> window;
+  int retrieved_capacity = 0;                  // chunks the retrieved region can hold (0: none)
+  std::vector<std::string> retrieved;          // retrieved for chunk i, nearest first
+  std::vector<std::string> banked;             // ids in the bank, oldest first
+  std::vector<worldkv::Pose> chunk_poses;      // mean pose of every committed chunk, by index
+  std::array<size_t, 3> tier_count{}, tier_bytes{};  // bank per tier: device, host, disk
+  size_t window_bytes = 0;
+};
+
+struct ChunkRequest {
+  std::vector<world::Pose> poses;      // frames_per_chunk poses
+  std::vector<world::Action> actions;  // the actions that led to them
+};
+
+struct ChunkResult {
+  uint64_t epoch = 0;
+  int64_t index = 0;                   // chunk index in its epoch
+  std::vector<Image> frames;
+  std::vector<world::Pose> poses;      // the request's poses, one per frame
+  double ms = 0;                       // the session's wall time for the chunk
+  MemorySnapshot memory;
+  std::string error;                   // non-empty: the chunk failed with this message
+};
+
+class Generator {
+ public:
+  // Starts the worker, which owns `session`. on_result (optional) is called on the worker thread
+  // after each result is queued (e.g. to wake the UI's event loop); it must not block.
+  Generator(std::unique_ptr<rollout::WorldSession> session, std::function<void()> on_result = nullptr);
+  // Stops the worker after the chunk it is on (queued requests are dropped) and joins it.
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Queues a chunk of the current epoch.
+  void submit(ChunkRequest request);
+  // Queues a reset of the session (empty memory, chunk 0, noise seed, policy); returns the new
+  // epoch, whose results follow every earlier request's.
+  uint64_t reset(uint64_t seed, worldkv::Policy policy);
+  // The oldest finished result, if any (never blocks).
+  std::optional<ChunkResult> poll();
+  // Chunk requests queued or in progress (resets not counted).
+  int pending() const;
+  uint64_t epoch() const;
+  int frames_per_chunk() const { return frames_per_chunk_; }
+
+ private:
+  struct Job {
+    bool reset = false;
+    uint64_t epoch = 0;
+    uint64_t seed = 0;
+    worldkv::Policy policy = worldkv::Policy::WorldKv;
+    ChunkRequest chunk;
+  };
+  void run();
+  ChunkResult generate(const Job& job);
+
+  std::unique_ptr<rollout::WorldSession> session_;
+  std::function<void()> on_result_;
+  int frames_per_chunk_ = 0;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  std::deque<ChunkResult> results_;
+  int pending_chunks_ = 0;
+  uint64_t epoch_ = 0;
+  bool stop_ = false;
+  // Worker-only state: the window after the last commit (the next chunk's window before retrieval).
+  std::vector<std::pair<std::string, std::vector<std::string>>> after_commit_;
+  std::thread worker_;  // last: starts after everything above is built
+};
+
+// Takes the snapshot of `memory` right after chunk `index` was generated over a window whose
+// sink/recent regions were `before` (the layout after the previous commit) and whose retrieved
+// region was `retrieved`.
+MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index,
+                               const std::vector<std::pair<std::string, std::vector<std::string>>>& before,
+                               const std::vector<std::string>& retrieved);
+
+}  // namespace wm::viewer

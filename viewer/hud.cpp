@@ -1,0 +1,197 @@
+#include "viewer/hud.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "viewer/palette.h"
+
+namespace wm::viewer {
+
+namespace {
+
+std::string fmt(const char* f, double a) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, a);
+  return b;
+}
+
+void fill(SDL_Renderer* r, const SDL_Rect& rc, SDL_Color c) {
+  palette::set_color(r, c);
+  SDL_RenderFillRect(r, &rc);
+}
+
+void outline(SDL_Renderer* r, const SDL_Rect& rc, SDL_Color c) {
+  palette::set_color(r, c);
+  SDL_RenderDrawRect(r, &rc);
+}
+
+}  // namespace
+
+std::string format_bytes(size_t bytes) {
+  char b[32];
+  if (bytes >= (1u << 30)) std::snprintf(b, sizeof b, "%.2f GB", bytes / double(1u << 30));
+  else if (bytes >= (1u << 20)) std::snprintf(b, sizeof b, "%.2f MB", bytes / double(1u << 20));
+  else if (bytes >= (1u << 10)) std::snprintf(b, sizeof b, "%.1f KB", bytes / double(1u << 10));
+  else std::snprintf(b, sizeof b, "%zu B", bytes);
+  return b;
+}
+
+int64_t chunk_number(const std::string& id) {
+  const std::string prefix = "chunk:";
+  if (id.compare(0, prefix.size(), prefix) != 0 || id.size() == prefix.size()) return -1;
+  char* end = nullptr;
+  const long long v = std::strtoll(id.c_str() + prefix.size(), &end, 10);
+  return *end == '\0' ? static_cast<int64_t>(v) : -1;
+}
+
+const char* help_text() {
+  return "W A S D      move / strafe\n"
+         "mouse        turn (click to capture)\n"
+         "Left Right   turn;  Up Down  move\n"
+         "Esc          release the mouse\n"
+         "1 full_kv    2 sliding_window\n"
+         "3 worldkv    4 worldkv_c\n"
+         "5 sink_recent  6 worldkv_attn\n"
+         "             (resets the memory)\n"
+         "G            ground truth beside\n"
+         "R            record MP4 on/off\n"
+         "N            new scene (seed + 1)\n"
+         "P            pause\n"
+         "H / F1       this help\n"
+         "Q            quit";
+}
+
+void draw_hud(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a, const HudInfo& h) {
+  using namespace palette;
+  const int s = 2, lh = kCellH * s + 1;
+  int y = a.y;
+  auto line = [&](const std::string& label, const std::string& value, SDL_Color vc = kText) {
+    font.draw(a.x, y, label, kDim, s);
+    font.draw(a.x + 9 * kCellW * s, y, value, vc, s);
+    y += lh;
+  };
+  font.draw(a.x, y, "WORLD MODEL", kAccent, s);
+  font.draw(a.x + 12 * kCellW * s, y, h.model, kDim, 1);
+  font.draw(a.x + 12 * kCellW * s, y + kCellH + 1, h.device, kDim, 1);
+  y += lh + 4;
+  line("policy", h.policy, kAccent);
+  line("scene", h.scene + " #" + std::to_string(h.seed));
+  line("chunk", std::to_string(std::max<int64_t>(0, h.chunks - 1)) + "  (" + std::to_string(h.frames) + " fr)");
+  line("gen", fmt("%.1f fps", h.gen_fps) + fmt("  model %.1f", h.model_fps));
+  line("latency", fmt("%.0f ms", h.last_ms) + fmt(" p50 %.0f", h.p50_ms) + fmt(" p90 %.0f", h.p90_ms));
+  line("pose", fmt("x%.2f", h.pose.x) + fmt(" y%.2f", h.pose.y) + fmt(" yaw%.1f", h.pose.yaw_deg));
+  if (h.memory) {
+    const auto& m = *h.memory;
+    const size_t n = m.tier_count[0] + m.tier_count[1] + m.tier_count[2];
+    line("bank", std::to_string(n) + " chunks " + format_bytes(m.tier_bytes[0] + m.tier_bytes[1] + m.tier_bytes[2]));
+    const char* tiers[3] = {"  device", "  host", "  disk"};
+    for (int t = 0; t < 3; ++t)
+      line(tiers[t], std::to_string(m.tier_count[t]) + "  " + format_bytes(m.tier_bytes[t]),
+           m.tier_count[t] ? kText : kDim);
+    line("window", format_bytes(m.window_bytes));
+  } else {
+    line("bank", "-");
+    y += 3 * lh;
+    line("window", "-");
+  }
+  // Flags line.
+  int x = a.x;
+  auto flag = [&](const std::string& t, SDL_Color c) {
+    x = font.draw(x, y, t, c, s) + kCellW * s;
+  };
+  if (h.recording) flag("REC " + fmt("%.0fs", h.record_s), kWarn);
+  if (h.paused) flag("PAUSED", kRetrieved);
+  if (h.show_gt) flag("GT", kRecent);
+  flag(h.captured ? "mouse: Esc frees" : "click: capture", kDim);
+  y += lh;
+  font.draw(a.x, y, h.status.empty() ? "H: help" : h.status, h.status.empty() ? kDim : kAccent, s);
+}
+
+void draw_region_bar(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a, const MemorySnapshot* mem) {
+  using namespace palette;
+  if (!mem) {
+    font.draw(a.x, a.y, "window: waiting for the first chunk", kDim, 2);
+    return;
+  }
+  // Slots: every chunk in the window, plus the retrieved region's empty slots.
+  struct Slot {
+    std::string label;
+    SDL_Color color;
+    bool empty;
+  };
+  struct Group {
+    std::string name;
+    std::vector<Slot> slots;
+  };
+  std::vector<Group> groups;
+  size_t total = 0;
+  for (const auto& [name, ids] : mem->window) {
+    Group g{name, {}};
+    const SDL_Color c = region_color(name.c_str());
+    for (const auto& id : ids) {
+      const int64_t k = chunk_number(id);
+      g.slots.push_back({k >= 0 ? std::to_string(k) : id, c, false});
+    }
+    if (name == "retrieved")
+      for (int i = static_cast<int>(ids.size()); i < mem->retrieved_capacity; ++i) g.slots.push_back({"", c, true});
+    total += g.slots.size();
+    groups.push_back(std::move(g));
+  }
+  const int gap = 6, group_gap = 18;
+  const int top = a.y + kCellH * 2 + 4, box_h = a.h - (top - a.y);
+  const int avail = a.w - static_cast<int>(groups.size()) * group_gap;
+  const int box_w = std::clamp(static_cast<int>(total ? avail / static_cast<int>(total) : 60) - gap, 14, 56);
+  const size_t max_boxes = static_cast<size_t>(std::max(1, avail / (box_w + gap)));
+  // A window longer than the bar (full_kv) shows its first and last chunks of the long region.
+  int x = a.x;
+  for (auto& g : groups) {
+    if (total > max_boxes && g.slots.size() > 8) {
+      const size_t keep = std::max<size_t>(4, g.slots.size() - (total - max_boxes) - 1);
+      const size_t cut = g.slots.size() - keep;
+      std::vector<Slot> s(g.slots.begin(), g.slots.begin() + 2);
+      s.push_back({"+" + std::to_string(cut), kDim, true});
+      s.insert(s.end(), g.slots.end() - static_cast<long>(keep - 2), g.slots.end());
+      g.slots = std::move(s);
+    }
+    const int gx = x;
+    for (const auto& slot : g.slots) {
+      const SDL_Rect box{x, top, box_w, box_h};
+      if (slot.empty) {
+        outline(r, box, slot.color);
+      } else {
+        fill(r, box, SDL_Color{static_cast<Uint8>(slot.color.r / 3), static_cast<Uint8>(slot.color.g / 3),
+                               static_cast<Uint8>(slot.color.b / 3), 255});
+        outline(r, box, slot.color);
+      }
+      if (!slot.label.empty()) {
+        const int sc = BitmapFont::width(slot.label, 2) <= box_w - 4 ? 2 : 1;
+        font.draw(x + (box_w - BitmapFont::width(slot.label, sc)) / 2, top + (box_h - 7 * sc) / 2, slot.label,
+                  slot.empty ? kDim : kText, sc);
+      }
+      x += box_w + gap;
+    }
+    // Caption over the group, in its colour: smaller, or cut, when the group is narrow.
+    const int gw = x - gap - gx;
+    const int cs = BitmapFont::width(g.name, 2) <= gw ? 2 : 1;
+    const size_t fit = static_cast<size_t>(std::max(1, gw / (kCellW * cs)));
+    font.draw(gx, a.y + (2 - cs) * kCellH / 2, g.name.substr(0, fit), region_color(g.name.c_str()), cs);
+    x += group_gap - gap;
+  }
+}
+
+void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a) {
+  using namespace palette;
+  const std::string text = help_text();
+  const int s = 2, pad = 14;
+  const int w = BitmapFont::width(text, s) + 2 * pad, h = BitmapFont::height(text, s) + 2 * pad + kCellH * s + 8;
+  const SDL_Rect box{a.x + std::max(0, (a.w - w) / 2), a.y + std::max(0, (a.h - h) / 2), w, h};
+  SDL_SetRenderDrawBlendMode(r, SDL_BLENDMODE_BLEND);
+  fill(r, box, SDL_Color{10, 10, 14, 225});
+  SDL_SetRenderDrawBlendMode(r, SDL_BLENDMODE_NONE);
+  outline(r, box, kAccent);
+  font.draw(box.x + pad, box.y + pad, "KEYS", kAccent, s);
+  font.draw(box.x + pad, box.y + pad + kCellH * s + 8, text, kText, s);
+}
+
+}  // namespace wm::viewer

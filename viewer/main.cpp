@@ -1,0 +1,68 @@
+// wm_viewer: the interactive SDL2 viewer of the world model (see viewer/app.h).
+#define SDL_MAIN_HANDLED
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "runtime/error.h"
+#include "viewer/app.h"
+#include "viewer/hud.h"
+
+int main(int argc, char** argv) {
+  wm::viewer::ViewerOptions o;
+  std::string script_file, inject;
+  CLI::App app{"wm_viewer: play the world model live (WASD + mouse), with its KV memory on screen"};
+  app.footer(std::string("\nKeys:\n") + wm::viewer::help_text() +
+             "\n\nScripts (--inject / --script): commands separated by ';' or newlines:\n"
+             "  down KEY | up KEY | press KEY | hold KEY DUR | mouse DX [DY] | click [left|middle|right]\n"
+             "  wait DUR | screenshot PATH | quit        DUR: 500ms, 2s, 3c (chunks), 12f (frames)\n"
+             "  e.g. --inject \"hold W 4c; mouse 200 0; wait 3c\"");
+  app.add_option("--model", o.model_path, "model safetensors (default: the embedded assets/models/tiny/model.safetensors)");
+  app.add_option("--seed", o.seed, "scene and noise seed")->capture_default_str();
+  app.add_option("--policy", o.policy, "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores)")->capture_default_str();
+  app.add_option("--scale", o.scale, "on-screen upscale of the frames (0: fit the window)")->check(CLI::Range(0, 64));
+  app.add_option("--width", o.width, "window width (default 1280, or what --scale needs)")->check(CLI::Range(0, 16384));
+  app.add_option("--height", o.height, "window height (default 720, or what --scale needs)")->check(CLI::Range(0, 16384));
+  app.add_option("--record", o.record_path, "record the shown frames to this MP4 from the start (R toggles)");
+  app.add_option("--record-upscale", o.record_upscale, "nearest upscale of recorded frames")
+      ->capture_default_str()->check(CLI::Range(1, 32));
+  app.add_flag("--gt", o.ground_truth, "start with the ground-truth view beside the model's (G toggles)");
+  app.add_option("--fps", o.fps, "frame clock: input sampling and display rate (0: as fast as the model)")
+      ->capture_default_str()->check(CLI::Range(0.0, 240.0));
+  auto* sf = app.add_option("--script", script_file, "run a script of key/mouse events from FILE")->check(CLI::ExistingFile);
+  app.add_option("--inject", inject, "run this script text (e.g. \"hold W 4c; mouse 200 0; wait 3c\")")->excludes(sf);
+  app.add_option("--screenshot", o.screenshot_path, "write a PNG of the window at exit");
+  app.add_option("--chunks", o.chunks, "exit after this many chunks")->check(CLI::NonNegativeNumber);
+  app.add_option("--frames", o.frames, "exit after this many frames")->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", o.timeout_s, "fail (exit 2) if still running after this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--software", o.software, "use SDL's software renderer (headless / no GPU)");
+  app.add_option("--summary-json", o.summary_json, "write the run's summary (latency, fps, poses, layout) as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!script_file.empty()) {
+      std::ifstream f(script_file);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (!f) throw wm::Error("--script: cannot read '" + script_file + "'");
+      o.script = ss.str();
+      o.script_source = script_file;
+    } else if (!inject.empty()) {
+      o.script = inject;
+      o.script_source = "--inject";
+    }
+    const wm::viewer::ViewerSummary s = wm::viewer::run_viewer(o);
+    std::cout << wm::viewer::format_summary(s) << std::flush;
+    if (!o.summary_json.empty()) wm::viewer::write_summary_json(s, o.summary_json);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "wm_viewer: error: " << e.what() << "\n";
+    return 2;
+  }
+}
