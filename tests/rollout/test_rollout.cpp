@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "dit/config.h"
+#include "dit/model.h"
+#include "runtime/error.h"
+#include "tools/rollout/episode_runner.h"
+#include "tools/rollout/session.h"
+#include "tools/world/suite.h"
+#include "tools/world/trajectory.h"
+#include "tools/train/data.h"
+
+namespace wm::rollout {
+namespace {
+
+// The shipped model when present; else the tiny architecture with its own random weights (the
+// properties below are about the runtime, not about what the weights draw).
+dit::CausalDit tiny_model() {
+  const std::string shipped = std::string(WM_SOURCE_DIR) + "/assets/models/tiny/model.safetensors";
+  if (std::filesystem::exists(shipped)) return load_world_model(shipped, at::kCPU);
+  dit::CausalDit m(dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json"));
+  m->init_weights(3);
+  m->eval();
+  return m;
+}
+
+// Endless walk with turns: poses and actions for n frames, integrated in a real scene.
+world::Episode long_walk(int frames) {
+  world::Episode ep = world::generate_episode(11);
+  const world::Scene scene = world::scene_of(ep);
+  ep.actions.resize(frames);
+  for (int f = 0; f < frames; ++f) {
+    world::Action a;
+    a.forward = (f / 40) % 3 != 2;
+    a.dyaw_deg = (f / 40) % 3 == 2 ? 7.5 : 0.0;
+    ep.actions[f] = a;
+  }
+  world::derive_poses(ep, scene);
+  ep.revisits.clear();
+  return ep;
+}
+
+TEST(Rollout, ThreeThousandFramesWithConstantWindow) {
+  SessionConfig sc;
+  sc.memory.policy = worldkv::Policy::WorldKvC;
+  sc.sampler.timesteps = {1.0};  // one step: the test is about the runtime over a long rollout
+  WorldSession session(tiny_model(), sc, at::kCPU);
+  const world::Episode ep = long_walk(3000);
+  size_t bytes_after_warmup = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EpisodeRun run = run_episode(session, ep, 5, 0, [&](const ChunkOutput& c, const EpisodeRun&) {
+    if (c.index == 10) bytes_after_warmup = session.memory().window_bytes();
+    if (c.index > 10) ASSERT_EQ(session.memory().window_bytes(), bytes_after_warmup) << "chunk " << c.index;
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(run.frames.size(), 3000u);
+  EXPECT_EQ(session.chunks_done(), 1000);
+  // The newest chunk sits at frames 2997..2999: positions far past a 1024-frame table.
+  const auto& mem = session.memory();
+  EXPECT_EQ(mem.region_ids("recent").back(), "chunk:999");
+  EXPECT_EQ(mem.window().pos(0).select(1, 0).max().item<int64_t>(), 2999);
+  EXPECT_EQ(mem.bank().size(), 1000u - 2u);
+  for (auto& im : {run.frames.front(), run.frames.back()}) {
+    ASSERT_EQ(im.width, 64);
+    ASSERT_EQ(im.height, 64);
+  }
+  std::printf("3000-frame rollout (1 sampler step): %.1f s, %.1f frames/s\n", s, 3000 / s);
+}
+
+TEST(Rollout, PoliciesShareTheNoiseUntilTheirWindowsDiffer) {
+  // Up to the first eviction every policy has the same window, so with the same seed the first
+  // chunks must be identical frame for frame; sessions are deterministic in their seed.
+  dit::CausalDit model = tiny_model();
+  const world::Episode ep = long_walk(30);
+  std::vector<EpisodeRun> runs;
+  for (auto p : {worldkv::Policy::FullKv, worldkv::Policy::SlidingWindow, worldkv::Policy::WorldKv}) {
+    SessionConfig sc;
+    sc.memory.policy = p;
+    sc.sampler.timesteps = {1.0, 0.5};
+    WorldSession session(model, sc, at::kCPU);
+    runs.push_back(run_episode(session, ep, 9, 0));
+  }
+  for (int f = 0; f < 15; ++f)  // chunks 0..4 fit every window
+    for (size_t r = 1; r < runs.size(); ++r) EXPECT_EQ(runs[r].frames[f].rgb, runs[0].frames[f].rgb) << f;
+  SessionConfig sc;
+  sc.sampler.timesteps = {1.0, 0.5};
+  WorldSession again(model, sc, at::kCPU);
+  EpisodeRun rerun = run_episode(again, ep, 9, 0);
+  for (int f = 0; f < 30; ++f) EXPECT_EQ(rerun.frames[f].rgb, runs[2].frames[f].rgb) << f;
+}
+
+TEST(Rollout, SessionRejectsWrongChunkSizes) {
+  SessionConfig sc;
+  WorldSession session(tiny_model(), sc, at::kCPU);
+  EXPECT_THROW(session.next({world::Pose{}}, {world::Action{}}), Error);
+}
+
+TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
+  dit::DitConfig cfg = dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json");
+  auto codec = dit::make_codec(cfg);
+  train::SampleOptions so;
+  so.revisit_prob = 1.0;
+  so.random_ctx_prob = 0.0;
+  int revisits = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    train::Sample a = train::make_sample(seed, cfg, *codec, so), b = train::make_sample(seed, cfg, *codec, so);
+    EXPECT_TRUE(a.latents.equal(b.latents));
+    EXPECT_EQ(a.chunks, b.chunks);
+    ASSERT_GE(a.chunks.size(), 1u);
+    EXPECT_LE(a.chunks.size(), 6u);  // sink + 3 retrieved + recent + target
+    EXPECT_TRUE(std::is_sorted(a.chunks.begin(), a.chunks.end()));
+    EXPECT_EQ(a.latents.size(0), static_cast<int64_t>(a.chunks.size()) * cfg.frames_per_chunk);
+    if (a.revisit) {
+      ++revisits;
+      EXPECT_NE(std::find(a.chunks.begin(), a.chunks.end(), a.first_visit_chunk), a.chunks.end());
+    }
+  }
+  EXPECT_GT(revisits, 0);
+  // Teacher forcing: noisy copies see the clean chunks before them and themselves only.
+  at::Tensor v = train::visibility(4, 2);  // 3 clean + 2 noisy
+  EXPECT_TRUE(v[3].equal(at::tensor({1, 1, 0, 1, 0}).to(at::kBool)));  // noisy chunk 2
+  EXPECT_TRUE(v[4].equal(at::tensor({1, 1, 1, 0, 1}).to(at::kBool)));  // noisy chunk 3 (target)
+  EXPECT_TRUE(v[1].equal(at::tensor({1, 1, 0, 0, 0}).to(at::kBool)));  // clean chunk 1
+}
+
+}  // namespace
+}  // namespace wm::rollout
