@@ -56,14 +56,18 @@ std::string resolve_model_path(const std::string& path) {
 world::Pose start_pose(const world::Scene& scene) {
   static const int dir[4][2] = {{1, 0}, {0, 1}, {-1, 0}, {0, -1}};
   static const double yaw[4] = {0.0, 90.0, -180.0, -90.0};
+  // Longest run first; among equals, the cell nearest the map's centre.
   int best = -1, bx = 0, by = 0, bd = 0;
+  double best_dist = 0;
   for (int y = 0; y < scene.height; ++y)
     for (int x = 0; x < scene.width; ++x) {
       if (scene.is_solid(x, y)) continue;
+      const double dist = std::hypot(x + 0.5 - scene.width / 2.0, y + 0.5 - scene.height / 2.0);
       for (int d = 0; d < 4; ++d) {
         int run = 0;
         while (!scene.is_solid(x + dir[d][0] * (run + 1), y + dir[d][1] * (run + 1))) ++run;
-        if (run > best) {
+        if (run > best || (run == best && dist < best_dist)) {
+          best_dist = dist;
           best = run;
           bx = x;
           by = y;
@@ -121,7 +125,7 @@ void write_summary_json(const ViewerSummary& s, const std::string& path) {
          {"shown", pose(s.shown)},
          {"window", {s.win_w, s.win_h}},
          {"layout", {{"frame", rect(s.layout.frame)}, {"gt", rect(s.layout.gt)}, {"hud", rect(s.layout.hud)},
-                     {"minimap", rect(s.layout.minimap)}, {"bar", rect(s.layout.bar)}, {"scale", s.layout.scale}}},
+                     {"minimap", rect(s.layout.minimap)}, {"bar", rect(s.layout.bar)}, {"graph", rect(s.layout.graph)}, {"scale", s.layout.scale}}},
          {"ground_truth_shown", s.ground_truth_shown},
          {"screenshots", s.screenshots},
          {"recordings", s.recordings},
@@ -653,6 +657,11 @@ void Viewer::render(double now) {
   draw_hud(r, *font_, L.hud, info);
   minimap_.draw(r, *font_, L.minimap, trail_, info.memory, info.pose, fov_deg_);
   draw_region_bar(r, *font_, L.bar, info.memory);
+  if (L.graph.h > 0) {
+    const size_t k = std::min<size_t>(epoch_ms_.size(), 240);
+    draw_latency_graph(r, *font_, L.graph, std::vector<double>(epoch_ms_.end() - static_cast<long>(k), epoch_ms_.end()),
+                       o_.fps > 0 ? gen_->frames_per_chunk() * 1000.0 / o_.fps : 0.0, info.memory);
+  }
   if (help_) {
     const SDL_Rect over{L.frame.x, L.frame.y, (show_gt_ ? L.gt.x + L.gt.w : L.frame.x + L.frame.w) - L.frame.x, L.frame.h};
     draw_help(r, *font_, over);

@@ -64,7 +64,7 @@ std::string format_summary(const ViewerSummary& s);
 void write_summary_json(const ViewerSummary& s, const std::string& path);
 
 // A start pose for a scene: the centre of the free cell with the longest free run ahead along
-// one of the four axes, facing along it (deterministic).
+// one of the four axes (the one nearest the map's centre among equals), facing along it.
 world::Pose start_pose(const world::Scene& scene);
 
 // The model path to use: `path` if given; else the embedded model

@@ -35,7 +35,10 @@ MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index
   }
   s.window.emplace_back("denoise", std::vector<std::string>{worldkv::WorldMemory::chunk_id(index)});
   if (worldkv::banks(cfg.policy)) s.retrieved_capacity = cfg.chunks(cfg.retrieved_frames);
-  for (const auto& sc : memory.last_retrieval()) s.retrieved.push_back(sc.id);
+  for (const auto& sc : memory.last_retrieval()) {
+    s.retrieved.push_back(sc.id);
+    s.retrieved_distance.push_back(sc.distance);
+  }
   s.banked = memory.bank().ids();
   s.chunk_poses = memory.chunk_poses();
   for (int t = 0; t < 3; ++t) {

@@ -32,6 +32,7 @@ struct MemorySnapshot {
   std::vector<std::pair<std::string, std::vector<std::string>>> window;
   int retrieved_capacity = 0;                  // chunks the retrieved region can hold (0: none)
   std::vector<std::string> retrieved;          // retrieved for chunk i, nearest first
+  std::vector<double> retrieved_distance;      // their retrieval distances (pose or attention score)
   std::vector<std::string> banked;             // ids in the bank, oldest first
   std::vector<worldkv::Pose> chunk_poses;      // mean pose of every committed chunk, by index
   std::array<size_t, 3> tier_count{}, tier_bytes{};  // bank per tier: device, host, disk

@@ -135,6 +135,7 @@ void draw_region_bar(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a,
     }
     if (name == "retrieved")
       for (int i = static_cast<int>(ids.size()); i < mem->retrieved_capacity; ++i) g.slots.push_back({"", c, true});
+    if (g.slots.empty()) g.slots.push_back({"", c, true});  // an empty region still shows its place
     total += g.slots.size();
     groups.push_back(std::move(g));
   }
@@ -177,6 +178,49 @@ void draw_region_bar(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a,
     const size_t fit = static_cast<size_t>(std::max(1, gw / (kCellW * cs)));
     font.draw(gx, a.y + (2 - cs) * kCellH / 2, g.name.substr(0, fit), region_color(g.name.c_str()), cs);
     x += group_gap - gap;
+  }
+}
+
+void draw_latency_graph(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a, const std::vector<double>& ms,
+                        double budget_ms, const MemorySnapshot* mem) {
+  using namespace palette;
+  int y = a.y;
+  // Retrieval line.
+  if (mem && !mem->retrieved.empty()) {
+    int x = font.draw(a.x, y, "retrieved:", kRetrieved, 2) + kCellW;
+    for (size_t i = 0; i < mem->retrieved.size() && x < a.x + a.w - 60; ++i) {
+      const int64_t k = chunk_number(mem->retrieved[i]);
+      x = font.draw(x, y, k >= 0 ? std::to_string(k) : mem->retrieved[i], kText, 2);
+      if (i < mem->retrieved_distance.size()) x = font.draw(x + 2, y + 6, fmt("(%.2f)", mem->retrieved_distance[i]), kDim, 1);
+      x += kCellW * 2;
+    }
+  } else {
+    font.draw(a.x, y, mem && mem->retrieved_capacity > 0 ? "retrieved: none yet (bank empty)" : "retrieved: - (no retrieval)",
+              kDim, 2);
+  }
+  y += kCellH * 2 + 8;
+  // Latency bars, newest on the right.
+  const SDL_Rect g{a.x, y + kCellH + 4, a.w, a.y + a.h - (y + kCellH + 4)};
+  if (g.h < 24) return;
+  double top = budget_ms * 1.5;
+  for (double v : ms) top = std::max(top, v);
+  top = std::max(top, 1.0);
+  font.draw(a.x, y, fmt("chunk ms, last %.0f", static_cast<double>(ms.size())) + fmt("  (max %.0f)", top), kDim, 1);
+  set_color(r, SDL_Color{24, 26, 33, 255});
+  SDL_RenderFillRect(r, &g);
+  const int bw = 4, n = std::min<int>(static_cast<int>(ms.size()), g.w / bw);
+  for (int i = 0; i < n; ++i) {
+    const double v = ms[ms.size() - n + i];
+    const int h = static_cast<int>(v / top * (g.h - 2));
+    const SDL_Rect b{g.x + g.w - (n - i) * bw, g.y + g.h - h, bw - 1, h};
+    set_color(r, budget_ms > 0 && v > budget_ms ? kRetrieved : kRecent);
+    SDL_RenderFillRect(r, &b);
+  }
+  if (budget_ms > 0) {
+    const int ly = g.y + g.h - static_cast<int>(budget_ms / top * (g.h - 2));
+    set_color(r, kDim);
+    for (int x = g.x; x < g.x + g.w; x += 6) SDL_RenderDrawLine(r, x, ly, x + 2, ly);
+    font.draw(g.x + 4, ly - kCellH - 1, fmt("real time %.0f ms", budget_ms), kDim, 1);
   }
 }
 

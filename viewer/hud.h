@@ -4,6 +4,7 @@
 #include <SDL.h>
 
 #include <string>
+#include <vector>
 
 #include "tools/world/pose.h"
 #include "viewer/font.h"
@@ -34,6 +35,10 @@ void draw_hud(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, con
 // The window [sink | retrieved | recent | denoise] as a row of chunk boxes named by chunk index,
 // each region captioned and coloured; empty retrieved slots drawn as outlines.
 void draw_region_bar(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const MemorySnapshot* mem);
+// What was retrieved for the chunk on screen (with distances) and a bar chart of the latest
+// chunk latencies against the real-time budget (budget_ms; 0: none).
+void draw_latency_graph(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const std::vector<double>& ms,
+                        double budget_ms, const MemorySnapshot* mem);
 // The key list over `area` (a translucent box).
 void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area);
 

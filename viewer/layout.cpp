@@ -26,6 +26,8 @@ Layout compute_layout(int win_w, int win_h, int frame_w, int frame_h, bool show_
   if (show_gt) L.gt = SDL_Rect{x0 + fw + kMargin, area_y, fw, fh};
   // The bar right under the frames, as wide as the left column.
   L.bar = SDL_Rect{kMargin, area_y + fh + 2 * kMargin, area_w, kBarHeight - kMargin};
+  const int gy = L.bar.y + L.bar.h + kMargin, gh = win_h - kMargin - gy;
+  if (gh >= 64) L.graph = SDL_Rect{kMargin, gy, area_w, std::min(gh, 160)};
   return L;
 }
 

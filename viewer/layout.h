@@ -13,6 +13,7 @@ struct Layout {
   SDL_Rect hud{};      // HUD text area inside the panel
   SDL_Rect minimap{};  // square inside the panel
   SDL_Rect bar{};      // the window-regions bar under the frames
+  SDL_Rect graph{};    // chunk latency graph under the bar (h = 0 when there is no room)
   int scale = 1;       // whole-number upscale of the frames (nearest neighbour)
 };
 

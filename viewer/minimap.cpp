@@ -69,7 +69,7 @@ void Minimap::draw(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area
     for (const auto& id : mem->banked)
       if (pose_of(id, p)) dot(p.x, p.y, half - 1, kBanked);
     for (const auto& [name, ids] : mem->window) {
-      if (name == "retrieved" || name == "denoise") continue;
+      if (name == "denoise") continue;
       for (const auto& id : ids)
         if (pose_of(id, p)) dot(p.x, p.y, half - 1, region_color(name.c_str()));
     }
@@ -78,9 +78,12 @@ void Minimap::draw(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area
       for (const auto& id : ids) {
         if (!pose_of(id, p)) continue;
         const SDL_FPoint a = to_screen(p.x, p.y), b = to_screen(cam.x, cam.y);
-        set_color(r, SDL_Color{kRetrieved.r, kRetrieved.g, kRetrieved.b, 255});
+        set_color(r, kRetrieved);
         SDL_RenderDrawLineF(r, a.x, a.y, b.x, b.y);
-        dot(p.x, p.y, half + 1, kRetrieved);
+        // A hollow square: the chunk's own marker stays visible inside.
+        const float h = static_cast<float>(half + 2);
+        const SDL_FRect box{a.x - h, a.y - h, 2 * h + 1, 2 * h + 1};
+        SDL_RenderDrawRectF(r, &box);
       }
     }
   }
