@@ -633,10 +633,10 @@ void Viewer::render(double now) {
   info.chunks = epoch_chunks_;
   info.frames = epoch_frames_;
   if (!recent_results_.empty()) {
-    int n = 0;
-    for (auto& rr : recent_results_) n += rr.second;
+    int n = 0;  // frames received in the last 3 s (or since the reset, if later)
+    for (auto& rr : recent_results_) n += rr.first >= now - 3000.0 ? rr.second : 0;
     const double span = std::max(now - std::max(now - 3000.0, epoch_start_ms_), 1.0);
-    info.gen_fps = now - recent_results_.back().first > 3000 ? 0.0 : n * 1000.0 / span;
+    info.gen_fps = n * 1000.0 / span;
   }
   if (!epoch_ms_.empty()) {
     const size_t k = std::min<size_t>(epoch_ms_.size(), 100);

@@ -14,6 +14,7 @@ TEST(Viewer, NotConfigured) {
 #else
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -185,37 +186,43 @@ struct XDisplay {
       skip_reason = "no DISPLAY and no Xvfb on PATH (install xvfb to run the viewer test headless)";
       return;
     }
-    for (int n = 91; n < 140 && xvfb < 0; ++n) {
-      const std::string sock = "/tmp/.X11-unix/X" + std::to_string(n), lock = "/tmp/.X" + std::to_string(n) + "-lock";
-      if (fs::exists(sock) || fs::exists(lock)) continue;
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        const int null = ::open("/dev/null", O_RDWR);
-        ::dup2(null, 1);
-        ::dup2(null, 2);
-        const std::string disp = ":" + std::to_string(n);
-        ::execl(bin.c_str(), "Xvfb", disp.c_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp",
-                static_cast<char*>(nullptr));
-        ::_exit(127);
-      }
-      if (pid < 0) break;
-      // Ready when its socket appears; gone if it exited (display taken meanwhile): try the next.
-      bool ready = false, exited = false;
-      for (int i = 0; i < 100 && !ready && !exited; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        int st = 0;
-        exited = ::waitpid(pid, &st, WNOHANG) == pid;
-        ready = fs::exists(sock);
-      }
-      if (ready) {
-        xvfb = pid;
-        display = ":" + std::to_string(n);
-      } else if (!exited) {
+    // -displayfd: Xvfb picks a free display number itself and writes it to the pipe when it is
+    // ready, so parallel test processes cannot race for the same number.
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      skip_reason = "pipe() failed";
+      return;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      const int null = ::open("/dev/null", O_RDWR);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      const std::string fd = std::to_string(fds[1]);
+      ::execl(bin.c_str(), "Xvfb", "-displayfd", fd.c_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    std::string num;
+    if (pid > 0) {
+      pollfd p{fds[0], POLLIN, 0};
+      char c;
+      while (::poll(&p, 1, 10000) > 0 && ::read(fds[0], &c, 1) == 1 && c != '\n') num += c;
+    }
+    ::close(fds[0]);
+    if (pid > 0 && !num.empty()) {
+      xvfb = pid;
+      display = ":" + num;
+    } else {
+      if (pid > 0) {
         ::kill(pid, SIGTERM);
         ::waitpid(pid, nullptr, 0);
       }
+      skip_reason = "Xvfb did not start (no display number reported within 10 s)";
     }
-    if (xvfb < 0) skip_reason = "could not start Xvfb on any display :91..:139";
   }
   ~XDisplay() {
     if (xvfb > 0) {
