@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set-up, Release build, then the core benchmark and a ground-truth render of a
-# shipped revisit trajectory to MP4 (out/). Grows into the world-model rollout as it lands.
+# The main job: set-up, Release build, then, with the embedded model: a rollout with memory
+# (worldkv) rendered to out/rollout.mp4 beside the ground truth, and the revisit table of the
+# memory policies on a small suite (out/bench/: JSON, CSV, plots).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/tools/build.sh"
 bin="${WM_BUILD_DIR:-$root/build}"
-mkdir -p "$root/out"
-"$bin/tools/bench_core/wm_bench_core" --json "$root/out/bench_core.json"
-if [ -x "$bin/tools/render_world/wm_render_world" ]; then
-  "$bin/tools/render_world/wm_render_world" --suite "$root/assets/suites/revisit60.json" --index 0 \
-    --out "$root/out/world_gt.mp4"
-fi
+cd "$root"
+mkdir -p out
+"$bin/tools/render/wm_render" --suite assets/suites/revisit60.json --index 2 --policy worldkv \
+  --side-by-side --strip --max-seconds 20 -o out/rollout.mp4
+"$bin/tools/revisit_bench/wm_revisit_bench" --suite assets/suites/revisit60.json --episodes 3 --max-seconds 15 \
+  --policies full_kv sliding_window worldkv worldkv_c --out-dir out/bench
