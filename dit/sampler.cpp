@@ -27,6 +27,15 @@ at::Tensor flow_step(const at::Tensor& x, const at::Tensor& v, double t, double 
   return (1.0 - t_next) * x0 + t_next * noise;
 }
 
+FlowPair make_flow_pair(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
+  TORCH_CHECK(noise.sizes() == x0.sizes(), "make_flow_pair: noise ", noise.sizes(), " differs from x0 ", x0.sizes());
+  at::Tensor tt = t.to(x0.device(), x0.scalar_type());
+  TORCH_CHECK(tt.dim() == 0 || (tt.dim() + 3 == x0.dim() && x0.sizes().slice(0, tt.dim()) == tt.sizes()),
+              "make_flow_pair: t must be a scalar or [..., T] matching x0 ", x0.sizes(), ", got ", t.sizes());
+  if (tt.dim() > 0) tt = tt.view(tt.sizes().vec()).unsqueeze(-1).unsqueeze(-1).unsqueeze(-1);
+  return {(1 - tt) * x0 + tt * noise, noise - x0};
+}
+
 at::Tensor seeded_noise(at::IntArrayRef shape, at::Generator& gen, at::Device device) {
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)).to(device);
 }

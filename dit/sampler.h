@@ -42,6 +42,13 @@ at::Tensor flow_step(const at::Tensor& x, const at::Tensor& v, double t, double 
 at::Tensor sample_flow(const at::Tensor& noise, const SamplerConfig& cfg, const Denoiser& denoise,
                        at::Generator* gen = nullptr);
 
+// Training pair of the convention above: x_t = (1 - t) * x0 + t * noise and the velocity target
+// v = noise - x0, for x0 and noise [..., T, C, h, w] and per-frame t [..., T] (or a scalar).
+struct FlowPair {
+  at::Tensor x_t, v;
+};
+FlowPair make_flow_pair(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise);
+
 // Standard normal noise of `shape` drawn on the CPU from gen (the same numbers on every device),
 // then moved to `device`, float32.
 at::Tensor seeded_noise(at::IntArrayRef shape, at::Generator& gen, at::Device device);

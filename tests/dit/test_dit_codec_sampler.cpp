@@ -91,6 +91,12 @@ TEST(DitSampler, AnalyticVelocityReachesTarget) {
       at::Tensor out = sample_flow(noise, s, v, &g);
       EXPECT_LT((out - x0).abs().max().item<float>(), 1e-5) << "shift " << shift << " renoise " << renoise;
     }
+  // The training pair follows the same convention: one Euler step with the target velocity
+  // from x_t lands on x0.
+  at::Tensor tf = at::rand({3}, g);
+  FlowPair fp = make_flow_pair(x0, tf, noise);
+  for (int f = 0; f < 3; ++f)
+    EXPECT_LT((flow_step(fp.x_t[f], fp.v[f], tf[f].item<double>(), 0.0) - x0[f]).abs().max().item<float>(), 1e-5);
   // One Euler step from t = 1 with a constant velocity is x - v.
   EXPECT_TRUE(at::allclose(flow_step(noise, x0, 1.0, 0.0), noise - x0));
 }

@@ -59,6 +59,7 @@ struct Args {
 // Training-pass timing: forward_sequence over `chunks` chunks (block-causal), MSE loss to a
 // random target, backward; reports the mean of `iters` after one warm-up.
 int run_train(const Args& a, wm::dit::CausalDit& model, const wm::dit::DitConfig& cfg, at::Device dev) {
+  WM_CHECK(a.batch > 0 && a.iters > 0, "--batch and --iters must be > 0");
   at::AutoGradMode grad(true);
   const int64_t T = int64_t(a.chunks) * cfg.frames_per_chunk;
   auto fo = at::TensorOptions().dtype(at::kFloat).device(dev);
@@ -168,11 +169,11 @@ int run(const Args& a) {
     }
     const double dtot = ts + tr;
     total += dtot;
-    std::printf("%5d %8lld %10.3f %10.3f %10.3f %8.2f %12.1f %12.1f\n", c, static_cast<long long>(ctx), ts, tr, dtot,
+    std::printf("%5d %8lld %10.3f %10.3f %10.3f %8.3f %12.1f %12.1f\n", c, static_cast<long long>(ctx), ts, tr, dtot,
                 F / dtot, window.bytes_used() / 1e6, window.bytes_allocated() / 1e6);
     std::fflush(stdout);
   }
-  std::printf("mean %.3f s/chunk, %.2f frames/s over %d chunks (%d steps + refill)\n", total / a.chunks,
+  std::printf("mean %.3f s/chunk, %.3f frames/s over %d chunks (%d steps + refill)\n", total / a.chunks,
               a.chunks * F / total, a.chunks, a.steps);
   return 0;
 }
