@@ -62,9 +62,12 @@ at::Tensor block_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
     at::Tensor qs = q.narrow(2, s, e - s), ks = k.narrow(2, 0, e), vs = v.narrow(2, 0, e);
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
     if (!q.device().is_cpu() || q.scalar_type() == at::kFloat) {
-      at::Tensor mask;
-      if (key_logw.defined()) mask = key_logw.narrow(0, 0, e).to(q.scalar_type()).expand({e - s, e});
-      outs.push_back(at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false));
+      if (key_logw.defined()) {
+        at::Tensor mask = key_logw.narrow(0, 0, e).to(q.scalar_type()).expand({e - s, e});
+        outs.push_back(at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false));
+      } else {
+        outs.push_back(at::scaled_dot_product_attention(qs, ks, vs));
+      }
       continue;
     }
 #endif

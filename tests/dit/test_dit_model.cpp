@@ -3,6 +3,7 @@
 // matrix-game-2 size with 2 layers.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
 #include <chrono>
