@@ -81,8 +81,17 @@ Batch make_batch(const wm::train::Sample& s, const wm::dit::DitConfig& cfg, int 
   at::Tensor ctx = frames(x0, 0, C);
   at::Tensor src = frames(x0, N0, T);
   at::Tensor noise = fixed_noise ? *fixed_noise : wm::dit::seeded_noise(src.sizes(), gen, dev);
-  // Per noisy chunk, t ~ U(0, 1) (or fixed), repeated over its frames.
-  at::Tensor tk = fixed_t >= 0 ? at::full({K}, fixed_t) : at::rand({K}, gen);
+  // Per noisy chunk, t (or fixed), repeated over its frames: mostly near the sampler's steps
+  // (1, 0.75, 0.5, 0.25, jittered by +-0.05), where the few-step sampler evaluates the model,
+  // else U(0.02, 1). Small t, which the sampler never visits, would dominate a v-prediction loss.
+  at::Tensor tk;
+  if (fixed_t >= 0) {
+    tk = at::full({K}, fixed_t);
+  } else {
+    at::Tensor step = (at::randint(0, 4, {K}, gen).to(at::kFloat) * -0.25 + 1.0) + (at::rand({K}, gen) - 0.5) * 0.1;
+    at::Tensor uni = at::rand({K}, gen) * 0.98 + 0.02;
+    tk = at::where(at::rand({K}, gen) < 0.8, step, uni).clamp(0.02, 1.0);
+  }
   at::Tensor tn = tk.repeat_interleave(F).to(dev);
   at::Tensor xn = (1 - tn).view({-1, 1, 1, 1}) * src + tn.view({-1, 1, 1, 1}) * noise;
   at::Tensor tc = at::zeros({C});
