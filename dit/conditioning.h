@@ -35,6 +35,15 @@ at::Tensor pose_features(const at::Tensor& pose, const CondConfig& c);
 // features and the yaw features of the ray through each patch column.
 at::Tensor ray_features(const at::Tensor& pose, const CondConfig& c, int64_t grid_w);
 
+// World yaw (degrees) of every token's ray: pose [B, F, 3] -> [B, F * grid_h * grid_w] float64,
+// tokens row-major per frame.
+at::Tensor token_ray_yaw_deg(const at::Tensor& pose, const CondConfig& c, int64_t grid_h, int64_t grid_w);
+
+// Rotates channel pairs [first, first + 2 * pairs) of x [B, H, n, d] (interleaved pairs) by
+// m * yaw (m = 1..pairs) for yaw_deg [B, n]: the dot product of two tokens' rotated vectors
+// then depends on the difference of their world yaws. Returns a new tensor of x's dtype.
+at::Tensor apply_yaw_rope(const at::Tensor& x, const at::Tensor& yaw_deg, int64_t first, int64_t pairs);
+
 // World yaw (degrees) of the ray through each patch column, [grid_w] float64, relative to the
 // camera's yaw: atan((2 (j + 0.5) / grid_w - 1) * tan(hfov / 2)).
 at::Tensor column_yaw_offsets_deg(const CondConfig& c, int64_t grid_w);

@@ -94,6 +94,11 @@ void DitConfig::validate() const {
               [&] { return std::string("pos_bands, yaw_harmonics and hidden must be >= 0"); });
   field_check(!cond.ray_embedding || cond.pos_bands + cond.yaw_harmonics > 0, w, "conditioning.ray_embedding",
               [&] { return std::string("needs pos_bands or yaw_harmonics > 0"); });
+  field_check(cond.yaw_rope_pairs >= 0 && rope.rotated_channels() + 2 * cond.yaw_rope_pairs <= head_dim, w,
+              "conditioning.yaw_rope_pairs", [&] {
+                return str_cat(cond.yaw_rope_pairs, " pairs do not fit: the (t, h, w) RoPE rotates ",
+                               rope.rotated_channels(), " of head_dim ", head_dim, " channels");
+              });
   field_check(cond.pos_scale > 0, w, "conditioning.pos_scale",
               [&] { return str_cat("must be > 0, got ", cond.pos_scale); });
   field_check(codec.stride > 0, w, "codec.stride", [&] { return str_cat("must be > 0, got ", codec.stride); });
@@ -164,6 +169,7 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
     cr.get("pos_scale", c.cond.pos_scale);
     cr.get("yaw_harmonics", c.cond.yaw_harmonics);
     cr.get("hidden", c.cond.hidden);
+    cr.get("yaw_rope_pairs", c.cond.yaw_rope_pairs);
     cr.finish();
   }
   c.codec.image_height = c.latent_height * c.codec.stride;
@@ -229,7 +235,8 @@ nlohmann::json config_to_json(const DitConfig& c) {
                        {"pos_bands", c.cond.pos_bands},
                        {"pos_scale", c.cond.pos_scale},
                        {"yaw_harmonics", c.cond.yaw_harmonics},
-                       {"hidden", c.cond.hidden}};
+                       {"hidden", c.cond.hidden},
+                       {"yaw_rope_pairs", c.cond.yaw_rope_pairs}};
   j["codec"] = {{"kind", c.codec.kind},
                 {"stride", c.codec.stride},
                 {"image_size", {c.codec.image_height, c.codec.image_width}}};

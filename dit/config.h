@@ -35,6 +35,9 @@ struct CondConfig {
   double pos_scale = 16.0;    // positions are divided by this before the Fourier features
   int yaw_harmonics = 4;      // (sin, cos)(m * yaw) for m = 1..yaw_harmonics
   int hidden = 0;             // hidden width of the conditioning MLPs (0: dim)
+  int yaw_rope_pairs = 0;     // > 0: an extra rotary on q and k over the world yaw of each token's
+                              // ray, pair m (m = 1..) turning by m * yaw, on the channels just
+                              // after the (t, h, w) RoPE (which must leave 2 * pairs free)
 };
 
 struct DitConfig {

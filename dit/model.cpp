@@ -185,7 +185,9 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
   at::Tensor h = at::linear(patches, w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
 
   at::Tensor pose;
-  if (c.cond.pose || c.cond.ray_embedding) pose = batch_cond(cond.pose, B, T, 3, "pose", dev);
+  const int64_t yaw_pairs = c.cond.yaw_rope_pairs;
+  if (c.cond.pose || c.cond.ray_embedding || yaw_pairs > 0) pose = batch_cond(cond.pose, B, T, 3, "pose", dev);
+  const at::Tensor ray_yaw = yaw_pairs > 0 ? token_ray_yaw_deg(pose, c.cond, gh, gw) : at::Tensor();  // [B, n]
   if (c.cond.ray_embedding) {
     at::Tensor rf = ray_embedding->forward(ray_features(pose, c.cond, gw).to(dt));  // [B, T, gw, D]
     h = (h.view({B, T, gh, gw, D}) + rf.unsqueeze(2)).view({B, n, D});
@@ -225,6 +227,10 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
     auto heads = [&](const at::Tensor& z) { return z.view({B, n, H, d}).transpose(1, 2); };  // [B, H, n, d]
     q = apply_rope(heads(q), pos, c.rope);
     k = apply_rope(heads(k), pos, c.rope);
+    if (yaw_pairs > 0) {
+      q = apply_yaw_rope(q, ray_yaw, c.rope.rotated_channels(), yaw_pairs);
+      k = apply_yaw_rope(k, ray_yaw, c.rope.rotated_channels(), yaw_pairs);
+    }
     v = heads(v).contiguous();
     if (kv_out) {
       LayerKv& kv = (*kv_out)[l];

@@ -13,7 +13,9 @@
 //   x += gate_msa * self_attn(LayerNorm(x) * (1 + scale_msa) + shift_msa)   (3D RoPE on q, k)
 //   x += gate_mlp * ffn(LayerNorm(x) * (1 + scale_mlp) + shift_mlp)         (GELU tanh)
 // e = time_embedding(sinusoid(t * timestep_scale)) + pose_embedding(pose features)
-//     + action_embedding(action), per frame.
+//     + action_embedding(action), per frame. Optional per token: ray_embedding(camera position
+// and ray-yaw features) added after the patch embedding, and a yaw rotary on q and k
+// (cond.yaw_rope_pairs) baked into the stored keys like the (t, h, w) RoPE.
 //
 // Timestep convention (rectified flow): x_t = (1 - t) * x0 + t * noise, t in [0, 1] (t = 1 is
 // pure noise, t = 0 clean), and the model predicts the velocity v = noise - x0.

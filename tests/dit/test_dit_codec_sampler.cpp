@@ -64,6 +64,30 @@ TEST(DitConditioning, RayYawFollowsTheRaycasterConvention) {
   EXPECT_EQ(pose_features(pose, c).sizes(), at::IntArrayRef({1, 2, n_camera_features(c)}));
 }
 
+// The yaw rotary makes q . k depend on the difference of the two tokens' world yaws only.
+TEST(DitConditioning, YawRopeDependsOnYawDifference) {
+  at::Generator g = at::detail::createCPUGenerator(2);
+  at::Tensor q = at::randn({1, 1, 1, 16}, g, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor k = at::randn({1, 1, 1, 16}, g, at::TensorOptions().dtype(at::kDouble));
+  auto dot = [&](double yq, double yk) {
+    at::Tensor a = apply_yaw_rope(q, at::full({1, 1}, yq, at::kDouble), 4, 5);
+    at::Tensor b = apply_yaw_rope(k, at::full({1, 1}, yk, at::kDouble), 4, 5);
+    EXPECT_TRUE(at::equal(a.narrow(-1, 0, 4), q.narrow(-1, 0, 4)));   // channels before: untouched
+    EXPECT_TRUE(at::equal(a.narrow(-1, 14, 2), q.narrow(-1, 14, 2))); // and after
+    return (a * b).sum().item<double>();
+  };
+  EXPECT_NEAR(dot(10, 40), dot(100, 130), 1e-9);
+  EXPECT_NEAR(dot(-170, 170), dot(0, 340), 1e-9);  // periodic: 340 = -20
+  EXPECT_GT(std::abs(dot(10, 40) - dot(10, 50)), 1e-6);
+  // Per-token ray yaw: camera yaw plus the column offset, rows alike.
+  CondConfig c;
+  at::Tensor pose = at::tensor({0.0, 0.0, 30.0}, at::TensorOptions().dtype(at::kDouble)).view({1, 1, 3});
+  at::Tensor yaw = token_ray_yaw_deg(pose, c, 2, 2);  // [1, 4]
+  at::Tensor off = column_yaw_offsets_deg(c, 2);
+  EXPECT_NEAR(yaw[0][3].item<double>(), 30.0 + off[1].item<double>(), 1e-12);
+  EXPECT_NEAR(yaw[0][2].item<double>(), 30.0 + off[0].item<double>(), 1e-12);
+}
+
 TEST(DitSampler, ScheduleAndShift) {
   SamplerConfig s;
   std::vector<double> t = flow_schedule(s);

@@ -31,6 +31,15 @@ DitConfig small_config() {
   return config_from_json(j, "small_config");
 }
 
+// The same with the yaw rotary: RoPE 12/6/6 leaves 8 channels for 4 yaw pairs.
+DitConfig small_yaw_config() {
+  nlohmann::json j = config_to_json(small_config());
+  j["rope"]["split"] = {12, 6, 6};
+  j["conditioning"]["yaw_rope_pairs"] = 4;
+  j["name"] = "small_yaw";
+  return config_from_json(j, "small_yaw_config");
+}
+
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
@@ -155,7 +164,8 @@ TEST(DitModel, SequenceIsBlockCausal) {
 // sequence pass: the outputs and every layer's K/V, for each chunk.
 TEST(DitModel, ChunkRefillMatchesSequence) {
   at::NoGradGuard ng;
-  const DitConfig c = small_config();
+  for (const DitConfig& c : {small_config(), small_yaw_config()}) {
+  SCOPED_TRACE(c.name);
   CausalDit m(c);
   m->init_weights(3);
   const int64_t F = c.frames_per_chunk, N = 3, P = c.tokens_per_frame();
@@ -188,11 +198,13 @@ TEST(DitModel, ChunkRefillMatchesSequence) {
   }
   EXPECT_LT(worst_out, 1e-5);
   EXPECT_LT(worst_kv, 1e-5);
-  std::printf("[ info ] chunk vs sequence: max |out diff| %.2e, max |K/V diff| %.2e\n", worst_out, worst_kv);
+  std::printf("[ info ] %s: chunk vs sequence: max |out diff| %.2e, max |K/V diff| %.2e\n", c.name.c_str(),
+              worst_out, worst_kv);
   // Positions: t = absolute frame, h = row, w = column.
   EXPECT_EQ(kv_seq[0].pos[P + 4][0].item<int64_t>(), 1);
   EXPECT_EQ(kv_seq[0].pos[P + 4][1].item<int64_t>(), 1);
   EXPECT_EQ(kv_seq[0].pos[P + 4][2].item<int64_t>(), 1);
+  }
 }
 
 // Teacher forcing in one pass ([clean ; noisy] with the visibility helper) equals denoising
