@@ -66,7 +66,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   // Grouped form: [B, KH, G * nq, d] x [B, KH, d, nk] -> scores [B, KH, G, nq, nk].
   at::Tensor qg = q.to(ct).reshape({B, KH, G * nq, d});
   at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).mul_(scale).to(at::kFloat).view({B, KH, G, nq, nk});
-  scores.add_(bias);
+  scores = scores + bias;  // out of place: an in-place add on a view is slow under autograd
   at::Tensor p = at::softmax(scores, -1);
   at::Tensor o = at::matmul(p.to(ct).view({B, KH, G * nq, nk}), v.to(ct)).view({B, H, nq, d}).to(q.scalar_type());
   res.out = batched ? o : o.squeeze(0);

@@ -220,6 +220,7 @@ class Viewer {
   // World.
   std::unique_ptr<world::Scene> scene_;
   std::unique_ptr<world::Raycaster> raycaster_;
+  bool prompt_next_ = true;  // the next request starts a session: send the ground-truth prompt
   world::MotionParams motion_;
   world::Pose pose_;           // after the last frame requested
   world::Pose received_pose_;  // of the last frame received
@@ -339,6 +340,7 @@ void Viewer::new_scene(uint64_t seed) {
 
 void Viewer::restart_epoch() {
   epoch_ = gen_->reset(seed_, policy_);
+  prompt_next_ = true;
   pending_.clear();
   display_.clear();
   mem_.reset();
@@ -494,6 +496,10 @@ void Viewer::tick_input(double now) {
     req.actions = std::move(pending_);
     pending_.clear();
     pose_ = req.poses.back();
+    if (prompt_next_) {  // a new session starts from the ground-truth view of its first chunk
+      for (auto& p : req.poses) req.prompt_frames.push_back(raycaster_->render(p));
+      prompt_next_ = false;
+    }
     gen_->submit(std::move(req));
     ++requested_total_;
     if (first_request_ms_ < 0) first_request_ms_ = now;

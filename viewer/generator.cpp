@@ -118,7 +118,10 @@ ChunkResult Generator::generate(const Job& job) {
   r.index = session_->chunks_done();
   r.poses = job.chunk.poses;
   try {
-    rollout::ChunkOutput out = session_->next(job.chunk.poses, job.chunk.actions);
+    rollout::ChunkOutput out =
+        !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
+            ? session_->prompt(job.chunk.prompt_frames, job.chunk.poses, job.chunk.actions)
+            : session_->next(job.chunk.poses, job.chunk.actions);
     r.index = out.index;
     r.frames = std::move(out.frames);
     r.ms = out.ms;

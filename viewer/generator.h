@@ -42,6 +42,8 @@ struct MemorySnapshot {
 struct ChunkRequest {
   std::vector<world::Pose> poses;      // frames_per_chunk poses
   std::vector<world::Action> actions;  // the actions that led to them
+  std::vector<Image> prompt_frames;    // first chunk of a session only: the ground-truth view the
+                                       // model starts from (WorldSession::prompt); else empty
 };
 
 struct ChunkResult {

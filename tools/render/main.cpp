@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   std::string png_dir;
   int upscale = 6, fps = 16, max_seconds = 0, threads = 0, steps = 4;
   double keep_ratio = 0.25;
-  bool side_by_side = false, strip = false;
+  bool side_by_side = false, strip = false, no_prompt = false;
   uint64_t noise_seed = 0;
   std::string device = "auto";
   app.add_option("--model", model_path, "model weights (safetensors with its config)");
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
   app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
   app.add_flag("--strip", strip, "a strip under the frames: chunks in the window (green), retrieved (orange)");
+  app.add_flag("--no-prompt", no_prompt, "generate chunk 0 too instead of starting from the ground-truth first chunk");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
   app.add_option("--threads", threads, "CPU threads (0: all cores)");
   CLI11_PARSE(app, argc, argv);
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
 
     std::vector<double> ms;
     auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun& run) {
-      ms.push_back(c.ms);
+      if (!c.prompt) ms.push_back(c.ms);
       const auto& mem = session.memory();
       std::vector<std::string> in_window;
       for (auto r : mem.window().layout().region_names())
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
                       mem.bank().bytes(wm::Tier::Disk)) / 1024);
     };
     const auto t0 = std::chrono::steady_clock::now();
-    wm::rollout::run_episode(session, ep, noise_seed, n, on_chunk);
+    wm::rollout::run_episode(session, ep, noise_seed, n, on_chunk, !no_prompt);
     writer.close();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double sum = 0;
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
                  "\nwm_render: wrote %s (%dx%d, %d frames at %d fps)\n"
                  "  chunk ms: mean %.1f, p50 %.1f, p90 %.1f, last %.1f; generated %.1f frames/s; wall %.1f s\n",
                  out.c_str(), W, H, writer.frames_written(), fps, sum / ms.size(), percentile(ms, 0.5),
-                 percentile(ms, 0.9), ms.back(), 1000.0 * F * ms.size() / sum, wall);
+                 percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum, wall);
   } catch (const std::exception& e) {
     std::cerr << "\nwm_render: error: " << e.what() << "\n";
     return 1;

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   std::string placement = "original";
   std::string out_dir = "bench_out", dump_dir;
   int episodes = 0, max_seconds = 0, steps = 4, threads = 0, dump_max = 20;
+  bool no_prompt = false;
   uint64_t noise_seed = 0;
   std::string device = "auto";
   app.add_option("--model", model_path, "model weights (safetensors with its config)");
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
   app.add_option("--dump-dir", dump_dir, "write revisit pairs as PNG (first visit | revisit | ground truth)");
   app.add_option("--dump-max", dump_max, "at most this many pairs per episode and policy in --dump-dir");
+  app.add_flag("--no-prompt", no_prompt, "generate chunk 0 too instead of starting from the ground-truth first chunk");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
   app.add_option("--threads", threads, "CPU threads (0: all cores)");
   CLI11_PARSE(app, argc, argv);
@@ -147,20 +149,24 @@ int main(int argc, char** argv) {
                          suite.episodes.size(), scores[pi].policy.c_str(), static_cast<long long>(c.index),
                          100.0 * done_frames / all_frames, el / done_frames * (all_frames - done_frames));
           }
-        });
+        }, !no_prompt);
+        // Pairs whose first visit lies in the prompt would compare with the ground truth itself.
+        std::vector<wm::world::RevisitPair> scored;
+        for (auto& p : pairs)
+          if (p.first >= run.prompt_frames) scored.push_back(p);
         EpisodeScore s;
         s.name = ep.name;
         s.frames = n;
-        s.pairs = static_cast<int>(pairs.size());
+        s.pairs = static_cast<int>(scored.size());
         int dumped = 0;
-        for (auto& p : pairs) {
+        for (auto& p : scored) {
           const wm::Image &a = run.frames[p.first], &b = run.frames[p.revisit];
-          s.revisit_psnr += capped_psnr(b, a) / pairs.size();
-          s.revisit_ssim += wm::media::ssim(b, a) / pairs.size();
-          s.gt_psnr += capped_psnr(b, gt[p.revisit]) / pairs.size();
-          s.gt_ssim += wm::media::ssim(b, gt[p.revisit]) / pairs.size();
-          if (!dump_dir.empty() && dumped < dump_max && (pairs.size() <= static_cast<size_t>(dump_max) ||
-                                                        (&p - &pairs[0]) % (pairs.size() / dump_max) == 0)) {
+          s.revisit_psnr += capped_psnr(b, a) / scored.size();
+          s.revisit_ssim += wm::media::ssim(b, a) / scored.size();
+          s.gt_psnr += capped_psnr(b, gt[p.revisit]) / scored.size();
+          s.gt_ssim += wm::media::ssim(b, gt[p.revisit]) / scored.size();
+          if (!dump_dir.empty() && dumped < dump_max && (scored.size() <= static_cast<size_t>(dump_max) ||
+                                                        (&p - &scored[0]) % (scored.size() / dump_max) == 0)) {
             char name[256];
             std::snprintf(name, sizeof name, "%s/%s_ep%03zu_%05d_%05d.png", dump_dir.c_str(), scores[pi].policy.c_str(), e,
                           p.first, p.revisit);
@@ -168,14 +174,17 @@ int main(int argc, char** argv) {
             ++dumped;
           }
         }
-        for (int f = 0; f < n; ++f) s.gt_psnr_all += capped_psnr(run.frames[f], gt[f]) / n;
+        for (int f = run.prompt_frames; f < n; ++f)
+          s.gt_psnr_all += capped_psnr(run.frames[f], gt[f]) / std::max(1, n - run.prompt_frames);
+        // Speed of generated chunks only (the prompt chunk is an encode and one pass).
         double sum = 0;
-        for (auto& c : run.chunks) sum += c.ms, s.chunk_ms.push_back(c.ms);
-        const size_t k = std::min<size_t>(3, run.chunks.size());
+        for (auto& c : run.chunks)
+          if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms);
+        const size_t k = std::min<size_t>(3, s.chunk_ms.size());
         double last = 0;
-        for (size_t i = run.chunks.size() - k; i < run.chunks.size(); ++i) last += run.chunks[i].ms / k;
-        s.fps_last = 1000.0 * mc.frames_per_chunk / last;
-        s.fps_mean = 1000.0 * mc.frames_per_chunk * run.chunks.size() / sum;
+        for (size_t i = s.chunk_ms.size() - k; i < s.chunk_ms.size(); ++i) last += s.chunk_ms[i] / k;
+        s.fps_last = k ? 1000.0 * mc.frames_per_chunk / last : 0;
+        s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * mc.frames_per_chunk * s.chunk_ms.size() / sum;
         s.peak_window = run.peak_window_bytes;
         for (int t = 0; t < 3; ++t) s.bank[t] = run.chunks.back().bank_bytes[t];
         scores[pi].eps.push_back(std::move(s));
@@ -237,7 +246,7 @@ int main(int argc, char** argv) {
         int cnt = 0;
         for (auto& e : ps.eps)
           for (size_t d = (c >= 2 ? c - 2 : 0); d <= c + 2 && d < e.chunk_ms.size(); ++d) sum += e.chunk_ms[d], ++cnt;
-        if (cnt) s.points.push_back({(c + 1) * mc.frames_per_chunk / 16.0, 1000.0 * mc.frames_per_chunk / (sum / cnt)});
+        if (cnt) s.points.push_back({(c + 2) * mc.frames_per_chunk / 16.0, 1000.0 * mc.frames_per_chunk / (sum / cnt)});
       }
       fps_series.push_back(s);
     }

@@ -1,6 +1,8 @@
 #include "tools/rollout/episode_runner.h"
 
 #include "runtime/error.h"
+#include "tools/world/raycaster.h"
+#include "tools/world/suite.h"
 
 namespace wm::rollout {
 
@@ -11,7 +13,7 @@ int covered_frames(const world::Episode& ep, int fpc, int max_frames) {
 }
 
 EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames,
-                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk) {
+                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk, bool prompt) {
   const int F = session.frames_per_chunk();
   const int n = covered_frames(ep, F, max_frames);
   WM_CHECK(n >= F, "episode '", ep.name, "' has ", ep.frames(), " frames, fewer than one chunk of ", F);
@@ -21,9 +23,25 @@ EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t
   for (int f0 = 0; f0 < n; f0 += F) {
     std::vector<world::Pose> poses(ep.poses.begin() + f0, ep.poses.begin() + f0 + F);
     std::vector<world::Action> actions(ep.actions.begin() + f0, ep.actions.begin() + f0 + F);
-    ChunkOutput out = session.next(poses, actions);
+    ChunkOutput out;
+    if (prompt && f0 == 0) {
+      const auto& mc = session.model()->config();
+      world::RenderSpec rs;
+      rs.width = mc.codec.image_width;
+      rs.height = mc.codec.image_height;
+      rs.fov_deg = mc.cond.hfov_deg;
+      const world::Scene scene = world::scene_of(ep);
+      world::Raycaster ray(scene, rs);
+      std::vector<Image> frames;
+      for (auto& p : poses) frames.push_back(ray.render(p));
+      out = session.prompt(frames, poses, actions);
+      run.prompt_frames = F;
+    } else {
+      out = session.next(poses, actions);
+    }
     ChunkRecord rec;
     rec.index = out.index;
+    rec.prompt = out.prompt;
     rec.ms = out.ms;
     rec.retrieved = out.retrieved;
     rec.window_bytes = session.memory().window_bytes();

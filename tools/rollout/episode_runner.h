@@ -14,6 +14,7 @@ namespace wm::rollout {
 
 struct ChunkRecord {
   int64_t index = 0;
+  bool prompt = false;  // the given prompt chunk (not generated)
   double ms = 0;
   std::vector<std::string> retrieved;
   size_t window_bytes = 0;
@@ -21,7 +22,9 @@ struct ChunkRecord {
 };
 
 struct EpisodeRun {
-  std::vector<Image> frames;  // generated, one per trajectory frame (whole chunks only)
+  std::vector<Image> frames;  // one per trajectory frame (whole chunks only); the first
+                              // prompt_frames are the ground-truth prompt, the rest generated
+  int prompt_frames = 0;
   std::vector<ChunkRecord> chunks;
   size_t peak_window_bytes = 0;
 };
@@ -30,8 +33,11 @@ struct EpisodeRun {
 int covered_frames(const world::Episode& ep, int frames_per_chunk, int max_frames = 0);
 
 // Runs the session (reset with `seed` first) over the episode's first max_frames frames (0: all),
-// calling on_chunk after each chunk (may be empty).
+// calling on_chunk after each chunk (may be empty). With prompt (the default) the first chunk is
+// the ground truth rendered at its poses, given to the model as its starting view; the rest is
+// generated.
 EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames = 0,
-                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk = {});
+                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk = {},
+                       bool prompt = true);
 
 }  // namespace wm::rollout

@@ -38,6 +38,33 @@ void WorldSession::reset(uint64_t seed, worldkv::Policy policy) {
   next_index_ = 0;
 }
 
+ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<world::Pose>& poses,
+                                const std::vector<world::Action>& actions) {
+  const int F = frames_per_chunk();
+  WM_CHECK(next_index_ == 0, "a prompt starts the rollout; ", next_index_, " chunks are already made");
+  WM_CHECK(static_cast<int>(frames.size()) == F && static_cast<int>(poses.size()) == F &&
+               static_cast<int>(actions.size()) == F,
+           "a prompt is one chunk of ", F, " frames: got ", frames.size(), " frames, ", poses.size(), " poses, ",
+           actions.size(), " actions");
+  const auto t0 = std::chrono::steady_clock::now();
+  at::NoGradGuard ng;
+  const auto mposes = memory_poses(poses);
+  memory_->prepare(0, mposes);
+  dit::FrameCond cond{pose_tensor(poses).to(device_),
+                      action_tensor(actions, model_->config().cond.action_dim).to(device_)};
+  std::vector<LayerKv> kv;
+  model_->forward_chunk(codec_->encode_images(frames, device_), at::scalar_tensor(0.0, at::kFloat), cond, 0,
+                        &memory_->window(), &kv);
+  memory_->commit(0, std::move(kv), mposes);
+  ChunkOutput out;
+  out.index = 0;
+  out.frames = frames;
+  out.prompt = true;
+  ++next_index_;
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 ChunkOutput WorldSession::next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions) {
   const int F = frames_per_chunk();
   WM_CHECK(static_cast<int>(poses.size()) == F && static_cast<int>(actions.size()) == F, "a chunk is ", F,

@@ -32,6 +32,7 @@ struct ChunkOutput {
   std::vector<Image> frames;          // frames_per_chunk decoded RGB frames
   double ms = 0;                      // wall time of the chunk (sampling, refill, memory, decode)
   std::vector<std::string> retrieved; // chunks in the retrieved region for this chunk
+  bool prompt = false;                // the frames are the given prompt, not generated
 };
 
 class WorldSession {
@@ -41,6 +42,11 @@ class WorldSession {
 
   // Generates the next chunk for frames with these poses and actions (frames_per_chunk each).
   ChunkOutput next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions);
+  // Starts the rollout from given frames, as image-to-video world models start from an image:
+  // the frames (one chunk) are encoded and their K/V written into the window as chunk 0 by the
+  // refill pass. Must come first. The output holds the prompt frames themselves (prompt = true).
+  ChunkOutput prompt(const std::vector<Image>& frames, const std::vector<world::Pose>& poses,
+                     const std::vector<world::Action>& actions);
   // Back to an empty memory and chunk 0, with a new noise seed and optionally another policy.
   void reset(uint64_t seed);
   void reset(uint64_t seed, worldkv::Policy policy);
