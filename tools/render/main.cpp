@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
+#include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
@@ -99,18 +100,13 @@ int main(int argc, char** argv) {
     sc.memory.placement = wm::worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.seed = noise_seed;
-    sc.sampler.timesteps.clear();
-    for (int i = 0; i < steps; ++i) sc.sampler.timesteps.push_back(1.0 - static_cast<double>(i) / steps);
+    sc.sampler = wm::rollout::sampler_with_steps(steps);
     wm::rollout::WorldSession session(wm::rollout::load_world_model(model_path, dev), sc, dev);
     const int F = session.frames_per_chunk();
     const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);
     const int n_chunks = n / F;
 
-    wm::world::RenderSpec rs;
-    const auto& mc = session.model()->config();
-    rs.width = mc.codec.image_width;
-    rs.height = mc.codec.image_height;
-    rs.fov_deg = mc.cond.hfov_deg;
+    const wm::world::RenderSpec rs = wm::rollout::render_spec_of(session.model()->config());
     wm::world::Raycaster ray(scene, rs);
     const int fw = rs.width * upscale, fh = rs.height * upscale;
     const int strip_h = strip ? std::max(12, 3 * upscale) : 0;

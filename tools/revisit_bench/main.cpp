@@ -19,6 +19,7 @@
 #include "runtime/error.h"
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
+#include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/plot.h"
 #include "tools/world/raycaster.h"
@@ -109,14 +110,10 @@ int main(int argc, char** argv) {
 
     wm::dit::CausalDit model = wm::rollout::load_world_model(model_path, dev);
     const auto& mc = model->config();
-    wm::world::RenderSpec rs;
-    rs.width = mc.codec.image_width;
-    rs.height = mc.codec.image_height;
-    rs.fov_deg = mc.cond.hfov_deg;
+    const wm::world::RenderSpec rs = wm::rollout::render_spec_of(mc);
     wm::rollout::SessionConfig sc;
     sc.memory.placement = wm::worldkv::parse_placement(placement);
-    sc.sampler.timesteps.clear();
-    for (int i = 0; i < steps; ++i) sc.sampler.timesteps.push_back(1.0 - static_cast<double>(i) / steps);
+    sc.sampler = wm::rollout::sampler_with_steps(steps);
 
     int total_frames = 0;
     for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * 16);

@@ -44,4 +44,20 @@ std::vector<worldkv::Pose> memory_poses(const std::vector<world::Pose>& p) {
   return out;
 }
 
+world::RenderSpec render_spec_of(const dit::DitConfig& c) {
+  world::RenderSpec rs;
+  rs.width = c.codec.image_width;
+  rs.height = c.codec.image_height;
+  rs.fov_deg = c.cond.hfov_deg;
+  return rs;
+}
+
+dit::SamplerConfig sampler_with_steps(int n) {
+  WM_CHECK(n >= 1, "a sampler needs at least one step, got ", n);
+  dit::SamplerConfig sc;
+  sc.timesteps.clear();
+  for (int i = 0; i < n; ++i) sc.timesteps.push_back(1.0 - static_cast<double>(i) / n);
+  return sc;
+}
+
 }  // namespace wm::rollout

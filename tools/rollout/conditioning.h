@@ -4,7 +4,10 @@
 
 #include <vector>
 
+#include "dit/config.h"
+#include "dit/sampler.h"
 #include "tools/world/actions.h"
+#include "tools/world/raycaster.h"
 #include "tools/world/pose.h"
 #include "worldkv/pose.h"
 
@@ -18,5 +21,10 @@ at::Tensor action_tensor(const std::vector<world::Action>& actions, int action_d
 // The memory's pose (radians, z = 0) of a world pose.
 worldkv::Pose memory_pose(const world::Pose& p);
 std::vector<worldkv::Pose> memory_poses(const std::vector<world::Pose>& p);
+
+// The ground-truth render settings that match a model: its frame size and field of view.
+world::RenderSpec render_spec_of(const dit::DitConfig& c);
+// A sampler of n evenly spaced steps: t = 1, 1 - 1/n, ..., 1/n.
+dit::SamplerConfig sampler_with_steps(int n);
 
 }  // namespace wm::rollout

@@ -1,6 +1,7 @@
 #include "tools/rollout/episode_runner.h"
 
 #include "runtime/error.h"
+#include "tools/rollout/conditioning.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
 
@@ -25,13 +26,8 @@ EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t
     std::vector<world::Action> actions(ep.actions.begin() + f0, ep.actions.begin() + f0 + F);
     ChunkOutput out;
     if (prompt && f0 == 0) {
-      const auto& mc = session.model()->config();
-      world::RenderSpec rs;
-      rs.width = mc.codec.image_width;
-      rs.height = mc.codec.image_height;
-      rs.fov_deg = mc.cond.hfov_deg;
       const world::Scene scene = world::scene_of(ep);
-      world::Raycaster ray(scene, rs);
+      world::Raycaster ray(scene, render_spec_of(session.model()->config()));
       std::vector<Image> frames;
       for (auto& p : poses) frames.push_back(ray.render(p));
       out = session.prompt(frames, poses, actions);
