@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: all cores)");
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N");
   app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk");
-  std::string eval_only;
+  std::string eval_only, init;
+  app.add_option("--init", init, "start from these weights (e.g. the shipped model) instead of a fresh initialisation");
   app.add_option("--eval-only", eval_only,
                  "no training: run the memory probe (--eval-samples unseen revisits) on this model file");
   CLI11_PARSE(app, argc, argv);
@@ -254,6 +255,10 @@ int main(int argc, char** argv) {
       wall_before = st.value("wall_seconds", 0.0);
       std::cerr << "wm_train: resumed at step " << step << " from " << a.out << "\n";
     } else {
+      if (!init.empty()) {
+        wm::dit::load_weights(*model, init);
+        std::cerr << "wm_train: starting from " << init << "\n";
+      }
       at::NoGradGuard ng;
       auto src = model->parameters(), dst = ema->parameters();
       for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
