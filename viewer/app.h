@@ -20,7 +20,7 @@ struct ViewerOptions {
   uint64_t seed = 1;             // scene and noise seed
   std::string policy = "worldkv";
   std::string device = "cpu";    // "cpu", "cuda", "cuda:N", "auto"
-  int threads = 0;               // CPU threads for the model (0: all cores)
+  int threads = 0;               // CPU threads for the model (0: all cores but one)
   int scale = 0;                 // frame upscale on screen (0: fit the window)
   int width = 0, height = 0;     // window size (0: from scale, or 1280 x 720)
   std::string record_path;       // start recording here at once (empty: only when R is pressed)

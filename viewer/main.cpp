@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--policy", o.policy, "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn")
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores)")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores but one, which the window keeps)")->capture_default_str();
   app.add_option("--scale", o.scale, "on-screen upscale of the frames (0: fit the window)")->check(CLI::Range(0, 64));
   app.add_option("--width", o.width, "window width (default 1280, or what --scale needs)")->check(CLI::Range(0, 16384));
   app.add_option("--height", o.height, "window height (default 720, or what --scale needs)")->check(CLI::Range(0, 16384));
