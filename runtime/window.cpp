@@ -19,7 +19,7 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
   cap_.assign(L, 0);
   reallocs_.assign(L, 0);
   for (int l = 0; l < L; ++l) {
-    const int64_t cap = initial_capacity > 0 ? target_capacity(l, initial_capacity, 1.0 + 1e-9) : 0;
+    const int64_t cap = initial_capacity > 0 ? staggered_capacity(l, initial_capacity, 1.0) : 0;
     k_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
     v_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
     logw_[l] = at::empty({cap}, spec_.options().dtype(at::kFloat));
@@ -28,8 +28,7 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
   }
 }
 
-int64_t KvWindow::target_capacity(int l, int64_t need, double factor) const {
-  if (factor <= 1.0) return need;  // an explicit reserve: exactly what was asked
+int64_t KvWindow::staggered_capacity(int l, int64_t need, double factor) const {
   // Layer l takes need * factor * (1 + stagger * l / L), rounded up to the granule, plus l
   // granules: capacities differ from layer to layer even where the rounding would merge them,
   // so the layers fill up, and reallocate, on different steps.
@@ -42,7 +41,8 @@ int64_t KvWindow::target_capacity(int l, int64_t need, double factor) const {
 
 void KvWindow::ensure(int l, int64_t need, double factor) {
   if (need <= cap_[l]) return;
-  const int64_t cap = target_capacity(l, need, factor);
+  // factor <= 1 is an explicit reserve: exactly what was asked.
+  const int64_t cap = factor <= 1.0 ? need : staggered_capacity(l, need, factor);
   const int64_t used = layout_.size(l);
   at::Tensor k = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
   at::Tensor v = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());

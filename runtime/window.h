@@ -84,9 +84,11 @@ class KvWindow {
   size_t bytes_used() const;
 
  private:
-  // Grows layer l to hold `need` tokens (to target_capacity(l, need, factor)) if it holds fewer.
+  // Grows layer l to hold `need` tokens if it holds fewer: to exactly `need` when factor <= 1 (a
+  // reserve), else to staggered_capacity(l, need, factor).
   void ensure(int l, int64_t need, double factor);
-  int64_t target_capacity(int l, int64_t need, double factor) const;
+  // need * factor, staggered by layer (see window.cpp), in granules.
+  int64_t staggered_capacity(int l, int64_t need, double factor) const;
   void insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
                  const at::Tensor& logw);
   void erase_at(int l, int64_t at, int64_t n);
