@@ -131,8 +131,7 @@ void BlockStore::put(Block block, Tier tier) {
   e.order = next_order_++;
   e.block = std::move(block);
   const std::string id = e.block.id;
-  auto [it, ok] = entries_.emplace(id, std::move(e));
-  (void)ok;
+  auto it = entries_.emplace(id, std::move(e)).first;
   place(it->second, t);
 }
 

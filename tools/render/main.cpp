@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
                  n_chunks, policy.c_str(), wm::describe_device(dev).c_str());
 
     std::vector<double> ms;
-    auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun& run) {
+    auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
       if (!c.prompt) ms.push_back(c.ms);
       const auto& mem = session.memory();
       std::vector<std::string> in_window;
@@ -148,7 +148,6 @@ int main(int argc, char** argv) {
         writer.write(canvas);
         if (pngs) pngs->write(canvas);
       }
-      (void)run;
       if (c.index % 10 == 0 || c.index + 1 == n_chunks)
         std::fprintf(stderr, "\r  chunk %lld/%d  %.0f ms  window %zu KiB  bank %zu KiB   ", static_cast<long long>(c.index + 1),
                      n_chunks, c.ms, mem.window_bytes() / 1024,
