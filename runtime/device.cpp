@@ -1,5 +1,9 @@
 #include "runtime/device.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <ATen/Parallel.h>
 #include <ATen/Context.h>
 
@@ -25,6 +29,14 @@ int init_threads(int n) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(n);
   return at::get_num_threads();
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+#endif
 }
 
 std::string describe_device(at::Device d) {

@@ -8,7 +8,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 #include <chrono>
@@ -93,18 +92,8 @@ int run_train(const Args& a, wm::dit::CausalDit& model, const wm::dit::DitConfig
   return 0;
 }
 
-// glibc returns large freed blocks to the kernel and faults them in again on the next step,
-// which costs as much as the matmuls here: keep them (threshold at its 32 MiB maximum).
-void keep_freed_memory() {
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-#endif
-}
-
 int run(const Args& a) {
-  keep_freed_memory();
+  wm::keep_freed_memory();
   wm::init_threads(a.threads);
   at::NoGradGuard ng;
   const at::Device dev = wm::parse_device(a.device);

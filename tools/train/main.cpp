@@ -53,6 +53,7 @@ struct Args {
   int threads = 0;
   std::string device = "auto";
   double ctx_noise_prob = 0.3;
+  std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // the probe's sampler
 };
 
 std::string fmt_duration(double s) {
@@ -127,7 +128,8 @@ at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
 // One-chunk-ahead prediction of the sample's target by the 4-step sampler, from its clean
 // context (all of it, or only the sink and the recent chunk). Returns decoded frames.
 std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, wm::train::Sample s,
-                                      bool keep_retrieved, uint64_t noise_seed, at::Device dev) {
+                                      bool keep_retrieved, uint64_t noise_seed, const wm::dit::SamplerConfig& sc,
+                                      at::Device dev) {
   const int F = model->config().frames_per_chunk;
   if (!keep_retrieved && s.chunks.size() > 3) {
     // Keep the sink, the recent chunk and the target.
@@ -145,7 +147,6 @@ std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::
   at::Generator gen = at::detail::createCPUGenerator(noise_seed);
   const int S = static_cast<int>(s.chunks.size());
   at::Tensor noise = wm::dit::seeded_noise({F, s.latents.size(1), s.latents.size(2), s.latents.size(3)}, gen, dev);
-  wm::dit::SamplerConfig sc;
   auto denoise = [&](const at::Tensor& x_t, double t) {
     Batch b = make_batch(s, model->config(), 1, 0.0, gen, dev, &x_t, t);
     b.x = at::cat({b.x.narrow(0, 0, b.noisy_from), x_t});
@@ -160,7 +161,8 @@ struct EvalResult {
   int n = 0;
 };
 
-EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int n, uint64_t seed, at::Device dev) {
+EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int n, uint64_t seed,
+                    const wm::dit::SamplerConfig& sc, at::Device dev) {
   at::NoGradGuard ng;
   const bool was_training = model->is_training();
   model->eval();
@@ -174,8 +176,8 @@ EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int 
     const int F = model->config().frames_per_chunk;
     std::vector<wm::Image> truth = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F, F));
     std::vector<wm::Image> last = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F - 1, 1));
-    auto full = predict_target(model, codec, s, true, 1000 + k, dev);
-    auto nomem = predict_target(model, codec, s, false, 1000 + k, dev);
+    auto full = predict_target(model, codec, s, true, 1000 + k, sc, dev);
+    auto nomem = predict_target(model, codec, s, false, 1000 + k, sc, dev);
     for (int f = 0; f < F; ++f) {
       r.psnr_full += wm::media::psnr(full[f], truth[f]) / F;
       r.psnr_nomem += wm::media::psnr(nomem[f], truth[f]) / F;
@@ -213,6 +215,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: all cores)");
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N");
   app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk");
+  app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]");
   std::string eval_only, init;
   app.add_option("--init", init, "start from these weights (e.g. the shipped model) instead of a fresh initialisation");
   app.add_option("--eval-only", eval_only,
@@ -220,11 +223,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     wm::init_threads(a.threads);
+    wm::keep_freed_memory();
     const at::Device dev = wm::parse_device(a.device);
+    wm::dit::SamplerConfig probe_sampler;
+    probe_sampler.timesteps = a.timesteps;
+    wm::dit::flow_schedule(probe_sampler);  // rejects a bad list before any work
     if (!eval_only.empty()) {
       wm::dit::CausalDit m = wm::dit::load_model(eval_only, dev);
       auto codec = wm::dit::make_codec(m->config());
-      EvalResult r = evaluate(m, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, dev);
+      EvalResult r = evaluate(m, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, probe_sampler, dev);
       std::printf("%s: one-chunk-ahead PSNR on %d unseen revisit chunks (ground-truth context):\n"
                   "  full window (sink, retrieved, recent) %.2f dB\n  sink + recent only            %.2f dB\n"
                   "  repeat the last context frame      %.2f dB\n",
@@ -338,7 +345,7 @@ int main(int argc, char** argv) {
       const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
       if (step % a.ckpt_every == 0 || step == a.steps || out_of_time) save(step == a.steps);
       if ((a.eval_every > 0 && step % a.eval_every == 0) || step == a.steps || out_of_time) {
-        EvalResult r = evaluate(ema, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, dev);
+        EvalResult r = evaluate(ema, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, probe_sampler, dev);
         char line[256];
         std::snprintf(line, sizeof line,
                       "\n[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
