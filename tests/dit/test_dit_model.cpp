@@ -14,6 +14,7 @@
 #include "dit/model.h"
 #include "dit/weights.h"
 #include "runtime/error.h"
+#include "runtime/rope.h"
 #include "runtime/safetensors.h"
 #include "runtime/window.h"
 
@@ -205,6 +206,41 @@ TEST(DitModel, ChunkRefillMatchesSequence) {
   EXPECT_EQ(kv_seq[0].pos[P + 4][1].item<int64_t>(), 1);
   EXPECT_EQ(kv_seq[0].pos[P + 4][2].item<int64_t>(), 1);
   }
+}
+
+// A chunk's refill keys moved in time by re-anchoring equal the keys the model computes at the
+// new frame, with the yaw rotary (world-absolute, so left alone by re-anchoring) on the channels
+// after the (t, h, w) RoPE. This is what worldkv's re-anchored placement relies on.
+TEST(DitModel, ReanchoredRefillKeysEqualKeysAtTheNewFrame) {
+  at::NoGradGuard ng;
+  const DitConfig c = small_yaw_config();
+  CausalDit m(c);
+  m->init_weights(5);
+  const int64_t F = c.frames_per_chunk;
+  Data d = random_data(c, F, 6);
+  auto refill = [&](int64_t first_frame) {
+    std::vector<LayerKv> kv;
+    m->forward_chunk(d.x, at::scalar_tensor(0.0), d.cond, first_frame, nullptr, &kv);
+    return kv;
+  };
+  const std::vector<LayerKv> at_900 = refill(900), at_12 = refill(12);
+  double worst = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    at::Tensor moved = reanchor(at_900[l].k, c.rope, /*axis=*/0, 12 - 900);
+    worst = std::max(worst, max_abs_diff(moved, at_12[l].k));
+    EXPECT_LT(max_abs_diff(at_900[l].v, at_12[l].v), 1e-5);
+  }
+  EXPECT_LT(worst, 1e-4);
+  // The yaw channels carry the pose: the same chunk seen from another yaw has other keys there.
+  Data turned = d;
+  turned.cond.pose = d.cond.pose.clone();
+  turned.cond.pose.select(1, 2).add_(40.0);
+  std::vector<LayerKv> kv_turned;
+  m->forward_chunk(turned.x, at::scalar_tensor(0.0), turned.cond, 12, nullptr, &kv_turned);
+  const int64_t rot = c.rope.rotated_channels();
+  EXPECT_GT(max_abs_diff(kv_turned[0].k.narrow(-1, rot, 2 * c.cond.yaw_rope_pairs),
+                         at_12[0].k.narrow(-1, rot, 2 * c.cond.yaw_rope_pairs)), 1e-2);
+  std::printf("[ info ] re-anchored refill keys (900 -> 12): max |diff| %.2e\n", worst);
 }
 
 // Teacher forcing in one pass ([clean ; noisy] with the visibility helper) equals denoising
