@@ -68,9 +68,14 @@ ChunkResult generate_chunk(CausalDit& model, KvWindow* window, const FrameCond& 
   };
   ChunkResult r;
   r.latents = sample_flow(noise, cfg, denoise, &gen);
-  if (cfg.refill)
-    model->forward_chunk(r.latents, at::scalar_tensor(0.0, at::TensorOptions().dtype(at::kFloat)), cond, first_frame,
-                         window, &r.kv);
+  if (cfg.refill) {
+    WM_CHECK(cfg.context_t >= 0 && cfg.context_t < 1, "context_t must be in [0, 1), got ", cfg.context_t);
+    at::Tensor ctx = r.latents;
+    if (cfg.context_t > 0)
+      ctx = (1.0 - cfg.context_t) * r.latents + cfg.context_t * seeded_noise(r.latents.sizes(), gen, dev);
+    model->forward_chunk(ctx, at::scalar_tensor(cfg.context_t, at::TensorOptions().dtype(at::kFloat)), cond,
+                         first_frame, window, &r.kv);
+  }
   return r;
 }
 

@@ -23,6 +23,9 @@ struct SamplerConfig {
   bool renoise = false;  // false: Euler ODE step. true: Self-Forcing / CausVid style: predict x0,
                          // then x <- (1 - t_next) * x0 + t_next * fresh noise
   bool refill = true;    // run the t = 0 pass on the clean chunk and return its K/V
+  double context_t = 0;  // > 0: the refill pass sees the chunk re-noised to this t (labelled so),
+                         // as the trainer's context-noise augmentation does, so that later chunks
+                         // do not take the model's own small errors for clean ground truth
 };
 
 // The shifted schedule t_0 > t_1 > ... > t_{N-1} > t_N = 0 (N + 1 values). Throws wm::Error on
