@@ -155,5 +155,33 @@ TEST(DitSampler, GenerateChunkIsSeededAndRefills) {
   EXPECT_EQ(next.kv[0].pos[0][0].item<int64_t>(), 3);
 }
 
+// A noisy refill (context_t > 0) leaves the generated chunk as it is and feeds the refill pass
+// the chunk re-noised with the generator's next draw, labelled with context_t.
+TEST(DitSampler, NoisyRefillKeepsTheChunkAndRenoisesItsContext) {
+  at::NoGradGuard ng;
+  nlohmann::json j = {{"name", "small"},       {"dim", 32},
+                      {"n_layers", 2},         {"n_heads", 2},
+                      {"ffn_dim", 64},         {"latent_channels", 12},
+                      {"latent_size", {4, 4}}, {"codec", {{"kind", "pixel_patch"}, {"stride", 2}}}};
+  DitConfig c = config_from_json(j, "small");
+  CausalDit m(c);
+  m->init_weights(4);
+  FrameCond cond{at::zeros({3, 3}), at::zeros({3, 5})};
+  SamplerConfig clean, noisy;
+  noisy.context_t = 0.1;
+  at::Generator g1 = at::detail::createCPUGenerator(7), g2 = at::detail::createCPUGenerator(7);
+  ChunkResult a = generate_chunk(m, nullptr, cond, 0, clean, g1);
+  ChunkResult b = generate_chunk(m, nullptr, cond, 0, noisy, g2);
+  EXPECT_TRUE(at::equal(a.latents, b.latents));
+  // g1 is now where g2 was when it drew the refill noise.
+  at::Tensor ctx = 0.9 * a.latents + 0.1 * seeded_noise(a.latents.sizes(), g1, at::kCPU);
+  std::vector<LayerKv> kv;
+  m->forward_chunk(ctx, at::scalar_tensor(0.1), cond, 0, nullptr, &kv);
+  EXPECT_LT((kv[1].k - b.kv[1].k).abs().max().item<double>(), 1e-6);
+  EXPECT_GT((a.kv[1].k - b.kv[1].k).abs().max().item<double>(), 1e-3);
+  noisy.context_t = 1.0;
+  EXPECT_THROW(generate_chunk(m, nullptr, cond, 0, noisy, g2), wm::Error);
+}
+
 }  // namespace
 }  // namespace wm::dit
