@@ -125,15 +125,20 @@ TEST(DitSampler, AnalyticVelocityReachesTarget) {
   EXPECT_TRUE(at::allclose(flow_step(noise, x0, 1.0, 0.0), noise - x0));
 }
 
-TEST(DitSampler, GenerateChunkIsSeededAndRefills) {
-  at::NoGradGuard ng;
+// A 2-layer model of dim 32 (2 heads, 4 x 4 latent, 12 channels) with seeded weights.
+CausalDit small_sampler_model() {
   nlohmann::json j = {{"name", "small"},       {"dim", 32},
                       {"n_layers", 2},         {"n_heads", 2},
                       {"ffn_dim", 64},         {"latent_channels", 12},
                       {"latent_size", {4, 4}}, {"codec", {{"kind", "pixel_patch"}, {"stride", 2}}}};
-  DitConfig c = config_from_json(j, "small");
-  CausalDit m(c);
+  CausalDit m(config_from_json(j, "small"));
   m->init_weights(4);
+  return m;
+}
+
+TEST(DitSampler, GenerateChunkIsSeededAndRefills) {
+  at::NoGradGuard ng;
+  CausalDit m = small_sampler_model();
   KvWindow win(m->kv_spec(at::kCPU), {"recent"});
   FrameCond cond{at::zeros({3, 3}), at::zeros({3, 5})};
   SamplerConfig s;
@@ -159,13 +164,7 @@ TEST(DitSampler, GenerateChunkIsSeededAndRefills) {
 // the chunk re-noised with the generator's next draw, labelled with context_t.
 TEST(DitSampler, NoisyRefillKeepsTheChunkAndRenoisesItsContext) {
   at::NoGradGuard ng;
-  nlohmann::json j = {{"name", "small"},       {"dim", 32},
-                      {"n_layers", 2},         {"n_heads", 2},
-                      {"ffn_dim", 64},         {"latent_channels", 12},
-                      {"latent_size", {4, 4}}, {"codec", {{"kind", "pixel_patch"}, {"stride", 2}}}};
-  DitConfig c = config_from_json(j, "small");
-  CausalDit m(c);
-  m->init_weights(4);
+  CausalDit m = small_sampler_model();
   FrameCond cond{at::zeros({3, 3}), at::zeros({3, 5})};
   SamplerConfig clean, noisy;
   noisy.context_t = 0.1;

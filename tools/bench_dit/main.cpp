@@ -7,9 +7,6 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#if defined(__GLIBC__)
-#endif
-
 #include <chrono>
 #include <cstdio>
 #include <deque>

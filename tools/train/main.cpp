@@ -127,7 +127,7 @@ at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
   return model->forward_sequence(b.x, b.t, cond, so);
 }
 
-// One-chunk-ahead prediction of the sample's target by the 4-step sampler, from its clean
+// One-chunk-ahead prediction of the sample's target by the sampler sc, from its clean
 // context (all of it, or only the sink and the recent chunk). Returns decoded frames.
 std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, wm::train::Sample s,
                                       bool keep_retrieved, uint64_t noise_seed, const wm::dit::SamplerConfig& sc,
