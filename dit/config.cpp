@@ -78,6 +78,8 @@ void DitConfig::validate() const {
                 return str_cat("latent ", latent_height, "x", latent_width, " is not divisible by patch ", patch_h,
                                "x", patch_w);
               });
+  field_check(prediction == "v" || prediction == "x0", w, "prediction",
+              [&] { return str_cat("must be \"v\" or \"x0\", got \"", prediction, "\""); });
   field_check(eps > 0, w, "eps", [&] { return str_cat("must be > 0, got ", eps); });
   field_check(rope.n_axes() == 3, w, "rope",
               [&] { return str_cat("needs 3 axes (t, h, w), got ", rope.n_axes()); });
@@ -141,6 +143,7 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
   r.get("timestep_scale", c.timestep_scale);
   r.get("eps", c.eps);
   r.get("qk_norm", c.qk_norm);
+  r.get("prediction", c.prediction);
   int tpf = -1;
   r.get("tokens_per_frame", tpf);  // optional cross-check
 
@@ -226,6 +229,7 @@ nlohmann::json config_to_json(const DitConfig& c) {
   j["timestep_scale"] = c.timestep_scale;
   j["eps"] = c.eps;
   j["qk_norm"] = c.qk_norm;
+  j["prediction"] = c.prediction;
   j["rope"] = {{"theta", c.rope.axes.empty() ? 10000.0 : c.rope.axes[0].theta},
                {"split", {c.rope.axes.at(0).channels, c.rope.axes.at(1).channels, c.rope.axes.at(2).channels}}};
   j["conditioning"] = {{"pose", c.cond.pose},

@@ -40,6 +40,10 @@ struct CondConfig {
                               // after the (t, h, w) RoPE (which must leave 2 * pairs free)
 };
 
+// Smallest t the x0 head divides by when it turns its output into a velocity (clean context
+// frames and the refill pass run at t = 0; their velocity is not used).
+inline constexpr double kMinPredictionT = 1e-3;
+
 struct DitConfig {
   std::string name = "dit";
   int dim = 128;
@@ -55,6 +59,10 @@ struct DitConfig {
   double timestep_scale = 1000.0;  // the embedding sees t * timestep_scale (Wan: t in [0, 1000])
   double eps = 1e-6;               // LayerNorm / RMSNorm epsilon
   bool qk_norm = true;             // RMSNorm over q and k (over the full dim, as Wan)
+  std::string prediction = "v";    // what the head outputs: "v" (the velocity, as Wan) or "x0"
+                                   // (the clean latents; forward_* then return the velocity
+                                   // (x_t - x0) / max(t, kMinPredictionT)). x0 suits a head as
+                                   // narrow as the patch (the noise need not pass through it)
   RopeSpec rope;                   // (t, h, w) split; default RopeSpec::video3d(head_dim, 10000)
   CondConfig cond;
   CodecConfig codec;

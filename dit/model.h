@@ -18,7 +18,9 @@
 // (cond.yaw_rope_pairs) baked into the stored keys like the (t, h, w) RoPE.
 //
 // Timestep convention (rectified flow): x_t = (1 - t) * x0 + t * noise, t in [0, 1] (t = 1 is
-// pure noise, t = 0 clean), and the model predicts the velocity v = noise - x0.
+// pure noise, t = 0 clean), and the model predicts the velocity v = noise - x0: its head outputs
+// v directly (prediction "v", as Wan), or x0 (prediction "x0"), which forward_* turn into the
+// velocity (x_t - x0) / t, so samplers and callers see one convention.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>

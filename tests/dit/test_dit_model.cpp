@@ -111,8 +111,39 @@ TEST(DitConfig, ErrorsNameFileAndField) {
   m = message_of([&] { config_from_json(j, "bad.json"); });
   EXPECT_NE(m.find("ffn_dim"), std::string::npos) << m;
 
+  j = config_to_json(small_config());
+  j["prediction"] = "eps";
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("prediction"), std::string::npos) << m;
+
   m = message_of([&] { load_config("/nonexistent/x.json"); });
   EXPECT_NE(m.find("/nonexistent/x.json"), std::string::npos) << m;
+}
+
+// An x0 head returns the velocity that takes x_t to its output: with the same weights, the x0
+// model's velocity is (x_t - the v model's raw output) / t, per frame, in the chunk and the
+// sequence paths alike.
+TEST(DitModel, X0HeadReturnsTheVelocityOfItsOutput) {
+  at::NoGradGuard ng;
+  DitConfig cv = small_config(), cx = small_config();
+  cx.prediction = "x0";
+  CausalDit mv(cv), mx(cx);
+  mv->init_weights(21);
+  mx->init_weights(21);
+  Data d = random_data(cv, 2 * cv.frames_per_chunk, 22);
+  d.t = d.t * 0.9 + 0.1;
+  const int64_t F = cv.frames_per_chunk;
+  at::Tensor x = d.x.narrow(0, 0, F), t = d.t.narrow(0, 0, F);
+  FrameCond c = d.cond.slice(0, F);
+  at::Tensor want = (x - mv->forward_chunk(x, t, c, 4, nullptr)) / t.view({-1, 1, 1, 1});
+  EXPECT_LT(max_abs_diff(mx->forward_chunk(x, t, c, 4, nullptr), want), 1e-4);
+  at::Tensor want_seq = (d.x - mv->forward_sequence(d.x, d.t, d.cond)) / d.t.view({-1, 1, 1, 1});
+  EXPECT_LT(max_abs_diff(mx->forward_sequence(d.x, d.t, d.cond), want_seq), 1e-4);
+  // So an Euler step to t = 0 lands on the head's output exactly.
+  at::Tensor x0 = x - t.view({-1, 1, 1, 1}) * mx->forward_chunk(x, t, c, 4, nullptr);
+  EXPECT_LT(max_abs_diff(x0, mv->forward_chunk(x, t, c, 4, nullptr)), 1e-4);
+  // At t = 0 (clean context, refill) the division is bounded: finite velocities.
+  EXPECT_TRUE(mx->forward_chunk(x, at::scalar_tensor(0.0), c, 4, nullptr).isfinite().all().item<bool>());
 }
 
 TEST(DitModel, ParameterNamesMirrorWan) {

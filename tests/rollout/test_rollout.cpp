@@ -118,6 +118,16 @@ TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
     }
   }
   EXPECT_GT(revisits, 0);
+  // Sliding-window samples: the chunks just before the target, consecutive, no sink past the
+  // window's reach.
+  so.sliding_prob = 1.0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    train::Sample a = train::make_sample(seed, cfg, *codec, so);
+    const int target = a.chunks.back(), n = static_cast<int>(a.chunks.size());
+    EXPECT_EQ(n, std::min(target, so.sliding_chunks) + 1);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(a.chunks[i], target - (n - 1) + i);
+    if (a.revisit) EXPECT_NE(std::find(a.chunks.begin(), a.chunks.end(), a.first_visit_chunk), a.chunks.end());
+  }
   // Teacher forcing: noisy copies see the clean chunks before them and themselves only.
   at::Tensor v = train::visibility(4, 2);  // 3 clean + 2 noisy
   EXPECT_TRUE(v[3].equal(at::tensor({1, 1, 0, 1, 0}).to(at::kBool)));  // noisy chunk 2

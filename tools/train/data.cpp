@@ -46,8 +46,14 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
     return worldkv::mean_pose(rollout::memory_poses(p));
   };
   std::vector<int> chunks;
-  if (target >= 1) chunks.push_back(0);
-  if (target >= 3) {
+  const bool sliding = opt.sliding_prob > 0 && rng.uniform() < opt.sliding_prob;
+  if (sliding) {
+    for (int c = std::max(0, target - opt.sliding_chunks); c < target; ++c) chunks.push_back(c);
+    if (s.revisit && std::find(chunks.begin(), chunks.end(), s.first_visit_chunk) == chunks.end()) s.revisit = false;
+  } else if (target >= 1) {
+    chunks.push_back(0);
+  }
+  if (!sliding && target >= 3) {
     std::vector<int> picked;
     if (rng.uniform() < opt.random_ctx_prob) {
       std::vector<int> pool;
@@ -67,7 +73,7 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
     std::sort(picked.begin(), picked.end());
     chunks.insert(chunks.end(), picked.begin(), picked.end());
   }
-  if (target >= 2) chunks.push_back(target - 1);
+  if (!sliding && target >= 2) chunks.push_back(target - 1);
   chunks.push_back(target);
   if (!s.revisit) s.first_visit_chunk = -1;
 

@@ -2,7 +2,8 @@
 // Training samples for the world model, shaped like the windows it meets at inference: for a
 // target chunk i of a trajectory with loop closures, the context is the sink (chunk 0), up to
 // `retrieved` earlier chunks nearest in camera pose (what worldkv retrieves; for a revisit, the
-// first visit), and the recent chunk i-1. Fresh scenes every sample: no fixed data set.
+// first visit), and the recent chunk i-1; or (sliding_prob) the chunks just before i, as a
+// sliding window holds them. Fresh scenes every sample: no fixed data set.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@ struct SampleOptions {
   int retrieved = 3;            // retrieved chunks in the context
   double revisit_prob = 0.6;    // target a revisit chunk (when the trajectory has one)
   double random_ctx_prob = 0.2; // retrieved chunks drawn at random instead of by pose
+  double sliding_prob = 0.0;    // instead, the `sliding_chunks` chunks just before the target
+  int sliding_chunks = 5;       // (no sink): the window of a sliding_window rollout
   int min_seconds = 10, max_seconds = 24;
 };
 

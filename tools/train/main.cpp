@@ -55,6 +55,7 @@ struct Args {
   std::string device = "auto";
   double ctx_noise_prob = 0.3;
   double ctx_noise_max = 0.1;
+  double sliding_prob = 0.0;
   std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // the probe's sampler
 };
 
@@ -222,6 +223,9 @@ int main(int argc, char** argv) {
   app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk");
   app.add_option("--ctx-noise-max", a.ctx_noise_max, "that noise's t is drawn from U(0, this)")
       ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--sliding", a.sliding_prob,
+                 "fraction of samples whose context is the 5 chunks just before the target (a sliding window, no sink)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]");
   std::string eval_only, init;
   app.add_option("--init", init, "start from these weights (e.g. the shipped model) instead of a fresh initialisation");
@@ -272,6 +276,14 @@ int main(int argc, char** argv) {
       if (!init.empty()) {
         wm::dit::load_weights(*model, init);
         std::cerr << "wm_train: starting from " << init << "\n";
+        const std::string from = wm::dit::config_from_weights(init).prediction;
+        if (from != cfg.prediction) {
+          // The head's output changes meaning: start it from zero, as a fresh model does.
+          at::NoGradGuard ng;
+          for (auto& p : model->head->head->parameters()) p.zero_();
+          std::cerr << "wm_train: " << init << " predicts " << from << ", " << a.config << " " << cfg.prediction
+                    << ": head.head starts from zero\n";
+        }
       }
       at::NoGradGuard ng;
       auto src = model->parameters(), dst = ema->parameters();
@@ -306,6 +318,7 @@ int main(int argc, char** argv) {
     auto last_print = Clock::now();
     const bool tty = isatty(STDERR_FILENO);
     wm::train::SampleOptions sopt;
+    sopt.sliding_prob = a.sliding_prob;
     model->train();
     while (step < a.steps) {
       const auto t_data = Clock::now();
@@ -316,7 +329,14 @@ int main(int argc, char** argv) {
       const auto t_model = Clock::now();
       data_s += std::chrono::duration<double>(t_model - t_data).count();
       at::Tensor v = forward(model, b);
-      at::Tensor loss = (v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target).pow(2).mean();
+      at::Tensor err = v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target;
+      if (cfg.prediction == "x0") {
+        // Velocity loss, its weight 1 / t^2 on the x0 error capped at t = 0.25 (the sampler's
+        // last step): below that it would dwarf every other t.
+        at::Tensor tn = b.t.narrow(0, b.noisy_from, err.size(0)).to(at::kFloat);
+        err = err * (tn / tn.clamp_min(0.25)).view({-1, 1, 1, 1});
+      }
+      at::Tensor loss = err.pow(2).mean();
       opt.zero_grad();
       loss.backward();
       torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
