@@ -128,6 +128,37 @@ TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
     for (int i = 0; i < n; ++i) EXPECT_EQ(a.chunks[i], target - (n - 1) + i);
     if (a.revisit) EXPECT_NE(std::find(a.chunks.begin(), a.chunks.end(), a.first_visit_chunk), a.chunks.end());
   }
+  // Compressed retrieved chunks: later queries see the anchor frame and ceil(0.25 n) of the
+  // other tokens, the least similar to the anchor's mean; the chunk itself and earlier ones see
+  // everything.
+  so.sliding_prob = 0.0;
+  bool checked = false;
+  for (uint64_t seed = 0; seed < 12 && !checked; ++seed) {
+    train::Sample a = train::make_sample(seed, cfg, *codec, so);
+    if (a.retrieved_end - a.retrieved_begin < 2) continue;
+    checked = true;
+    const int S = static_cast<int>(a.chunks.size()), F = cfg.frames_per_chunk, P = cfg.tokens_per_frame(), tpc = F * P;
+    at::Tensor bias = dit::chunk_visibility_bias(train::visibility(S, 2), tpc, at::kCPU);
+    at::Tensor before = bias.clone();
+    train::hide_compressed_tokens(bias, a, cfg, 0.25);
+    const int64_t rest = (F - 1) * P, kept = (rest + 3) / 4;
+    for (int c = a.retrieved_begin; c < a.retrieved_end; ++c) {
+      const int64_t c0 = static_cast<int64_t>(c) * tpc;
+      at::Tensor last_row = bias[bias.size(0) - 1].narrow(0, c0, tpc);  // the target's query row
+      EXPECT_TRUE(last_row.narrow(0, 0, P).eq(0).all().item<bool>());   // anchor frame whole
+      at::Tensor vis = last_row.narrow(0, P, rest).isfinite();
+      EXPECT_EQ(vis.sum().item<int64_t>(), kept);
+      // The kept ones are the least similar to the anchor frame's mean patch.
+      at::Tensor x = a.latents.narrow(0, c * F, F);
+      at::Tensor tok = x.reshape({F, x.size(1), cfg.grid_h(), cfg.patch_h, cfg.grid_w(), cfg.patch_w})
+                           .permute({0, 2, 4, 1, 3, 5}).reshape({F * P, -1});
+      at::Tensor sim = at::cosine_similarity(tok.narrow(0, P, rest), tok.narrow(0, 0, P).mean(0, true), 1);
+      EXPECT_LE(sim.masked_select(vis).max().item<float>(), sim.masked_select(vis.logical_not()).min().item<float>());
+      // Its own rows and earlier ones see it as before.
+      EXPECT_TRUE(bias.narrow(0, 0, c0 + tpc).narrow(1, c0, tpc).equal(before.narrow(0, 0, c0 + tpc).narrow(1, c0, tpc)));
+    }
+  }
+  EXPECT_TRUE(checked);
   // Teacher forcing: noisy copies see the clean chunks before them and themselves only.
   at::Tensor v = train::visibility(4, 2);  // 3 clean + 2 noisy
   EXPECT_TRUE(v[3].equal(at::tensor({1, 1, 0, 1, 0}).to(at::kBool)));  // noisy chunk 2

@@ -33,6 +33,7 @@ struct Sample {
   std::vector<int> chunks; // chunk index of each of the S chunks
   bool revisit = false;    // the target revisits a view of a context chunk
   int first_visit_chunk = -1;  // that chunk (revisit samples)
+  int retrieved_begin = 0, retrieved_end = 0;  // chunks[retrieved_begin, retrieved_end): retrieved ones
 };
 
 // Makes the sample for one seed (scene, trajectory and choices all follow from it).
@@ -42,5 +43,14 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
 // noisy]: clean j sees clean j' <= j; noisy copy of chunk c sees the clean chunks before c and
 // itself. [S - 1 + K, S - 1 + K] bool.
 at::Tensor visibility(int S, int K);
+
+// Compressed retrieved chunks, as worldkv_c banks them: in the token-level attention bias
+// [n, n] of the teacher-forcing layout [S - 1 clean chunks ; noisy chunks] (see visibility),
+// every query after a retrieved chunk sees its anchor (first) frame whole and, of its other
+// tokens, the ceil(keep * n) least similar to the anchor frame's mean; the rest become -inf.
+// Similarity is the cosine of the clean latent patches (inference ranks keys per layer; the
+// latent patch is what the first layer's keys are made of). The chunk's own queries and earlier
+// ones see it whole, as when its K/V were made.
+void hide_compressed_tokens(at::Tensor& bias, const Sample& s, const dit::DitConfig& cfg, double keep);
 
 }  // namespace wm::train

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -56,6 +57,11 @@ struct Args {
   double ctx_noise_prob = 0.3;
   double ctx_noise_max = 0.1;
   double sliding_prob = 0.0;
+  double self_ctx_prob = 0.0;
+  double compress_prob = 0.0;
+  double compress_keep = 0.25;
+  int self_ctx_chunks = 2;
+  std::vector<double> self_ctx_timesteps{1.0, 0.5};
   std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // the probe's sampler
 };
 
@@ -129,10 +135,9 @@ at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
 }
 
 // One-chunk-ahead prediction of the sample's target by the sampler sc, from its clean
-// context (all of it, or only the sink and the recent chunk). Returns decoded frames.
-std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, wm::train::Sample s,
-                                      bool keep_retrieved, uint64_t noise_seed, const wm::dit::SamplerConfig& sc,
-                                      at::Device dev) {
+// context (all of it, or only the sink and the recent chunk). Returns its latents.
+at::Tensor predict_target_latents(wm::dit::CausalDit& model, wm::train::Sample s, bool keep_retrieved,
+                                  uint64_t noise_seed, const wm::dit::SamplerConfig& sc, at::Device dev) {
   const int F = model->config().frames_per_chunk;
   if (!keep_retrieved && s.chunks.size() > 3) {
     // Keep the sink, the recent chunk and the target.
@@ -155,8 +160,36 @@ std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::
     b.x = at::cat({b.x.narrow(0, 0, b.noisy_from), x_t});
     return forward(model, b).narrow(0, (S - 1) * F, F);
   };
-  at::Tensor x = wm::dit::sample_flow(noise, sc, denoise);
-  return codec.decode_images(x);
+  return wm::dit::sample_flow(noise, sc, denoise);
+}
+
+std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, const wm::train::Sample& s,
+                                      bool keep_retrieved, uint64_t noise_seed, const wm::dit::SamplerConfig& sc,
+                                      at::Device dev) {
+  return codec.decode_images(predict_target_latents(model, s, keep_retrieved, noise_seed, sc, dev));
+}
+
+// Self-generated context: the last n context chunks of s (those just before the target) become
+// the model's own predictions, each from the chunks before it, the earlier ones already
+// generated, as in a rollout. The target stays the ground truth, so the model learns to draw
+// the world from context as imperfect as its own. No autograd.
+void self_context(wm::dit::CausalDit& model, wm::train::Sample& s, int n, uint64_t noise_seed,
+                  const wm::dit::SamplerConfig& sc, at::Device dev) {
+  at::NoGradGuard ng;
+  const int F = model->config().frames_per_chunk;
+  const int S = static_cast<int>(s.chunks.size());
+  for (int j = std::max(1, S - 1 - n); j < S - 1; ++j) {
+    wm::train::Sample p = s;
+    const int64_t T = (j + 1) * F;
+    p.latents = s.latents.narrow(0, 0, T);
+    p.frame_index = s.frame_index.narrow(0, 0, T);
+    p.pose = s.pose.narrow(0, 0, T);
+    p.action = s.action.narrow(0, 0, T);
+    p.chunks.resize(j + 1);
+    at::Tensor x = predict_target_latents(model, p, true, noise_seed + j, sc, dev).to(at::kCPU, at::kFloat);
+    s.latents = s.latents.clone();
+    s.latents.narrow(0, j * F, F).copy_(x);
+  }
 }
 
 struct EvalResult {
@@ -226,6 +259,17 @@ int main(int argc, char** argv) {
   app.add_option("--sliding", a.sliding_prob,
                  "fraction of samples whose context is the 5 chunks just before the target (a sliding window, no sink)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--self-ctx", a.self_ctx_prob,
+                 "fraction of samples whose last context chunks are the model's own predictions")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--self-ctx-chunks", a.self_ctx_chunks, "how many context chunks (before the target) it generates")
+      ->check(CLI::Range(1, 5));
+  app.add_option("--self-ctx-timesteps", a.self_ctx_timesteps, "the sampler that generates them");
+  app.add_option("--compress-ctx", a.compress_prob,
+                 "fraction of samples whose retrieved chunks are compressed as worldkv_c banks them")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--compress-keep", a.compress_keep, "the fraction of non-anchor tokens they keep")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]");
   std::string eval_only, init;
   app.add_option("--init", init, "start from these weights (e.g. the shipped model) instead of a fresh initialisation");
@@ -239,6 +283,9 @@ int main(int argc, char** argv) {
     wm::dit::SamplerConfig probe_sampler;
     probe_sampler.timesteps = a.timesteps;
     wm::dit::flow_schedule(probe_sampler);  // rejects a bad list before any work
+    wm::dit::SamplerConfig self_sampler;
+    self_sampler.timesteps = a.self_ctx_timesteps;
+    wm::dit::flow_schedule(self_sampler);
     if (!eval_only.empty()) {
       wm::dit::CausalDit m = wm::dit::load_model(eval_only, dev);
       auto codec = wm::dit::make_codec(m->config());
@@ -325,7 +372,11 @@ int main(int argc, char** argv) {
       const uint64_t sseed = wm::world::hash_combine(a.seed, static_cast<uint64_t>(step));
       at::Generator gen = at::detail::createCPUGenerator(sseed);
       wm::train::Sample s = wm::train::make_sample(sseed, cfg, *codec, sopt);
+      if (a.self_ctx_prob > 0 && at::rand({1}, gen).item<double>() < a.self_ctx_prob)
+        self_context(model, s, a.self_ctx_chunks, sseed, self_sampler, dev);
       Batch b = make_batch(s, cfg, a.noisy, a.ctx_noise_prob, a.ctx_noise_max, gen, dev);
+      if (a.compress_prob > 0 && at::rand({1}, gen).item<double>() < a.compress_prob)
+        wm::train::hide_compressed_tokens(b.bias, s, cfg, a.compress_keep);
       const auto t_model = Clock::now();
       data_s += std::chrono::duration<double>(t_model - t_data).count();
       at::Tensor v = forward(model, b);
