@@ -123,8 +123,9 @@ int main(int argc, char** argv) {
                  n_chunks, policy.c_str(), wm::describe_device(dev).c_str());
 
     std::vector<double> ms;
+    double memory_ms = 0;
     auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
-      if (!c.prompt) ms.push_back(c.ms);
+      if (!c.prompt) ms.push_back(c.ms), memory_ms += c.memory_ms;
       const auto& mem = session.memory();
       std::vector<std::string> in_window;
       for (auto r : mem.window().layout().region_names())
@@ -165,9 +166,10 @@ int main(int argc, char** argv) {
     for (double m : ms) sum += m;
     std::fprintf(stderr,
                  "\nwm_render: wrote %s (%dx%d, %d frames at %d fps)\n"
-                 "  chunk ms: mean %.1f, p50 %.1f, p90 %.1f, last %.1f; generated %.1f frames/s; wall %.1f s\n",
-                 out.c_str(), W, H, writer.frames_written(), fps, sum / ms.size(), percentile(ms, 0.5),
-                 percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum, wall);
+                 "  chunk ms: mean %.1f (memory %.2f), p50 %.1f, p90 %.1f, last %.1f; generated %.1f frames/s; wall %.1f s\n",
+                 out.c_str(), W, H, writer.frames_written(), fps, sum / ms.size(), memory_ms / ms.size(),
+                 percentile(ms, 0.5), percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum,
+                 wall);
   } catch (const std::exception& e) {
     std::cerr << "\nwm_render: error: " << e.what() << "\n";
     return 1;

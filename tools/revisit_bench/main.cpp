@@ -40,6 +40,7 @@ struct EpisodeScore {
   double gt_psnr = 0, gt_ssim = 0;            // generated j vs ground truth j, over the pairs
   double gt_psnr_all = 0;                     // every generated frame vs its ground truth
   double fps_last = 0, fps_mean = 0;
+  double memory_ms = 0;  // mean per generated chunk: the memory's retrieval, placement, banking
   size_t peak_window = 0, bank[3] = {0, 0, 0};
   std::vector<double> chunk_ms;
 };
@@ -176,7 +177,8 @@ int main(int argc, char** argv) {
         // Speed of generated chunks only (the prompt chunk is an encode and one pass).
         double sum = 0;
         for (auto& c : run.chunks)
-          if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms);
+          if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms), s.memory_ms += c.memory_ms;
+        if (!s.chunk_ms.empty()) s.memory_ms /= static_cast<double>(s.chunk_ms.size());
         const size_t k = std::min<size_t>(3, s.chunk_ms.size());
         double last = 0;
         for (size_t i = s.chunk_ms.size() - k; i < s.chunk_ms.size(); ++i) last += s.chunk_ms[i] / k;
@@ -203,7 +205,7 @@ int main(int argc, char** argv) {
     J["steps"] = steps;
     J["placement"] = placement;
     std::ofstream csv(out_dir + "/results.csv");
-    csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,peak_window_bytes,"
+    csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,memory_ms,peak_window_bytes,"
            "bank_device_bytes,bank_host_bytes,bank_disk_bytes\n";
     std::vector<std::pair<std::string, double>> bars;
     std::vector<wm::rollout::Series> fps_series;
@@ -216,21 +218,22 @@ int main(int argc, char** argv) {
       const double rp = ps.mean(&EpisodeScore::revisit_psnr, true), rss = ps.mean(&EpisodeScore::revisit_ssim, true),
                    gp = ps.mean(&EpisodeScore::gt_psnr, true), gs = ps.mean(&EpisodeScore::gt_ssim, true),
                    ga = ps.mean(&EpisodeScore::gt_psnr_all), fl = ps.mean(&EpisodeScore::fps_last),
-                   fm = ps.mean(&EpisodeScore::fps_mean);
+                   fm = ps.mean(&EpisodeScore::fps_mean), mm = ps.mean(&EpisodeScore::memory_ms);
       std::printf("%-15s %9.2f %8.4f | %9.2f %8.4f %9.2f | %8.1f %8.1f | %10zu %10zu %9zu %9zu\n", ps.policy.c_str(), rp,
                   rss, gp, gs, ga, fl, fm, peak / 1024, bank[0] / 1024, bank[1] / 1024, bank[2] / 1024);
       if (std::isnan(rp) && &ps == &scores.back())
         std::printf("(no revisit pair lies inside the frames rolled out: raise --max-seconds)\n");
       csv << ps.policy << "," << rp << "," << rss << "," << gp << "," << gs << "," << ga << "," << fl << "," << fm << ","
-          << peak << "," << bank[0] << "," << bank[1] << "," << bank[2] << "\n";
+          << mm << "," << peak << "," << bank[0] << "," << bank[1] << "," << bank[2] << "\n";
       nlohmann::json pj = {{"policy", ps.policy}, {"revisit_psnr", rp}, {"revisit_ssim", rss}, {"gt_psnr", gp},
                            {"gt_ssim", gs},       {"gt_psnr_all", ga},  {"fps_last", fl},      {"fps_mean", fm},
-                           {"peak_window_bytes", peak}, {"bank_bytes", {bank[0], bank[1], bank[2]}}};
+                           {"memory_ms", mm}, {"peak_window_bytes", peak}, {"bank_bytes", {bank[0], bank[1], bank[2]}}};
       for (auto& e : ps.eps)
         pj["episodes"].push_back({{"name", e.name}, {"frames", e.frames}, {"pairs", e.pairs},
                                   {"revisit_psnr", e.revisit_psnr}, {"revisit_ssim", e.revisit_ssim},
                                   {"gt_psnr", e.gt_psnr}, {"gt_ssim", e.gt_ssim}, {"gt_psnr_all", e.gt_psnr_all},
-                                  {"fps_last", e.fps_last}, {"fps_mean", e.fps_mean}, {"chunk_ms", e.chunk_ms}});
+                                  {"fps_last", e.fps_last}, {"fps_mean", e.fps_mean}, {"memory_ms", e.memory_ms},
+                                  {"chunk_ms", e.chunk_ms}});
       J["policies"].push_back(pj);
       bars.push_back({ps.policy, rp});
       // FPS against rollout length: per chunk index, the mean over the episodes that reach it,

@@ -39,6 +39,7 @@ EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t
     rec.index = out.index;
     rec.prompt = out.prompt;
     rec.ms = out.ms;
+    rec.memory_ms = out.memory_ms;
     rec.retrieved = out.retrieved;
     rec.window_bytes = session.memory().window_bytes();
     for (int t = 0; t < 3; ++t) rec.bank_bytes[t] = session.memory().bank().bytes(static_cast<Tier>(t));

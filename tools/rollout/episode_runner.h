@@ -16,6 +16,7 @@ struct ChunkRecord {
   int64_t index = 0;
   bool prompt = false;  // the given prompt chunk (not generated)
   double ms = 0;
+  double memory_ms = 0;  // of which the memory's own work
   std::vector<std::string> retrieved;
   size_t window_bytes = 0;
   size_t bank_bytes[3] = {0, 0, 0};  // device, host, disk

@@ -73,13 +73,18 @@ ChunkOutput WorldSession::next(const std::vector<world::Pose>& poses, const std:
   ChunkOutput out;
   out.index = next_index_;
   const auto mposes = memory_poses(poses);
+  using Clock = std::chrono::steady_clock;
+  auto t_mem = Clock::now();
   memory_->prepare(out.index, mposes);
+  out.memory_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
   if (worldkv::banks(cfg_.memory.policy)) out.retrieved = memory_->region_ids("retrieved");
   dit::FrameCond cond{pose_tensor(poses).to(device_),
                       action_tensor(actions, model_->config().cond.action_dim).to(device_)};
   dit::ChunkResult r =
       dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
+  t_mem = Clock::now();
   memory_->commit(out.index, std::move(r.kv), mposes);
+  out.memory_ms += std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
   out.frames = codec_->decode_images(r.latents);
   ++next_index_;
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
