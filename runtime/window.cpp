@@ -149,9 +149,13 @@ Block KvWindow::extract(const std::string& id) const {
 
 Block KvWindow::remove(const std::string& id) {
   Block b = extract(id);
+  drop(id);
+  return b;
+}
+
+void KvWindow::drop(const std::string& id) {
   for (int l = 0; l < spec_.n_layers; ++l) erase_at(l, layout_.segment_begin(l, id), layout_.segment_len(l, id));
   layout_.remove(id);
-  return b;
 }
 
 void KvWindow::drop_region(const std::string& region) {

@@ -49,6 +49,8 @@ class KvWindow {
   Block extract(const std::string& id) const;
   // extract() then drop the segment, compacting every layer.
   Block remove(const std::string& id);
+  // Drops the segment, compacting every layer, without copying it out (a block kept elsewhere).
+  void drop(const std::string& id);
   // Drops every segment of the region, compacting.
   void drop_region(const std::string& region);
   // Drops tokens [begin, begin + n) of `region` in layer l (region coordinates), compacting.

@@ -275,6 +275,7 @@ void Viewer::init() {
   // (measured on 2 cores: 19.4 generated fps with 1 model thread, 15.0 with 2).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = init_threads(o_.threads > 0 ? o_.threads : std::max(1, cores - 1));
+  keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
   device_desc_ = describe_device(device_);
   if (device_.is_cpu()) device_desc_ = str_cat("cpu (", threads, " threads)");
   dit::CausalDit model = rollout::load_world_model(model_path, device_);

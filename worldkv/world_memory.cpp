@@ -108,7 +108,7 @@ void WorldMemory::rebuild_retrieved(int64_t index, const std::vector<Scored>& pi
   if (cfg_.placement == Placement::Original) {
     // Keep what stays selected; swap the rest.
     for (auto& id : region_ids("retrieved"))
-      if (!want.count(id)) window_->remove(id);
+      if (!want.count(id)) window_->drop(id);  // the bank keeps it
     for (auto& s : picks)
       if (lay.find(s.id).first < 0) window_->place("retrieved", bank_->get(s.id));
     return;

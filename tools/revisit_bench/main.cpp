@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     wm::init_threads(threads);
+    wm::keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
     const at::Device dev = wm::parse_device(device);
     if (!fs::exists(model_path)) throw wm::Error("no model at '" + model_path + "' (train one with wm_train, or pass --model)");
     wm::world::Suite suite = wm::world::load_or_generate_suite(suite_spec);
