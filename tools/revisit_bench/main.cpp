@@ -180,9 +180,12 @@ int main(int argc, char** argv) {
         for (auto& c : run.chunks)
           if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms), s.memory_ms += c.memory_ms;
         if (!s.chunk_ms.empty()) s.memory_ms /= static_cast<double>(s.chunk_ms.size());
-        const size_t k = std::min<size_t>(3, s.chunk_ms.size());
-        double last = 0;
-        for (size_t i = s.chunk_ms.size() - k; i < s.chunk_ms.size(); ++i) last += s.chunk_ms[i] / k;
+        // Speed at the end of the rollout: the median of the last 10 chunks (a shared machine's
+        // hiccups move a mean of a few chunks by 20%).
+        const size_t k = std::min<size_t>(10, s.chunk_ms.size());
+        std::vector<double> tail(s.chunk_ms.end() - static_cast<std::ptrdiff_t>(k), s.chunk_ms.end());
+        std::sort(tail.begin(), tail.end());
+        const double last = k == 0 ? 0 : (k % 2 ? tail[k / 2] : 0.5 * (tail[k / 2 - 1] + tail[k / 2]));
         s.fps_last = k ? 1000.0 * mc.frames_per_chunk / last : 0;
         s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * mc.frames_per_chunk * s.chunk_ms.size() / sum;
         s.peak_window = run.peak_window_bytes;
