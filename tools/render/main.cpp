@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn");
   app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
   app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept");
+  bool per_frame = false;
+  app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
   app.add_option("-o,--out", out, "output MP4");
   app.add_option("--png-dir", png_dir, "also write every output frame as PNG here");
   app.add_option("--upscale", upscale, "integer nearest-neighbour upscale")->check(CLI::Range(1, 32));
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
     sc.memory.policy = wm::worldkv::parse_policy(policy);
     sc.memory.placement = wm::worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
+    sc.memory.compression.per_frame = per_frame;
     sc.seed = noise_seed;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
     sc.sampler.context_t = context_t;

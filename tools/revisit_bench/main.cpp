@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   std::string suite_spec = "assets/suites/revisit60.json";
   std::vector<std::string> policies = {"full_kv", "sliding_window", "sink_recent", "worldkv", "worldkv_c"};
   std::string placement = "original";
+  double keep_ratio = 0.25;
+  bool per_frame = false;
   std::string out_dir = "bench_out", dump_dir;
   int episodes = 0, max_seconds = 0, steps = 4, threads = 0, dump_max = 20;
   bool no_prompt = false;
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", max_seconds, "roll out at most N seconds of each episode (0: all)");
   app.add_option("--policies", policies, "policies to compare")->expected(1, -1);
   app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
+  app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept")->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
   app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise (the same for every policy)");
   app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
@@ -115,6 +119,8 @@ int main(int argc, char** argv) {
     const wm::world::RenderSpec rs = wm::rollout::render_spec_of(mc);
     wm::rollout::SessionConfig sc;
     sc.memory.placement = wm::worldkv::parse_placement(placement);
+    sc.memory.compression.keep_ratio = keep_ratio;
+    sc.memory.compression.per_frame = per_frame;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
 
     int total_frames = 0;
@@ -208,6 +214,8 @@ int main(int argc, char** argv) {
     J["max_seconds"] = max_seconds;
     J["steps"] = steps;
     J["placement"] = placement;
+    J["keep_ratio"] = keep_ratio;
+    J["per_frame"] = per_frame;
     std::ofstream csv(out_dir + "/results.csv");
     csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,memory_ms,peak_window_bytes,"
            "bank_device_bytes,bank_host_bytes,bank_disk_bytes\n";
