@@ -338,7 +338,15 @@ int main(int argc, char** argv) {
     }
     ema->eval();
     for (auto& p : ema->parameters()) p.set_requires_grad(false);
-    std::ofstream log(a.out + "/log.jsonl", std::ios::app);
+    const std::string log_path = a.out + "/log.jsonl";
+    bool log_torn = false;  // a run killed mid-line leaves a partial last line: start on a new one
+    if (fs::exists(log_path) && fs::file_size(log_path) > 0) {
+      std::ifstream in(log_path, std::ios::binary);
+      in.seekg(-1, std::ios::end);
+      log_torn = in.get() != '\n';
+    }
+    std::ofstream log(log_path, std::ios::app);
+    if (log_torn) log << "\n";
     int64_t nparams = 0;
     for (auto& p : model->parameters()) nparams += p.numel();
     std::cerr << "wm_train: " << cfg.name << ", " << nparams << " parameters, " << wm::describe_device(dev)
@@ -412,7 +420,7 @@ int main(int argc, char** argv) {
       const double rate = ema_n / el;
       if (tty || std::chrono::duration<double>(Clock::now() - last_print).count() > 30 || step == a.steps) {
         char line[256];
-        std::snprintf(line, sizeof line, "[%lld/%lld] loss %.4f  %.2f steps/s (data %.0f ms, model %.0f ms)  elapsed %s  eta %s",
+        std::snprintf(line, sizeof line, "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
                       static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate,
                       1e3 * data_s / ema_n, 1e3 * model_s / ema_n,
                       fmt_duration(el).c_str(), fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
