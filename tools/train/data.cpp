@@ -1,7 +1,6 @@
 #include "tools/train/data.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "runtime/error.h"
@@ -9,6 +8,7 @@
 #include "tools/world/raycaster.h"
 #include "tools/world/rng.h"
 #include "tools/world/suite.h"
+#include "worldkv/compression.h"
 #include "worldkv/pose_index.h"
 
 namespace wm::train {
@@ -118,23 +118,25 @@ at::Tensor visibility(int S, int K) {
 
 void hide_compressed_tokens(at::Tensor& bias, const Sample& s, const dit::DitConfig& cfg, double keep) {
   const int64_t F = cfg.frames_per_chunk, P = cfg.tokens_per_frame(), tpc = F * P;
-  const int64_t n = bias.size(0), rest = (F - 1) * P;
+  const int64_t n = bias.size(0);
   WM_CHECK(bias.dim() == 2 && bias.size(1) == n && n >= static_cast<int64_t>(s.chunks.size() - 1) * tpc,
            "attention bias ", bias.sizes(), " does not fit a sample of ", s.chunks.size(), " chunks");
-  WM_CHECK(keep >= 0 && keep <= 1, "keep ratio must be in [0, 1], got ", keep);
-  const int64_t kept = static_cast<int64_t>(std::ceil(keep * static_cast<double>(rest) - 1e-9));
-  if (rest == 0 || kept >= rest) return;
+  worldkv::CompressionConfig cc;
+  cc.keep_ratio = keep;
   for (int c = s.retrieved_begin; c < s.retrieved_end; ++c) {
+    // The chunk's latent patches, one row per token, ranked by worldkv_c's own rule (as one
+    // "head" of patch-sized keys).
     at::Tensor x = s.latents.narrow(0, c * F, F);  // [F, C, h, w]
     at::Tensor tok = x.reshape({F, x.size(1), cfg.grid_h(), cfg.patch_h, cfg.grid_w(), cfg.patch_w})
                          .permute({0, 2, 4, 1, 3, 5})
-                         .reshape({F * P, -1});
-    at::Tensor anchor = tok.narrow(0, 0, P).mean(0, true);
-    at::Tensor sim = at::cosine_similarity(tok.narrow(0, P, rest), anchor, 1);
-    at::Tensor order = std::get<1>(sim.sort(0));
-    at::Tensor hidden = order.narrow(0, kept, rest - kept) + (c * tpc + P);  // token columns
+                         .reshape({1, F * P, -1});
+    at::Tensor hidden = at::ones({tpc}, at::kBool);
+    hidden.index_fill_(0, worldkv::compression_keep_indices(tok, P, cc), false);
+    if (!hidden.any().item<bool>()) continue;
     const int64_t r0 = (c + 1) * tpc;  // rows of every later chunk
-    bias.narrow(0, r0, n - r0).index_fill_(1, hidden.to(bias.device()), -std::numeric_limits<float>::infinity());
+    bias.narrow(0, r0, n - r0)
+        .index_fill_(1, (hidden.nonzero().squeeze(1) + c * tpc).to(bias.device()),
+                     -std::numeric_limits<float>::infinity());
   }
 }
 

@@ -47,9 +47,9 @@ at::Tensor visibility(int S, int K);
 // Compressed retrieved chunks, as worldkv_c banks them: in the token-level attention bias
 // [n, n] of the teacher-forcing layout [S - 1 clean chunks ; noisy chunks] (see visibility),
 // every query after a retrieved chunk sees its anchor (first) frame whole and, of its other
-// tokens, the ceil(keep * n) least similar to the anchor frame's mean; the rest become -inf.
-// Similarity is the cosine of the clean latent patches (inference ranks keys per layer; the
-// latent patch is what the first layer's keys are made of). The chunk's own queries and earlier
+// tokens, the ceil(keep * n) least similar to the anchor frame's mean (worldkv's
+// compression_keep_indices, pooled); the rest become -inf. It ranks the clean latent patches
+// (inference ranks keys per layer; the latent patch is what the first layer's keys are made of). The chunk's own queries and earlier
 // ones see it whole, as when its K/V were made.
 void hide_compressed_tokens(at::Tensor& bias, const Sample& s, const dit::DitConfig& cfg, double keep);
 

@@ -178,6 +178,7 @@ void self_context(wm::dit::CausalDit& model, wm::train::Sample& s, int n, uint64
   at::NoGradGuard ng;
   const int F = model->config().frames_per_chunk;
   const int S = static_cast<int>(s.chunks.size());
+  s.latents = s.latents.clone();  // written below; earlier copies of the sample keep theirs
   for (int j = std::max(1, S - 1 - n); j < S - 1; ++j) {
     wm::train::Sample p = s;
     const int64_t T = (j + 1) * F;
@@ -187,7 +188,6 @@ void self_context(wm::dit::CausalDit& model, wm::train::Sample& s, int n, uint64
     p.action = s.action.narrow(0, 0, T);
     p.chunks.resize(j + 1);
     at::Tensor x = predict_target_latents(model, p, true, noise_seed + j, sc, dev).to(at::kCPU, at::kFloat);
-    s.latents = s.latents.clone();
     s.latents.narrow(0, j * F, F).copy_(x);
   }
 }
