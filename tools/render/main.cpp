@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
   double context_t = 0;
   app.add_option("--context-t", context_t, "noise level of the refill pass (0: clean)")->check(CLI::Range(0.0, 0.5));
+  bool renoise = false;
+  app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
   app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
   app.add_flag("--strip", strip, "a strip under the frames: chunks in the window (green), retrieved (orange)");
@@ -108,6 +110,7 @@ int main(int argc, char** argv) {
     sc.seed = noise_seed;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
     sc.sampler.context_t = context_t;
+    sc.sampler.renoise = renoise;
     wm::rollout::WorldSession session(wm::rollout::load_world_model(model_path, dev), sc, dev);
     const int F = session.frames_per_chunk();
     const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);

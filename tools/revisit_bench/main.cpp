@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
   app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
+  bool renoise = false;
+  app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise (the same for every policy)");
   app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
   app.add_option("--dump-dir", dump_dir, "write revisit pairs as PNG (first visit | revisit | ground truth)");
@@ -122,6 +124,7 @@ int main(int argc, char** argv) {
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
+    sc.sampler.renoise = renoise;
 
     int total_frames = 0;
     for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * 16);
@@ -213,6 +216,7 @@ int main(int argc, char** argv) {
     J["episodes"] = suite.episodes.size();
     J["max_seconds"] = max_seconds;
     J["steps"] = steps;
+    J["renoise"] = renoise;
     J["placement"] = placement;
     J["keep_ratio"] = keep_ratio;
     J["per_frame"] = per_frame;
