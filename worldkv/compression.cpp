@@ -6,6 +6,16 @@
 
 namespace wm::worldkv {
 
+namespace {
+int64_t kept_of(double r, int64_t n) { return static_cast<int64_t>(std::ceil(r * n - 1e-9)); }
+}  // namespace
+
+int64_t compressed_token_count(int64_t frames, int64_t tpf, const CompressionConfig& cfg) {
+  WM_CHECK(frames > 0 && tpf > 0, "a chunk needs frames and tokens, got ", frames, " x ", tpf);
+  if (frames == 1) return tpf;
+  return tpf + (cfg.per_frame ? (frames - 1) * kept_of(cfg.keep_ratio, tpf) : kept_of(cfg.keep_ratio, (frames - 1) * tpf));
+}
+
 at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const CompressionConfig& cfg) {
   WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
   const int64_t n = k.size(1);
@@ -20,13 +30,13 @@ at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const Comp
   std::vector<at::Tensor> keep = {at::arange(tpf, lopt)};
   if (frames > 1) {
     if (cfg.per_frame) {
-      const int64_t m = static_cast<int64_t>(std::ceil(cfg.keep_ratio * tpf - 1e-9));
+      const int64_t m = kept_of(cfg.keep_ratio, tpf);
       for (int64_t f = 1; f < frames; ++f) {
         at::Tensor s = sim.narrow(0, (f - 1) * tpf, tpf);
         keep.push_back(std::get<1>(s.topk(m, 0, /*largest=*/false, /*sorted=*/false)) + f * tpf);
       }
     } else {
-      const int64_t m = static_cast<int64_t>(std::ceil(cfg.keep_ratio * (n - tpf) - 1e-9));
+      const int64_t m = kept_of(cfg.keep_ratio, n - tpf);
       keep.push_back(std::get<1>(sim.topk(m, 0, false, false)) + tpf);
     }
   }

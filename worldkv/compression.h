@@ -17,6 +17,9 @@ struct CompressionConfig {
 // ascending. Throws wm::Error if the token count is not frames * tokens_per_frame.
 at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tokens_per_frame, const CompressionConfig& cfg);
 
+// How many tokens a chunk of `frames` frames keeps (the same in every layer).
+int64_t compressed_token_count(int64_t frames, int64_t tokens_per_frame, const CompressionConfig& cfg);
+
 // The compressed block (a copy; metadata and statistics carried over).
 Block compress_chunk(const Block& chunk, int64_t tokens_per_frame, const CompressionConfig& cfg);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "worldkv/compression.h"
 
 namespace wm::worldkv {
 
@@ -47,6 +48,10 @@ WorldMemory::WorldMemory(KvSpec spec, MemoryConfig cfg) : spec_(std::move(spec))
       regions = {"sink", "retrieved", "recent"};
       sink_cap_ = sink;
       retrieved_cap_ = ret;
+      if (cfg_.policy == Policy::WorldKvC && cfg_.fill_by_tokens)
+        retrieved_cap_ = static_cast<int>(
+            static_cast<int64_t>(cfg_.retrieved_frames) * cfg_.tokens_per_frame /
+            compressed_token_count(cfg_.frames_per_chunk, cfg_.tokens_per_frame, cfg_.compression));
       recent_cap_ = rec;
   }
   WM_CHECK(recent_cap_ != 0, "policy ", policy_name(cfg_.policy), " needs at least one recent chunk");

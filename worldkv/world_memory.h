@@ -31,6 +31,9 @@ struct MemoryConfig {
   Policy policy = Policy::WorldKv;
   Placement placement = Placement::Original;
   CompressionConfig compression;
+  // worldkv_c: the retrieved region is filled by its token budget (retrieved_frames x
+  // tokens_per_frame) with compressed chunks, so it holds more of them than worldkv does.
+  bool fill_by_tokens = false;
   StoreConfig bank;  // tiers and budgets of the bank
   std::string time_axis = "t";
 

@@ -222,6 +222,36 @@ TEST(WorldKvMemory, CompressedBankIsAboutHalf) {
   EXPECT_NEAR(static_cast<double>(bytes[1]) / bytes[0], 0.5, 0.01);
 }
 
+TEST(WorldKvMemory, FillByTokensRetrievesAsManyCompressedChunksAsTheRegionHolds) {
+  Synthetic s;
+  MemoryConfig cfg;
+  cfg.tokens_per_frame = s.tpf;
+  cfg.policy = Policy::WorldKvC;
+  cfg.fill_by_tokens = true;
+  // A 3-frame chunk of 4 tokens per frame keeps 4 + ceil(0.25 * 8) = 6 tokens: the 9-frame
+  // region's 36 tokens hold 6 compressed chunks (worldkv holds 3 whole ones).
+  ASSERT_EQ(compressed_token_count(3, s.tpf, cfg.compression), 6);
+  CompressionConfig pf;
+  pf.per_frame = true;
+  EXPECT_EQ(compressed_token_count(3, s.tpf, pf), 4 + 2 * 1);
+  EXPECT_EQ(compressed_token_count(1, s.tpf, pf), 4);
+  WorldMemory mem(s.spec, cfg);
+  size_t bytes_at_10 = 0;
+  for (int64_t i = 0; i < 30; ++i) {
+    mem.prepare(i, poses_at(i, 0));
+    mem.commit(i, s.chunk(i, 3), poses_at(i, 0));
+    if (i == 10) bytes_at_10 = mem.window_bytes();
+  }
+  mem.prepare(30, poses_at(12.2, 0));
+  // The six nearest banked chunks to x = 12.2, nearest first.
+  std::vector<std::string> got;
+  for (auto& r : mem.last_retrieval()) got.push_back(r.id);
+  EXPECT_EQ(got, (std::vector<std::string>{"chunk:12", "chunk:13", "chunk:11", "chunk:14", "chunk:10", "chunk:15"}));
+  EXPECT_EQ(mem.region_ids("retrieved").size(), 6u);
+  EXPECT_EQ(mem.window().size(0), (3 + 3) * s.tpf + 6 * 6);  // sink + recent whole, six compressed
+  EXPECT_EQ(mem.window_bytes(), bytes_at_10);  // still within the window reserved up front
+}
+
 TEST(WorldKvMemory, BankSpillsToDiskAndComesBackIntact) {
   Synthetic s;
   const std::string dir = (std::filesystem::temp_directory_path() / "wm_test_worldkv_spill").string();

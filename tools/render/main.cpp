@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
   double context_t = 0;
   app.add_option("--context-t", context_t, "noise level of the refill pass (0: clean)")->check(CLI::Range(0.0, 0.5));
-  bool renoise = false;
+  bool renoise = false, fill_by_tokens = false;
+  app.add_flag("--fill-by-tokens", fill_by_tokens, "worldkv_c: fill the retrieved region's token budget with compressed chunks (more chunks than worldkv)");
   app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
   app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
     sc.memory.placement = wm::worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
+    sc.memory.fill_by_tokens = fill_by_tokens;
     sc.seed = noise_seed;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
     sc.sampler.context_t = context_t;

@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
   app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
-  bool renoise = false;
+  bool renoise = false, fill_by_tokens = false;
+  app.add_flag("--fill-by-tokens", fill_by_tokens, "worldkv_c: fill the retrieved region's token budget with compressed chunks (more chunks than worldkv)");
   app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise (the same for every policy)");
   app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     sc.memory.placement = wm::worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
+    sc.memory.fill_by_tokens = fill_by_tokens;
     sc.sampler = wm::rollout::sampler_with_steps(steps);
     sc.sampler.renoise = renoise;
 
@@ -217,6 +219,7 @@ int main(int argc, char** argv) {
     J["max_seconds"] = max_seconds;
     J["steps"] = steps;
     J["renoise"] = renoise;
+    J["fill_by_tokens"] = fill_by_tokens;
     J["placement"] = placement;
     J["keep_ratio"] = keep_ratio;
     J["per_frame"] = per_frame;
