@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
+#include "tools/rollout/cli_options.h"
 #include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/world/raycaster.h"
@@ -51,11 +52,11 @@ int main(int argc, char** argv) {
   std::string suite = "assets/suites/revisit60.json";
   int index = 0;
   int64_t seed = -1;
-  std::string policy = "worldkv", placement = "original";
+  std::string policy = "worldkv";
+  wm::rollout::RolloutOptions ro;
   std::string out = "rollout.mp4";
   std::string png_dir;
-  int upscale = 6, fps = 16, max_seconds = 0, threads = 0, steps = 4;
-  double keep_ratio = 0.25;
+  int upscale = 6, fps = 16, max_seconds = 0, threads = 0;
   bool side_by_side = false, strip = false, no_prompt = false;
   uint64_t noise_seed = 0;
   std::string device = "auto";
@@ -64,21 +65,14 @@ int main(int argc, char** argv) {
   app.add_option("--index", index, "episode of the suite");
   app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed");
   app.add_option("--policy", policy, "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn");
-  app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
-  app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept");
-  bool per_frame = false;
-  app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
+  ro.add_to(app);
   app.add_option("-o,--out", out, "output MP4");
   app.add_option("--png-dir", png_dir, "also write every output frame as PNG here");
   app.add_option("--upscale", upscale, "integer nearest-neighbour upscale")->check(CLI::Range(1, 32));
   app.add_option("--fps", fps, "frame rate of the MP4")->check(CLI::Range(1, 240));
   app.add_option("--max-seconds", max_seconds, "render only the first N seconds (0: all)");
-  app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
   double context_t = 0;
   app.add_option("--context-t", context_t, "noise level of the refill pass (0: clean)")->check(CLI::Range(0.0, 0.5));
-  bool renoise = false, fill_by_tokens = false;
-  app.add_flag("--fill-by-tokens", fill_by_tokens, "worldkv_c: fill the retrieved region's token budget with compressed chunks (more chunks than worldkv)");
-  app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
   app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
   app.add_flag("--strip", strip, "a strip under the frames: chunks in the window (green), retrieved (orange)");
@@ -105,14 +99,9 @@ int main(int argc, char** argv) {
 
     wm::rollout::SessionConfig sc;
     sc.memory.policy = wm::worldkv::parse_policy(policy);
-    sc.memory.placement = wm::worldkv::parse_placement(placement);
-    sc.memory.compression.keep_ratio = keep_ratio;
-    sc.memory.compression.per_frame = per_frame;
-    sc.memory.fill_by_tokens = fill_by_tokens;
+    ro.apply(sc);
     sc.seed = noise_seed;
-    sc.sampler = wm::rollout::sampler_with_steps(steps);
     sc.sampler.context_t = context_t;
-    sc.sampler.renoise = renoise;
     wm::rollout::WorldSession session(wm::rollout::load_world_model(model_path, dev), sc, dev);
     const int F = session.frames_per_chunk();
     const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);

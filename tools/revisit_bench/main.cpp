@@ -19,6 +19,7 @@
 #include "runtime/error.h"
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
+#include "tools/rollout/cli_options.h"
 #include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/plot.h"
@@ -77,11 +78,9 @@ int main(int argc, char** argv) {
   std::string model_path = "assets/models/tiny/model.safetensors";
   std::string suite_spec = "assets/suites/revisit60.json";
   std::vector<std::string> policies = {"full_kv", "sliding_window", "sink_recent", "worldkv", "worldkv_c"};
-  std::string placement = "original";
-  double keep_ratio = 0.25;
-  bool per_frame = false;
+  wm::rollout::RolloutOptions ro;
   std::string out_dir = "bench_out", dump_dir;
-  int episodes = 0, max_seconds = 0, steps = 4, threads = 0, dump_max = 20;
+  int episodes = 0, max_seconds = 0, threads = 0, dump_max = 20;
   bool no_prompt = false;
   uint64_t noise_seed = 0;
   std::string device = "auto";
@@ -90,13 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--episodes", episodes, "use the first N episodes (0: all)");
   app.add_option("--max-seconds", max_seconds, "roll out at most N seconds of each episode (0: all)");
   app.add_option("--policies", policies, "policies to compare")->expected(1, -1);
-  app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
-  app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept")->check(CLI::Range(0.0, 1.0));
-  app.add_flag("--per-frame", per_frame, "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
-  app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
-  bool renoise = false, fill_by_tokens = false;
-  app.add_flag("--fill-by-tokens", fill_by_tokens, "worldkv_c: fill the retrieved region's token budget with compressed chunks (more chunks than worldkv)");
-  app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
+  ro.add_to(app);
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise (the same for every policy)");
   app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
   app.add_option("--dump-dir", dump_dir, "write revisit pairs as PNG (first visit | revisit | ground truth)");
@@ -121,12 +114,7 @@ int main(int argc, char** argv) {
     const auto& mc = model->config();
     const wm::world::RenderSpec rs = wm::rollout::render_spec_of(mc);
     wm::rollout::SessionConfig sc;
-    sc.memory.placement = wm::worldkv::parse_placement(placement);
-    sc.memory.compression.keep_ratio = keep_ratio;
-    sc.memory.compression.per_frame = per_frame;
-    sc.memory.fill_by_tokens = fill_by_tokens;
-    sc.sampler = wm::rollout::sampler_with_steps(steps);
-    sc.sampler.renoise = renoise;
+    ro.apply(sc);
 
     int total_frames = 0;
     for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * 16);
@@ -217,12 +205,12 @@ int main(int argc, char** argv) {
     J["model"] = model_path;
     J["episodes"] = suite.episodes.size();
     J["max_seconds"] = max_seconds;
-    J["steps"] = steps;
-    J["renoise"] = renoise;
-    J["fill_by_tokens"] = fill_by_tokens;
-    J["placement"] = placement;
-    J["keep_ratio"] = keep_ratio;
-    J["per_frame"] = per_frame;
+    J["steps"] = ro.steps;
+    J["renoise"] = ro.renoise;
+    J["fill_by_tokens"] = ro.fill_by_tokens;
+    J["placement"] = ro.placement;
+    J["keep_ratio"] = ro.keep_ratio;
+    J["per_frame"] = ro.per_frame;
     std::ofstream csv(out_dir + "/results.csv");
     csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,memory_ms,peak_window_bytes,"
            "bank_device_bytes,bank_host_bytes,bank_disk_bytes\n";
