@@ -43,6 +43,30 @@ at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const Comp
   return std::get<0>(at::cat(keep).sort());
 }
 
+MergeMode parse_merge_mode(const std::string& name) {
+  if (name == "drop") return MergeMode::Drop;
+  if (name == "votes") return MergeMode::Votes;
+  if (name == "merge") return MergeMode::Merge;
+  throw Error(str_cat("unknown merge mode '", name, "' (drop, votes, merge)"));
+}
+
+std::string merge_mode_name(MergeMode m) {
+  return m == MergeMode::Drop ? "drop" : m == MergeMode::Votes ? "votes" : "merge";
+}
+
+at::Tensor vote_targets(const at::Tensor& k, const at::Tensor& keep) {
+  WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
+  WM_CHECK(keep.dim() == 1 && keep.numel() > 0, "vote targets need at least one kept token");
+  const int64_t n = k.size(1);
+  at::Tensor flat = k.to(at::kFloat).permute({1, 0, 2}).reshape({n, -1});
+  flat = flat / flat.norm(2, 1, true).clamp_min(1e-8);
+  at::Tensor sim = at::matmul(flat, flat.index_select(0, keep).t());  // [n, kept]
+  at::Tensor target = std::get<1>(sim.max(1));
+  // A kept token goes to itself (ties among equal keys must not move it).
+  target.index_put_({keep}, at::arange(keep.numel(), target.options()));
+  return target;
+}
+
 Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& cfg) {
   Block out;
   out.id = chunk.id;
@@ -51,8 +75,21 @@ Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& c
   for (auto& l : chunk.layers) {
     at::Tensor idx = compression_keep_indices(l.k, tpf, cfg);
     at::Tensor cpu_idx = idx.to(at::kCPU);
-    out.layers.push_back(
-        {l.k.index_select(1, idx), l.v.index_select(1, idx), l.pos.index_select(0, cpu_idx), l.logw.index_select(0, idx)});
+    LayerKv kept{l.k.index_select(1, idx), l.v.index_select(1, idx), l.pos.index_select(0, cpu_idx),
+                 l.logw.index_select(0, idx)};
+    if (cfg.merge != MergeMode::Drop) {
+      const int64_t m = idx.numel();
+      at::Tensor target = vote_targets(l.k, idx);
+      at::Tensor w = l.logw.to(at::kFloat).exp();  // [n]: how many tokens each stands for
+      at::Tensor total = at::zeros({m}, w.options()).index_add_(0, target, w);  // [m]
+      kept.logw = total.log().to(l.logw.scalar_type());
+      if (cfg.merge == MergeMode::Merge) {
+        at::Tensor wv = l.v.to(at::promote_types(l.v.scalar_type(), at::kFloat)) * w.view({1, -1, 1});  // [h, n, d]
+        at::Tensor sum = at::zeros({l.v.size(0), m, l.v.size(2)}, wv.options()).index_add_(1, target, wv);
+        kept.v = (sum / total.to(sum.scalar_type()).view({1, -1, 1})).to(l.v.scalar_type());
+      }
+    }
+    out.layers.push_back(std::move(kept));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "runtime/attention.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
 #include "worldkv/compression.h"
@@ -91,6 +92,67 @@ TEST(WorldKvCompression, KeepsAnchorPlusLowestSimilarity) {
   at::Tensor small = at::randn({1, 15, 4});
   EXPECT_EQ(compression_keep_indices(small, 5, cfg).size(0), 5 + 3);
   EXPECT_THROW(compression_keep_indices(at::randn({1, 14, 4}), 5, cfg), Error);
+}
+
+// A chunk whose dropped tokens repeat kept keys: the anchor frame's 4 keys are random, 6 of the
+// 8 others copy one of them (K only; their V are their own), and 2 point away from the anchor
+// mean so that compression keeps them. Attention over the compressed chunk then equals attention
+// over the whole chunk exactly under `merge` (identical keys share one softmax weight, so their
+// V sum to the count times the mean), and not under `drop` or `votes`.
+TEST(WorldKvCompression, MergeCountsAndAveragesWhatItLeavesOut) {
+  at::manual_seed(11);
+  const int64_t tpf = 4, frames = 3, n = tpf * frames, H = 2, d = 8;
+  auto opt = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor k = at::empty({H, n, d}, opt);
+  k.narrow(1, 0, tpf).copy_(at::randn({H, tpf, d}, opt));
+  const std::vector<int64_t> copy_of = {0, 1, 2, -1, 3, 0, -1, 1};  // token tpf + j copies copy_of[j]; -1: away
+  at::Tensor away = -k.narrow(1, 0, tpf).mean(1, true);
+  for (int64_t j = 0; j < n - tpf; ++j)
+    k.narrow(1, tpf + j, 1).copy_(copy_of[j] >= 0 ? k.narrow(1, copy_of[j], 1) : away + 0.01 * at::randn({H, 1, d}, opt));
+  Block chunk;
+  chunk.id = "chunk:0";
+  chunk.layers.push_back({k, at::randn({H, n, d}, opt), at::zeros({n, 3}, at::kLong), at::zeros({n}, at::kFloat)});
+
+  at::Tensor keep = compression_keep_indices(k, tpf, CompressionConfig{});
+  ASSERT_EQ(keep.numel(), tpf + 2);
+  EXPECT_TRUE(keep.equal(at::tensor(std::vector<int64_t>{0, 1, 2, 3, tpf + 3, tpf + 6})));
+  // Each copy votes for its original, the kept tokens for themselves.
+  at::Tensor target = vote_targets(k, keep);
+  EXPECT_TRUE(target.equal(at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 4, 3, 0, 5, 1})));
+
+  at::Tensor q = at::randn({2 * H, 5, d}, opt);
+  at::Tensor full = attention(q, k, chunk.layers[0].v, chunk.layers[0].logw).out;
+  auto compressed_out = [&](MergeMode mode) {
+    CompressionConfig cfg;
+    cfg.merge = mode;
+    Block c = compress_chunk(chunk, tpf, cfg);
+    EXPECT_EQ(c.n_tokens(0), tpf + 2);
+    EXPECT_TRUE(c.layers[0].k.equal(k.index_select(1, keep)));  // keys (and their positions) stay
+    return std::make_pair(c, attention(q, c.layers[0].k, c.layers[0].v, c.layers[0].logw).out);
+  };
+  auto [merged, merged_out] = compressed_out(MergeMode::Merge);
+  EXPECT_TRUE(at::allclose(merged_out, full, 1e-5, 1e-5)) << (merged_out - full).abs().max();
+  // Token 0 stands for itself and two copies, token 3 for itself and one: log 3, log 2.
+  at::Tensor want_logw = at::tensor(std::vector<float>{3, 3, 2, 2, 1, 1}).log();
+  EXPECT_TRUE(at::allclose(merged.layers[0].logw, want_logw, 1e-6, 1e-7));
+  auto [voted, voted_out] = compressed_out(MergeMode::Votes);
+  EXPECT_TRUE(voted.layers[0].logw.equal(merged.layers[0].logw));
+  EXPECT_TRUE(voted.layers[0].v.equal(chunk.layers[0].v.index_select(1, keep)));
+  EXPECT_GT((voted_out - full).abs().max().item<double>(), 1e-3);
+  auto [dropped, dropped_out] = compressed_out(MergeMode::Drop);
+  EXPECT_TRUE(dropped.layers[0].logw.equal(at::zeros({tpf + 2}, at::kFloat)));
+  EXPECT_GT((dropped_out - full).abs().max().item<double>(), 1e-3);
+
+  // Weights already on the chunk add up: a merged entry of weight w counts as w tokens.
+  Block heavy = chunk;
+  heavy.layers[0].logw = at::full({n}, std::log(2.0), at::kFloat);
+  CompressionConfig cfg;
+  cfg.merge = MergeMode::Merge;
+  EXPECT_TRUE(at::allclose(compress_chunk(heavy, tpf, cfg).layers[0].logw, want_logw + std::log(2.0), 1e-6, 1e-6));
+
+  EXPECT_EQ(parse_merge_mode("votes"), MergeMode::Votes);
+  EXPECT_EQ(merge_mode_name(parse_merge_mode("merge")), "merge");
+  EXPECT_THROW(parse_merge_mode("zip"), Error);
 }
 
 // A synthetic "model": chunk i's K/V are random, rotated at positions (t = frame, h, w).

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 
+#include "tools/cli/progress.h"
 #include "tools/world/suite.h"
 
 namespace {
@@ -100,10 +101,9 @@ int main(int argc, char** argv) {
     so.trajectory.render = RenderSpec{width, height, fov, supersample};
     so.trajectory.min_psnr_db = min_psnr;
     auto t0 = std::chrono::steady_clock::now();
-    Suite s = generate_suite(seed, count, so, [&](int done, int n) {
-      std::fprintf(stderr, "\rgenerating %d/%d", done, n);
-      if (done == n) std::fprintf(stderr, "\n");
-    });
+    wm::cli::ProgressLine progress;
+    Suite s = generate_suite(seed, count, so, [&](int done, int n) { progress.show(done == n, "generating %d/%d", done, n); });
+    progress.finish();
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     SaveOptions save;
     save.pose_every = pose_every;

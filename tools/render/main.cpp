@@ -10,6 +10,7 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/progress.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/rollout/cli_options.h"
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
 
     std::vector<double> ms;
     double memory_ms = 0;
+    wm::cli::ProgressLine progress;
     auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
       if (!c.prompt) ms.push_back(c.ms), memory_ms += c.memory_ms;
       const auto& mem = session.memory();
@@ -151,10 +153,10 @@ int main(int argc, char** argv) {
         if (pngs) pngs->write(canvas);
       }
       if (c.index % 10 == 0 || c.index + 1 == n_chunks)
-        std::fprintf(stderr, "\r  chunk %lld/%d  %.0f ms  window %zu KiB  bank %zu KiB   ", static_cast<long long>(c.index + 1),
-                     n_chunks, c.ms, mem.window_bytes() / 1024,
-                     (mem.bank().bytes(wm::Tier::Device) + mem.bank().bytes(wm::Tier::Host) +
-                      mem.bank().bytes(wm::Tier::Disk)) / 1024);
+        progress.show(c.index + 1 == n_chunks, "  chunk %lld/%d  %.0f ms  window %zu KiB  bank %zu KiB",
+                      static_cast<long long>(c.index + 1), n_chunks, c.ms, mem.window_bytes() / 1024,
+                      (mem.bank().bytes(wm::Tier::Device) + mem.bank().bytes(wm::Tier::Host) +
+                       mem.bank().bytes(wm::Tier::Disk)) / 1024);
     };
     const auto t0 = std::chrono::steady_clock::now();
     wm::rollout::run_episode(session, ep, noise_seed, n, on_chunk, !no_prompt);
@@ -162,8 +164,9 @@ int main(int argc, char** argv) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double sum = 0;
     for (double m : ms) sum += m;
+    progress.finish();
     std::fprintf(stderr,
-                 "\nwm_render: wrote %s (%dx%d, %d frames at %d fps)\n"
+                 "wm_render: wrote %s (%dx%d, %d frames at %d fps)\n"
                  "  chunk ms: mean %.1f (memory %.2f), p50 %.1f, p90 %.1f, last %.1f; generated %.1f frames/s; wall %.1f s\n",
                  out.c_str(), W, H, writer.frames_written(), fps, sum / ms.size(), memory_ms / ms.size(),
                  percentile(ms, 0.5), percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum,

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "tools/cli/progress.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/world/raycaster.h"
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
       if (!png_dir.empty()) std::filesystem::create_directories(png_dir);
       wm::Image img;
       auto t0 = std::chrono::steady_clock::now();
+      wm::cli::ProgressLine progress;
       for (int t = 0; t < n; ++t) {
         rc.render(ep.poses[static_cast<size_t>(t)], img);
         if (mp4) mp4->write(img);
@@ -126,11 +128,12 @@ int main(int argc, char** argv) {
           std::snprintf(name, sizeof name, "/frame_%05d.png", t);
           wm::media::write_png(png_dir + name, img);
         }
-        if ((t + 1) % 64 == 0 || t + 1 == n) std::fprintf(stderr, "\rframe %d/%d", t + 1, n);
+        if ((t + 1) % 64 == 0 || t + 1 == n) progress.show(t + 1 == n, "frame %d/%d", t + 1, n);
       }
       if (mp4) mp4->close();
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\nwrote %d frames in %.2f s%s%s%s%s\n", n, dt, out.empty() ? "" : " to ", out.c_str(),
+      progress.finish();
+      std::fprintf(stderr, "wrote %d frames in %.2f s%s%s%s%s\n", n, dt, out.empty() ? "" : " to ", out.c_str(),
                    png_dir.empty() ? "" : ", PNGs in ", png_dir.c_str());
     }
     if (!pairs_dir.empty()) {

@@ -17,6 +17,7 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/progress.h"
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
 #include "tools/rollout/cli_options.h"
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
     std::vector<PolicyScore> scores;
     const auto t_all = std::chrono::steady_clock::now();
     int done_frames = 0;
+    wm::cli::ProgressLine progress;
     const int all_frames = total_frames * static_cast<int>(pols.size());
     for (auto pol : pols) scores.push_back({wm::worldkv::policy_name(pol), {}});
     for (size_t e = 0; e < suite.episodes.size(); ++e) {
@@ -141,11 +143,11 @@ int main(int argc, char** argv) {
         wm::rollout::WorldSession session(model, sc, dev);
         auto run = wm::rollout::run_episode(session, ep, noise_seed, n, [&](const auto& c, const auto&) {
           done_frames += mc.frames_per_chunk;
-          if (c.index % 20 == 0) {
+          if (c.index % 20 == 0 || done_frames == all_frames) {
             const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
-            std::fprintf(stderr, "\r  episode %zu/%zu  %-14s chunk %lld  %5.1f%%  eta %.0f s    ", e + 1,
-                         suite.episodes.size(), scores[pi].policy.c_str(), static_cast<long long>(c.index),
-                         100.0 * done_frames / all_frames, el / done_frames * (all_frames - done_frames));
+            progress.show(done_frames == all_frames, "  episode %zu/%zu  %-14s chunk %lld  %5.1f%%  eta %.0f s", e + 1,
+                          suite.episodes.size(), scores[pi].policy.c_str(), static_cast<long long>(c.index),
+                          100.0 * done_frames / all_frames, el / done_frames * (all_frames - done_frames));
           }
         }, !no_prompt);
         // Pairs whose first visit lies in the prompt would compare with the ground truth itself.
@@ -192,7 +194,7 @@ int main(int argc, char** argv) {
         scores[pi].eps.push_back(std::move(s));
       }
     }
-    std::fprintf(stderr, "\n");
+    progress.finish();
 
     // Table.
     std::printf("\nRevisit fidelity on %zu episodes (%d frames each policy; PSNR capped at %.0f dB)\n",
@@ -208,6 +210,7 @@ int main(int argc, char** argv) {
     J["steps"] = ro.steps;
     J["renoise"] = ro.renoise;
     J["fill_by_tokens"] = ro.fill_by_tokens;
+    J["merge"] = ro.merge;
     J["placement"] = ro.placement;
     J["keep_ratio"] = ro.keep_ratio;
     J["per_frame"] = ro.per_frame;

@@ -16,6 +16,7 @@ struct RolloutOptions {
   double keep_ratio = 0.25;
   bool per_frame = false;
   bool fill_by_tokens = false;
+  std::string merge = "merge";
   int steps = 4;
   bool renoise = false;
 
@@ -27,6 +28,10 @@ struct RolloutOptions {
                  "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
     app.add_flag("--fill-by-tokens", fill_by_tokens,
                  "worldkv_c: fill the retrieved region's token budget with compressed chunks (more chunks than worldkv)");
+    app.add_option("--merge", merge,
+                   "worldkv_c: what becomes of the tokens compression leaves out: merge (the kept token most like "
+                   "each counts for it and takes the mean of their values), votes (counts only) or drop (WorldKV's rule)")
+        ->check(CLI::IsMember({"drop", "votes", "merge"}));
     app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
     app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
   }
@@ -37,6 +42,7 @@ struct RolloutOptions {
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
     sc.memory.fill_by_tokens = fill_by_tokens;
+    sc.memory.compression.merge = worldkv::parse_merge_mode(merge);
     sc.sampler = sampler_with_steps(steps);
     sc.sampler.renoise = renoise;
   }

@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 5));
   app.add_option("--self-ctx-timesteps", a.self_ctx_timesteps, "the sampler that generates them");
   app.add_option("--compress-ctx", a.compress_prob,
-                 "fraction of samples whose retrieved chunks are compressed as worldkv_c banks them")
+                 "fraction of samples whose retrieved chunks lose the tokens worldkv_c compression leaves out "
+                 "(its drop rule, ranked on latent patches)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--compress-keep", a.compress_keep, "the fraction of non-anchor tokens they keep")
       ->check(CLI::Range(0.0, 1.0));
