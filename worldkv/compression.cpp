@@ -8,25 +8,22 @@ namespace wm::worldkv {
 
 namespace {
 int64_t kept_of(double r, int64_t n) { return static_cast<int64_t>(std::ceil(r * n - 1e-9)); }
-}  // namespace
 
-int64_t compressed_token_count(int64_t frames, int64_t tpf, const CompressionConfig& cfg) {
-  WM_CHECK(frames > 0 && tpf > 0, "a chunk needs frames and tokens, got ", frames, " x ", tpf);
-  if (frames == 1) return tpf;
-  return tpf + (cfg.per_frame ? (frames - 1) * kept_of(cfg.keep_ratio, tpf) : kept_of(cfg.keep_ratio, (frames - 1) * tpf));
+// One layer's K [n_kv_heads, n, head_dim] as one row per token, flattened over heads: [n, heads * d].
+at::Tensor flat_keys(const at::Tensor& k) {
+  WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
+  return k.to(at::kFloat).permute({1, 0, 2}).reshape({k.size(1), -1});
 }
 
-at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const CompressionConfig& cfg) {
-  WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
-  const int64_t n = k.size(1);
+at::Tensor keep_indices(const at::Tensor& flat, int64_t tpf, const CompressionConfig& cfg) {
+  const int64_t n = flat.size(0);
   WM_CHECK(tpf > 0 && n % tpf == 0 && n >= tpf, "a chunk of ", n, " tokens is not whole frames of ", tpf);
   WM_CHECK(cfg.keep_ratio >= 0 && cfg.keep_ratio <= 1, "keep_ratio must be in [0, 1], got ", cfg.keep_ratio);
   const int64_t frames = n / tpf;
-  at::Tensor flat = k.to(at::kFloat).permute({1, 0, 2}).reshape({n, -1});  // [n, heads * d]
-  at::Tensor anchor = flat.narrow(0, 0, tpf).mean(0, true);                // [1, heads * d]
+  at::Tensor anchor = flat.narrow(0, 0, tpf).mean(0, true);  // [1, heads * d]
   at::Tensor rest = flat.narrow(0, tpf, n - tpf);
   at::Tensor sim = at::cosine_similarity(rest, anchor.expand_as(rest), 1, 1e-8);  // [n - tpf]
-  auto lopt = at::TensorOptions().dtype(at::kLong).device(k.device());
+  auto lopt = at::TensorOptions().dtype(at::kLong).device(flat.device());
   std::vector<at::Tensor> keep = {at::arange(tpf, lopt)};
   if (frames > 1) {
     if (cfg.per_frame) {
@@ -43,6 +40,28 @@ at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const Comp
   return std::get<0>(at::cat(keep).sort());
 }
 
+at::Tensor vote_targets_of(const at::Tensor& flat, const at::Tensor& keep) {
+  WM_CHECK(keep.dim() == 1 && keep.numel() > 0, "vote targets need at least one kept token");
+  at::Tensor unit = flat / flat.norm(2, 1, true).clamp_min(1e-8);
+  at::Tensor sim = at::matmul(unit, unit.index_select(0, keep).t());  // [n, kept]
+  at::Tensor target = std::get<1>(sim.max(1));
+  // A kept token goes to itself (ties among equal keys must not move it).
+  target.index_put_({keep}, at::arange(keep.numel(), target.options()));
+  return target;
+}
+
+}  // namespace
+
+int64_t compressed_token_count(int64_t frames, int64_t tpf, const CompressionConfig& cfg) {
+  WM_CHECK(frames > 0 && tpf > 0, "a chunk needs frames and tokens, got ", frames, " x ", tpf);
+  if (frames == 1) return tpf;
+  return tpf + (cfg.per_frame ? (frames - 1) * kept_of(cfg.keep_ratio, tpf) : kept_of(cfg.keep_ratio, (frames - 1) * tpf));
+}
+
+at::Tensor compression_keep_indices(const at::Tensor& k, int64_t tpf, const CompressionConfig& cfg) {
+  return keep_indices(flat_keys(k), tpf, cfg);
+}
+
 MergeMode parse_merge_mode(const std::string& name) {
   if (name == "drop") return MergeMode::Drop;
   if (name == "votes") return MergeMode::Votes;
@@ -54,18 +73,7 @@ std::string merge_mode_name(MergeMode m) {
   return m == MergeMode::Drop ? "drop" : m == MergeMode::Votes ? "votes" : "merge";
 }
 
-at::Tensor vote_targets(const at::Tensor& k, const at::Tensor& keep) {
-  WM_CHECK(k.dim() == 3, "K must be [n_kv_heads, n, head_dim], got ", k.sizes());
-  WM_CHECK(keep.dim() == 1 && keep.numel() > 0, "vote targets need at least one kept token");
-  const int64_t n = k.size(1);
-  at::Tensor flat = k.to(at::kFloat).permute({1, 0, 2}).reshape({n, -1});
-  flat = flat / flat.norm(2, 1, true).clamp_min(1e-8);
-  at::Tensor sim = at::matmul(flat, flat.index_select(0, keep).t());  // [n, kept]
-  at::Tensor target = std::get<1>(sim.max(1));
-  // A kept token goes to itself (ties among equal keys must not move it).
-  target.index_put_({keep}, at::arange(keep.numel(), target.options()));
-  return target;
-}
+at::Tensor vote_targets(const at::Tensor& k, const at::Tensor& keep) { return vote_targets_of(flat_keys(k), keep); }
 
 Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& cfg) {
   Block out;
@@ -73,13 +81,14 @@ Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& c
   out.meta = chunk.meta;
   out.stats = chunk.stats;
   for (auto& l : chunk.layers) {
-    at::Tensor idx = compression_keep_indices(l.k, tpf, cfg);
+    at::Tensor flat = flat_keys(l.k);
+    at::Tensor idx = keep_indices(flat, tpf, cfg);
     at::Tensor cpu_idx = idx.to(at::kCPU);
     LayerKv kept{l.k.index_select(1, idx), l.v.index_select(1, idx), l.pos.index_select(0, cpu_idx),
                  l.logw.index_select(0, idx)};
     if (cfg.merge != MergeMode::Drop) {
       const int64_t m = idx.numel();
-      at::Tensor target = vote_targets(l.k, idx);
+      at::Tensor target = vote_targets_of(flat, idx);
       at::Tensor w = l.logw.to(at::kFloat).exp();  // [n]: how many tokens each stands for
       at::Tensor total = at::zeros({m}, w.options()).index_add_(0, target, w);  // [m]
       kept.logw = total.log().to(l.logw.scalar_type());

@@ -2,6 +2,8 @@
 //  1. Block save and restore through the bank (window -> host tier / disk tier -> window)
 //     against a plain memcpy of the same bytes, timed interleaved in one run, as a ratio.
 //  2. Attention over windows of 1k..64k keys: tokens per second.
+//  3. worldkv_c's compression of one chunk as it enters the bank, by merge mode (drop, votes,
+//     merge), timed interleaved in one run.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "worldkv/compression.h"
 
 namespace {
 
@@ -132,6 +135,38 @@ AttentionRow bench_attention(int n_keys, int n_q, int heads, int kv_heads, int d
   return {n_keys, n_q, 1e3 * s, n_q / s};
 }
 
+struct CompressionRow {
+  std::string shape;
+  int tokens;
+  double drop_ms, votes_ms, merge_ms;
+};
+
+// One chunk of `frames` x `tpf` tokens per layer, random K/V, compressed at the default keep
+// ratio in each merge mode in turn, every repetition. Medians over the repetitions.
+CompressionRow bench_compression(const Shape& sh, int frames, int tpf, int reps, at::Device dev) {
+  const int n = frames * tpf;
+  auto opt = at::TensorOptions().device(dev).dtype(sh.dtype);
+  std::vector<at::Tensor> k, v;
+  for (int l = 0; l < sh.layers; ++l) {
+    k.push_back(at::randn({sh.kv_heads, n, sh.head_dim}, opt));
+    v.push_back(at::randn({sh.kv_heads, n, sh.head_dim}, opt));
+  }
+  wm::Block b = wm::make_block("chunk:0", k, v, at::arange(n, at::kLong).unsqueeze(1));
+  const wm::worldkv::MergeMode modes[] = {wm::worldkv::MergeMode::Drop, wm::worldkv::MergeMode::Votes,
+                                          wm::worldkv::MergeMode::Merge};
+  std::vector<double> t[3];
+  for (int r = 0; r < reps + 1; ++r)  // the first repetition warms up
+    for (int m = 0; m < 3; ++m) {
+      wm::worldkv::CompressionConfig cfg;
+      cfg.merge = modes[m];
+      auto t0 = Clock::now();
+      wm::Block c = wm::worldkv::compress_chunk(b, tpf, cfg);
+      (void)c.layers.back().v.sum().item<float>();  // forces completion on any device
+      if (r > 0) t[m].push_back(seconds_since(t0));
+    }
+  return {sh.name, n, 1e3 * median(t[0]), 1e3 * median(t[1]), 1e3 * median(t[2])};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,6 +230,18 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         out["attention"].push_back({{"keys", r.keys}, {"queries", r.queries}, {"ms", r.ms}, {"tokens_per_s", r.tokens_per_s}});
       }
+    std::printf("\nworldkv_c compression of one chunk (3 frames) by merge mode, ms\n");
+    std::printf("%-46s %6s %9s %9s %9s\n", "shape", "tokens", "drop", "votes", "merge");
+    const std::vector<std::pair<Shape, int>> chunk_shapes = {
+        {{"tiny model (4 layers, 4 heads, d 48, fp32)", 4, 4, 48, at::kFloat}, 64},
+        {{"matrix-game-2 (30 layers, 12 heads, d 128, fp32)", 30, 12, 128, at::kFloat}, quick ? 110 : 880}};
+    for (auto& [sh, tpf] : chunk_shapes) {
+      auto r = bench_compression(sh, 3, tpf, reps, dev);
+      std::printf("%-46s %6d %9.3f %9.3f %9.3f\n", r.shape.c_str(), r.tokens, r.drop_ms, r.votes_ms, r.merge_ms);
+      std::fflush(stdout);
+      out["compression"].push_back(
+          {{"shape", r.shape}, {"tokens", r.tokens}, {"drop_ms", r.drop_ms}, {"votes_ms", r.votes_ms}, {"merge_ms", r.merge_ms}});
+    }
     std::filesystem::remove_all(spill);
     if (!json_out.empty()) {
       std::ofstream f(json_out);

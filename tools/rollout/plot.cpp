@@ -99,17 +99,23 @@ void line_chart(const std::string& path, const std::string& title, const std::st
     const double xv = x0 + (x1 - x0) * k / 5;
     text(m, num(xv), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
   }
-  int li = 0;
   for (size_t si = 0; si < series.size(); ++si) {
     const auto& s = series[si];
-    const cv::Scalar c = kPalette[si % 8];
     for (size_t i = 1; i < s.points.size(); ++i)
       if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
         cv::line(m, {px(s.points[i - 1].first), py(s.points[i - 1].second)}, {px(s.points[i].first), py(s.points[i].second)},
-                 c, 2, cv::LINE_AA);
-    cv::line(m, {W - R - 190, T + 18 + 20 * li}, {W - R - 165, T + 18 + 20 * li}, c, 3);
-    text(m, s.name, W - R - 158, T + 23 + 20 * li, 0.45);
-    ++li;
+                 kPalette[si % 8], 2, cv::LINE_AA);
+  }
+  // The legend, drawn last on a box of its own so that no line runs through it.
+  if (!series.empty()) {
+    const int lx = W - R - 200, ly = T + 6, lh = 20 * static_cast<int>(series.size()) + 8;
+    cv::rectangle(m, {lx, ly}, {W - R - 6, ly + lh}, {255, 255, 255}, cv::FILLED);
+    cv::rectangle(m, {lx, ly}, {W - R - 6, ly + lh}, {200, 200, 200}, 1);
+    for (size_t si = 0; si < series.size(); ++si) {
+      const int y = T + 18 + 20 * static_cast<int>(si);
+      cv::line(m, {lx + 10, y}, {lx + 35, y}, kPalette[si % 8], 3);
+      text(m, series[si].name, lx + 42, y + 5, 0.45);
+    }
   }
   save(path, m);
 }
