@@ -42,11 +42,18 @@ at::Tensor keep_indices(const at::Tensor& flat, int64_t tpf, const CompressionCo
 
 at::Tensor vote_targets_of(const at::Tensor& flat, const at::Tensor& keep) {
   WM_CHECK(keep.dim() == 1 && keep.numel() > 0, "vote targets need at least one kept token");
+  const int64_t n = flat.size(0);
   at::Tensor unit = flat / flat.norm(2, 1, true).clamp_min(1e-8);
-  at::Tensor sim = at::matmul(unit, unit.index_select(0, keep).t());  // [n, kept]
-  at::Tensor target = std::get<1>(sim.max(1));
-  // A kept token goes to itself (ties among equal keys must not move it).
-  target.index_put_({keep}, at::arange(keep.numel(), target.options()));
+  auto lopt = at::TensorOptions().dtype(at::kLong).device(flat.device());
+  // A kept token goes to itself; only the others are scored against the kept ones.
+  at::Tensor target = at::empty({n}, lopt);
+  target.index_put_({keep}, at::arange(keep.numel(), lopt));
+  at::Tensor dropped_mask = at::ones({n}, lopt.dtype(at::kBool));
+  dropped_mask.index_fill_(0, keep, false);
+  at::Tensor dropped = dropped_mask.nonzero().squeeze(1);
+  if (dropped.numel() == 0) return target;
+  at::Tensor sim = at::matmul(unit.index_select(0, dropped), unit.index_select(0, keep).t());  // [dropped, kept]
+  target.index_put_({dropped}, std::get<1>(sim.max(1)));
   return target;
 }
 
