@@ -93,8 +93,8 @@ Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& c
     at::Tensor cpu_idx = idx.to(at::kCPU);
     LayerKv kept{l.k.index_select(1, idx), l.v.index_select(1, idx), l.pos.index_select(0, cpu_idx),
                  l.logw.index_select(0, idx)};
-    if (cfg.merge != MergeMode::Drop) {
-      const int64_t m = idx.numel();
+    const int64_t m = idx.numel();
+    if (cfg.merge != MergeMode::Drop && m < l.k.size(1)) {  // (nothing left out: nothing to merge)
       at::Tensor target = vote_targets_of(flat, idx);
       at::Tensor w = l.logw.to(at::kFloat).exp();  // [n]: how many tokens each stands for
       at::Tensor total = at::zeros({m}, w.options()).index_add_(0, target, w);  // [m]
@@ -102,7 +102,9 @@ Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& c
       if (cfg.merge == MergeMode::Merge) {
         at::Tensor wv = l.v.to(at::promote_types(l.v.scalar_type(), at::kFloat)) * w.view({1, -1, 1});  // [h, n, d]
         at::Tensor sum = at::zeros({l.v.size(0), m, l.v.size(2)}, wv.options()).index_add_(1, target, wv);
-        kept.v = (sum / total.to(sum.scalar_type()).view({1, -1, 1})).to(l.v.scalar_type());
+        // (A kept token of weight 0 with no voters keeps a zero value, not 0 / 0.)
+        at::Tensor denom = total.to(sum.scalar_type()).clamp_min(1e-30).view({1, -1, 1});
+        kept.v = (sum / denom).to(l.v.scalar_type());
       }
     }
     out.layers.push_back(std::move(kept));

@@ -35,10 +35,12 @@ TEST(ProgressLine, LogGetsWholeLinesAtMostOnePerInterval) {
   // With no interval every update is a line, and finish() adds nothing after whole lines.
   f = std::tmpfile();
   ASSERT_NE(f, nullptr);
-  ProgressLine q(0, f);
-  q.show(false, "a");
-  q.show(false, "b");
-  q.finish();
+  {
+    ProgressLine q(0, f);
+    q.show(false, "a");
+    q.show(false, "b");
+    q.finish();
+  }
   EXPECT_EQ(contents(f), "a\nb\n");
   std::fclose(f);
 }

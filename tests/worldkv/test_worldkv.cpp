@@ -143,12 +143,26 @@ TEST(WorldKvCompression, MergeCountsAndAveragesWhatItLeavesOut) {
   EXPECT_TRUE(dropped.layers[0].logw.equal(at::zeros({tpf + 2}, at::kFloat)));
   EXPECT_GT((dropped_out - full).abs().max().item<double>(), 1e-3);
 
-  // Weights already on the chunk add up: a merged entry of weight w counts as w tokens.
+  // Weights already on the chunk add up (a merged entry of weight w counts as w tokens) and
+  // weight the values' mean: the identity holds for a chunk of unequal weights too.
   Block heavy = chunk;
-  heavy.layers[0].logw = at::full({n}, std::log(2.0), at::kFloat);
+  heavy.layers[0].logw = at::rand({n}, at::kFloat).mul(3).log();
   CompressionConfig cfg;
   cfg.merge = MergeMode::Merge;
-  EXPECT_TRUE(at::allclose(compress_chunk(heavy, tpf, cfg).layers[0].logw, want_logw + std::log(2.0), 1e-6, 1e-6));
+  Block hc = compress_chunk(heavy, tpf, cfg);
+  at::Tensor want_w = at::zeros({tpf + 2}, at::kFloat).index_add_(0, target, heavy.layers[0].logw.exp());
+  EXPECT_TRUE(at::allclose(hc.layers[0].logw, want_w.log(), 1e-5, 1e-6));
+  at::Tensor heavy_full = attention(q, k, chunk.layers[0].v, heavy.layers[0].logw).out;
+  at::Tensor heavy_out = attention(q, hc.layers[0].k, hc.layers[0].v, hc.layers[0].logw).out;
+  EXPECT_TRUE(at::allclose(heavy_out, heavy_full, 1e-5, 1e-5)) << (heavy_out - heavy_full).abs().max();
+
+  // Nothing left out (r = 1): the chunk comes back as it was.
+  CompressionConfig all = cfg;
+  all.keep_ratio = 1;
+  Block same = compress_chunk(heavy, tpf, all);
+  EXPECT_TRUE(same.layers[0].k.equal(k));
+  EXPECT_TRUE(same.layers[0].v.equal(chunk.layers[0].v));
+  EXPECT_TRUE(same.layers[0].logw.equal(heavy.layers[0].logw));
 
   EXPECT_EQ(parse_merge_mode("votes"), MergeMode::Votes);
   EXPECT_EQ(merge_mode_name(parse_merge_mode("merge")), "merge");
