@@ -80,7 +80,15 @@ std::string merge_mode_name(MergeMode m) {
   return m == MergeMode::Drop ? "drop" : m == MergeMode::Votes ? "votes" : "merge";
 }
 
-at::Tensor vote_targets(const at::Tensor& k, const at::Tensor& keep) { return vote_targets_of(flat_keys(k), keep); }
+at::Tensor vote_targets(const at::Tensor& k, const at::Tensor& keep) {
+  at::Tensor flat = flat_keys(k);
+  at::Tensor kp = keep.to(flat.device(), at::kLong);
+  WM_CHECK(kp.dim() == 1 && kp.numel() > 0, "vote targets need at least one kept token");
+  WM_CHECK(kp.min().item<int64_t>() >= 0 && kp.max().item<int64_t>() < flat.size(0) &&
+               std::get<0>(at::_unique(kp)).numel() == kp.numel(),
+           "kept token indices must be distinct and in [0, ", flat.size(0), ")");
+  return vote_targets_of(flat, kp);
+}
 
 Block compress_chunk(const Block& chunk, int64_t tpf, const CompressionConfig& cfg) {
   Block out;

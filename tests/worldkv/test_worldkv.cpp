@@ -119,6 +119,8 @@ TEST(WorldKvCompression, MergeCountsAndAveragesWhatItLeavesOut) {
   // Each copy votes for its original, the kept tokens for themselves.
   at::Tensor target = vote_targets(k, keep);
   EXPECT_TRUE(target.equal(at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 4, 3, 0, 5, 1})));
+  EXPECT_THROW(vote_targets(k, at::tensor(std::vector<int64_t>{0, 12})), Error);
+  EXPECT_THROW(vote_targets(k, at::tensor(std::vector<int64_t>{1, 1})), Error);
 
   at::Tensor q = at::randn({2 * H, 5, d}, opt);
   at::Tensor full = attention(q, k, chunk.layers[0].v, chunk.layers[0].logw).out;
