@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                  percentile(ms, 0.5), percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum,
                  wall);
   } catch (const std::exception& e) {
-    std::cerr << "\nwm_render: error: " << e.what() << "\n";
+    std::cerr << "wm_render: error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -207,13 +207,7 @@ int main(int argc, char** argv) {
     J["model"] = model_path;
     J["episodes"] = suite.episodes.size();
     J["max_seconds"] = max_seconds;
-    J["steps"] = ro.steps;
-    J["renoise"] = ro.renoise;
-    J["fill_by_tokens"] = ro.fill_by_tokens;
-    J["merge"] = ro.merge;
-    J["placement"] = ro.placement;
-    J["keep_ratio"] = ro.keep_ratio;
-    J["per_frame"] = ro.per_frame;
+    J.update(ro.to_json());
     std::ofstream csv(out_dir + "/results.csv");
     csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,memory_ms,peak_window_bytes,"
            "bank_device_bytes,bank_host_bytes,bank_disk_bytes\n";
@@ -269,7 +263,7 @@ int main(int argc, char** argv) {
     std::printf("\nwrote %s/results.json, results.csv, revisit_psnr.png, fps_vs_length.png%s; %.0f s\n", out_dir.c_str(),
                 dump_dir.empty() ? "" : (", pairs in " + dump_dir).c_str(), wall);
   } catch (const std::exception& e) {
-    std::cerr << "\nwm_revisit_bench: error: " << e.what() << "\n";
+    std::cerr << "wm_revisit_bench: error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -3,6 +3,7 @@
 // (wm_render, wm_revisit_bench): where retrieved chunks go, how worldkv_c compresses, and the
 // sampler. Header-only so that only the programs, which link CLI11, see CLI11.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tools/rollout/conditioning.h"
@@ -34,6 +35,12 @@ struct RolloutOptions {
         ->check(CLI::IsMember({"drop", "votes", "merge"}));
     app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
     app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
+  }
+
+  // The options as JSON fields (what a results file records of the run).
+  nlohmann::json to_json() const {
+    return {{"placement", placement}, {"keep_ratio", keep_ratio}, {"per_frame", per_frame},
+            {"fill_by_tokens", fill_by_tokens}, {"merge", merge}, {"steps", steps}, {"renoise", renoise}};
   }
 
   // Sets sc's placement, compression and sampler (the policy and the seed stay the caller's).

@@ -20,7 +20,6 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "dit/codec.h"
 #include "dit/config.h"
@@ -29,6 +28,7 @@
 #include "dit/weights.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/progress.h"
 #include "tools/media/metrics.h"
 #include "tools/train/data.h"
 #include "tools/world/rng.h"
@@ -371,8 +371,7 @@ int main(int argc, char** argv) {
 
     double loss_ema = 0, data_s = 0, model_s = 0;
     int64_t ema_n = 0;
-    auto last_print = Clock::now();
-    const bool tty = isatty(STDERR_FILENO);
+    wm::cli::ProgressLine status(30);
     wm::train::SampleOptions sopt;
     sopt.sliding_prob = a.sliding_prob;
     model->train();
@@ -419,23 +418,20 @@ int main(int argc, char** argv) {
       ++step;
       const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double rate = ema_n / el;
-      if (tty || std::chrono::duration<double>(Clock::now() - last_print).count() > 30 || step == a.steps) {
-        char line[256];
-        std::snprintf(line, sizeof line, "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
-                      static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate,
-                      1e3 * data_s / ema_n, 1e3 * model_s / ema_n,
-                      fmt_duration(el).c_str(), fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
-        std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
-        last_print = Clock::now();
-      }
+      status.show(step == a.steps,
+                  "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
+                  static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate,
+                  1e3 * data_s / ema_n, 1e3 * model_s / ema_n, fmt_duration(el).c_str(),
+                  fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
       log << nlohmann::json{{"step", step}, {"loss", lv}, {"lr", lr}, {"t", el}}.dump() << "\n";
       const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
       if (step % a.ckpt_every == 0 || step == a.steps || out_of_time) save(step == a.steps);
       if ((a.eval_every > 0 && step % a.eval_every == 0) || step == a.steps || out_of_time) {
         EvalResult r = evaluate(ema, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, probe_sampler, dev);
+        status.finish();
         char line[256];
         std::snprintf(line, sizeof line,
-                      "\n[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
+                      "[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
                       "sink+recent only %.2f dB, repeat-last-frame %.2f dB\n",
                       static_cast<long long>(step), r.n, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
         std::cerr << line;
@@ -446,13 +442,15 @@ int main(int argc, char** argv) {
         log.flush();
       }
       if (out_of_time) {
+        status.finish();
         std::cerr << "wm_train: time budget reached at step " << step << "; resume with --resume\n";
         break;
       }
     }
-    std::cerr << "\nwm_train: done; model (EMA) at " << last_ema << "\n";
+    status.finish();
+    std::cerr << "wm_train: done; model (EMA) at " << last_ema << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "\nwm_train: error: " << e.what() << "\n";
+    std::cerr << "wm_train: error: " << e.what() << "\n";
     return 1;
   }
   return 0;
