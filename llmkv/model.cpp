@@ -1,0 +1,252 @@
+#include "llmkv/model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/options/embedding.h>
+#include <torch/nn/options/linear.h>
+
+#include "runtime/error.h"
+#include "runtime/rope.h"
+
+namespace wm::llm {
+namespace nn = torch::nn;
+
+namespace {
+
+nn::Linear linear(int64_t in, int64_t out, bool bias) { return nn::Linear(nn::LinearOptions(in, out).bias(bias)); }
+
+// Hugging Face's rotate-half RoPE on x [..., n, H, d] (token-major, heads inside) with cos/sin
+// [n, d/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of the head dim.
+// Out of place (autograd-friendly); the result is contiguous [..., n, H, d].
+at::Tensor rope_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t h = x.size(-1) / 2;
+  at::Tensor c = cos.unsqueeze(-2), s = sin.unsqueeze(-2);  // [n, 1, d/2]
+  at::Tensor x1 = x.narrow(-1, 0, h), x2 = x.narrow(-1, h, h);
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+// [..., n, heads * d] -> [..., n, heads, d] (a view).
+at::Tensor split_heads(const at::Tensor& y, int64_t heads, int64_t d) {
+  auto shape = y.sizes().vec();
+  shape.back() = heads;
+  shape.push_back(d);
+  return y.view(shape);
+}
+
+bool same_rope(const RopeSpec& a, const RopeSpec& b) {
+  if (a.style != b.style || a.axes.size() != b.axes.size()) return false;
+  for (size_t i = 0; i < a.axes.size(); ++i)
+    if (a.axes[i].channels != b.axes[i].channels || a.axes[i].theta != b.axes[i].theta) return false;
+  return true;
+}
+
+}  // namespace
+
+LlmRmsNormImpl::LlmRmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor LlmRmsNormImpl::forward(const at::Tensor& x) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  return weight * y.to(x.scalar_type());
+}
+
+LlmAttentionImpl::LlmAttentionImpl(const LlmConfig& c) {
+  const int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
+  q_proj = register_module("q_proj", linear(c.hidden_size, q_out, c.qkv_bias()));
+  k_proj = register_module("k_proj", linear(c.hidden_size, kv_out, c.qkv_bias()));
+  v_proj = register_module("v_proj", linear(c.hidden_size, kv_out, c.qkv_bias()));
+  o_proj = register_module("o_proj", linear(q_out, c.hidden_size, c.o_proj_bias()));
+}
+
+LlmMlpImpl::LlmMlpImpl(const LlmConfig& c) {
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+}
+
+at::Tensor LlmMlpImpl::forward(const at::Tensor& x) {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+LlmLayerImpl::LlmLayerImpl(const LlmConfig& c) {
+  input_layernorm = register_module("input_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
+  self_attn = register_module("self_attn", LlmAttention(c));
+  post_attention_layernorm = register_module("post_attention_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
+  mlp = register_module("mlp", LlmMlp(c));
+}
+
+LlmBodyImpl::LlmBodyImpl(const LlmConfig& c) {
+  embed_tokens = register_module("embed_tokens", nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", nn::ModuleList());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(LlmLayer(c));
+  norm = register_module("norm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+LlmModelImpl::LlmModelImpl(LlmConfig cfg) : cfg_(std::move(cfg)) {
+  cfg_.validate();
+  rope_ = RopeSpec::text1d(static_cast<int>(cfg_.head_dim), cfg_.rope_theta, RopeStyle::Half);
+  model = register_module("model", LlmBody(cfg_));
+  if (!cfg_.tie_word_embeddings) lm_head = register_module("lm_head", linear(cfg_.hidden_size, cfg_.vocab_size, false));
+}
+
+at::Device LlmModelImpl::device() const { return model->embed_tokens->weight.device(); }
+at::ScalarType LlmModelImpl::dtype() const { return model->embed_tokens->weight.scalar_type(); }
+
+LlmLayerImpl& LlmModelImpl::layer(int l) {
+  WM_CHECK(l >= 0 && l < cfg_.num_hidden_layers, "layer ", l, " out of range [0, ", cfg_.num_hidden_layers, ")");
+  return *model->layers[l]->as<LlmLayerImpl>();
+}
+
+KvSpec LlmModelImpl::kv_spec(at::Device device, at::ScalarType dtype) const {
+  KvSpec s;
+  s.n_layers = static_cast<int>(cfg_.num_hidden_layers);
+  s.n_kv_heads = static_cast<int>(cfg_.num_key_value_heads);
+  s.head_dim = static_cast<int>(cfg_.head_dim);
+  s.dtype = dtype;
+  s.device = device;
+  s.rope = rope_;
+  return s;
+}
+
+at::Tensor LlmModelImpl::embed(const at::Tensor& tokens) {
+  WM_CHECK(tokens.scalar_type() == at::kLong || tokens.scalar_type() == at::kInt, "token ids must be int64, got ",
+           tokens.scalar_type());
+  at::Tensor t = tokens.to(device(), at::kLong);
+  if (t.numel() > 0) {
+    const int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
+    WM_CHECK(lo >= 0 && hi < cfg_.vocab_size, "token ids must be in [0, ", cfg_.vocab_size, "), got [", lo, ", ",
+             hi, "]");
+  }
+  return at::embedding(model->embed_tokens->weight, t);
+}
+
+std::pair<at::Tensor, at::Tensor> LlmModelImpl::rope_cos_sin(const at::Tensor& pos) const {
+  WM_CHECK(pos.dim() == 1, "positions must be [n], got ", pos.sizes());
+  // The core's angles (float64, exact for any position), in the model's dtype as Hugging Face
+  // applies them.
+  return wm::rope_cos_sin(pos.to(at::kLong).unsqueeze(1), rope_, device(), dtype());
+}
+
+Qkv LlmModelImpl::project(int l, const at::Tensor& x, const at::Tensor& pos) {
+  auto [c, s] = rope_cos_sin(pos);
+  return project(l, x, c, s);
+}
+
+Qkv LlmModelImpl::project(int l, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  LlmLayerImpl& L = layer(l);
+  WM_CHECK(x.dim() >= 2 && x.size(-1) == cfg_.hidden_size, "x must be [..., n, ", cfg_.hidden_size, "], got ",
+           x.sizes());
+  const int64_t n = x.size(-2), d = cfg_.head_dim;
+  WM_CHECK(cos.dim() == 2 && cos.size(0) == n && cos.size(1) == d / 2 && sin.sizes() == cos.sizes(),
+           "cos/sin must be [", n, ", ", d / 2, "], got ", cos.sizes(), " and ", sin.sizes());
+  at::Tensor h = L.input_layernorm->forward(x);
+  auto& a = *L.self_attn;
+  // RoPE on the token-major projections [..., n, H, d] (contiguous results), then a view puts
+  // the heads first.
+  at::Tensor q = rope_half(split_heads(a.q_proj->forward(h), cfg_.num_attention_heads, d), cos, sin);
+  at::Tensor k = rope_half(split_heads(a.k_proj->forward(h), cfg_.num_key_value_heads, d), cos, sin);
+  at::Tensor v = split_heads(a.v_proj->forward(h), cfg_.num_key_value_heads, d);
+  return {q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2)};
+}
+
+at::Tensor LlmModelImpl::finish(int l, const at::Tensor& x, const at::Tensor& attn) {
+  LlmLayerImpl& L = layer(l);
+  const int64_t H = cfg_.num_attention_heads, d = cfg_.head_dim;
+  WM_CHECK(attn.dim() == x.dim() + 1 && attn.size(-3) == H && attn.size(-1) == d && attn.size(-2) == x.size(-2),
+           "attention output must be [..., ", H, ", ", x.size(-2), ", ", d, "] for x ", x.sizes(), ", got ",
+           attn.sizes());
+  auto shape = x.sizes().vec();
+  shape.back() = H * d;
+  at::Tensor merged = attn.transpose(-3, -2).reshape(shape);  // [..., n, H * d]
+  at::Tensor h = x + L.self_attn->o_proj->forward(merged);
+  return h + L.mlp->forward(L.post_attention_layernorm->forward(h));
+}
+
+std::pair<at::Tensor, at::Tensor> LlmModelImpl::head(const at::Tensor& x) {
+  at::Tensor normed = model->norm->forward(x);
+  const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
+  return {normed, at::linear(normed, w).to(at::kFloat)};
+}
+
+StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window,
+                              const StepOptions& opt) {
+  at::NoGradGuard no_grad;
+  WM_CHECK(tokens.dim() == 1 && tokens.size(0) > 0, "tokens must be [n] with n > 0, got ", tokens.sizes());
+  const int64_t n = tokens.size(0);
+  WM_CHECK(pos.dim() == 1 && pos.size(0) == n, "positions must be [", n, "], got ", pos.sizes());
+  const KvSpec& ws = window.spec();
+  WM_CHECK(ws.n_layers == cfg_.num_hidden_layers && ws.n_kv_heads == cfg_.num_key_value_heads &&
+               ws.head_dim == cfg_.head_dim && same_rope(ws.rope, rope_),
+           "the window holds ", ws.n_layers, " layers of ", ws.n_kv_heads, " kv heads x ", ws.head_dim,
+           " (or another RoPE); the model writes ", cfg_.num_hidden_layers, " x ", cfg_.num_key_value_heads, " x ",
+           cfg_.head_dim);
+  const at::Device dev = device();
+  WM_CHECK(ws.device == dev, "the window is on ", ws.device, ", the model on ", dev);
+  const std::string segment = opt.segment.empty() ? "tail" : opt.segment;
+  const at::ScalarType mdt = dtype(), wdt = ws.dtype;
+
+  at::Tensor pos_cpu = pos.to(at::kCPU, at::kLong);
+  at::Tensor pos_window = pos_cpu.unsqueeze(1);  // [n, 1]: the window's one RoPE axis
+  auto [cos, sin] = rope_cos_sin(pos_cpu);
+  at::Tensor x = embed(tokens);  // [n, hidden]
+
+  StepResult res;
+  AttentionOptions ao;
+  ao.mask.kind = AttentionMask::Causal;
+  ao.capture_mass = opt.capture_mass;
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    Qkv p = project(l, x, cos, sin);  // q [H, n, d], k/v [KH, n, d]
+    KvWindow::Staged st = window.stage(l, p.k, p.v);
+    ao.n_window = st.n_window;
+    AttentionResult ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+    if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);
+    if (opt.append) window.append(opt.region, segment, l, p.k, p.v, pos_window);
+    x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
+  }
+  at::Tensor normed = model->norm->forward(x);
+  const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
+  res.logits = at::linear(opt.all_logits ? normed : normed.narrow(0, n - 1, 1), w).to(at::kFloat);
+  res.hidden = normed.to(at::kFloat);
+  return res;
+}
+
+at::Tensor LlmModelImpl::forward_train(const at::Tensor& tokens) {
+  WM_CHECK(tokens.dim() == 2 && tokens.size(0) > 0 && tokens.size(1) > 0, "tokens must be [B, T], got ",
+           tokens.sizes());
+  const int64_t T = tokens.size(1);
+  auto [cos, sin] = rope_cos_sin(at::arange(T, at::TensorOptions().dtype(at::kLong)));
+  at::Tensor x = embed(tokens);  // [B, T, hidden]
+  AttentionOptions ao;
+  ao.mask.kind = AttentionMask::Causal;
+  ao.n_window = 0;
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    Qkv p = project(l, x, cos, sin);  // q [B, H, T, d], k/v [B, KH, T, d]
+    at::Tensor attn = wm::attention(p.q, p.k, p.v, at::Tensor(), ao).out;
+    x = finish(l, x, attn);
+  }
+  return head(x).second;
+}
+
+void LlmModelImpl::init_weights(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  for (auto& item : named_parameters(true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = name.find("norm.weight") != std::string::npos;
+    if (is_norm) {
+      p.fill_(1.0);
+    } else if (is_bias) {
+      p.zero_();
+    } else {
+      at::Tensor tmp = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+      tmp.normal_(0.0, cfg_.initializer_range, gen);
+      p.copy_(tmp);
+    }
+  }
+}
+
+}  // namespace wm::llm

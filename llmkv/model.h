@@ -1,0 +1,160 @@
+#pragma once
+// A decoder of the Llama / Qwen2 family on the shared KV core.
+//
+// Submodule names mirror Hugging Face checkpoint keys: model.embed_tokens,
+// model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+// mlp.{gate,up,down}_proj}, model.norm, lm_head (absent when the embeddings are tied).
+//
+// Layer (pre-norm):
+//   h = x + o_proj(attn(rope(q_proj(rms(x))), rope(k_proj(rms(x))), v_proj(rms(x))))
+//   y = h + down_proj(silu(gate_proj(rms(h))) * up_proj(rms(h)))
+// RoPE is Hugging Face's "rotate half" pairing (RopeStyle::Half) over the whole head dim with
+// the config's rope_theta; keys are stored in the window already rotated. GQA: n_heads is a
+// multiple of n_kv_heads; K/V are never repeated in memory.
+//
+// Two ways to run it: step() over a KvWindow (inference: prefill in chunks, decode token by
+// token, with the KV appended to a named region), and forward_train() over a batch of whole
+// sequences with autograd (training). The per-layer pieces are public so that callers can run a
+// layer at a time (beam search over a beam table, selective recompute).
+//
+// Dtype and device: the model computes in its parameters' dtype on their device (float32 on the
+// CPU); norms take their statistics in float32 as Hugging Face does; logits come back float32.
+// Inputs (token ids, positions) may live on any device and are moved where they are needed.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <vector>
+
+#include "llmkv/config.h"
+#include "runtime/attention.h"
+#include "runtime/kv_spec.h"
+#include "runtime/window.h"
+
+namespace wm::llm {
+
+// RMSNorm as Llama: x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
+// As Hugging Face: weight * (x_f32 * rsqrt(mean(x_f32^2) + eps)).to(x's dtype).
+struct LlmRmsNormImpl : torch::nn::Module {
+  LlmRmsNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);  // [..., dim] -> same shape and dtype
+  at::Tensor weight;                         // [dim]
+  double eps;
+};
+TORCH_MODULE(LlmRmsNorm);
+
+// q_proj [n_heads * head_dim, hidden], k/v_proj [n_kv_heads * head_dim, hidden] (biases per
+// LlmConfig::qkv_bias), o_proj [hidden, n_heads * head_dim] (bias per LlmConfig::o_proj_bias).
+struct LlmAttentionImpl : torch::nn::Module {
+  explicit LlmAttentionImpl(const LlmConfig& c);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(LlmAttention);
+
+struct LlmMlpImpl : torch::nn::Module {
+  explicit LlmMlpImpl(const LlmConfig& c);
+  at::Tensor forward(const at::Tensor& x);  // SwiGLU: down(silu(gate(x)) * up(x)), x [..., hidden]
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // biases iff mlp_bias
+};
+TORCH_MODULE(LlmMlp);
+
+struct LlmLayerImpl : torch::nn::Module {
+  explicit LlmLayerImpl(const LlmConfig& c);
+  LlmRmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  LlmAttention self_attn{nullptr};
+  LlmMlp mlp{nullptr};
+};
+TORCH_MODULE(LlmLayer);
+
+// The inner "model." part of the checkpoint.
+struct LlmBodyImpl : torch::nn::Module {
+  explicit LlmBodyImpl(const LlmConfig& c);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  LlmRmsNorm norm{nullptr};
+};
+TORCH_MODULE(LlmBody);
+
+// Options of one step() over the window.
+struct StepOptions {
+  std::string region = "recent";  // where the tokens' K/V are appended
+  std::string segment;            // segment id in that region (created if new); empty: "tail"
+  bool all_logits = false;        // logits for every token (else for the last one only)
+  bool capture_mass = false;      // per layer, the attention mass each key received
+  bool append = true;             // false: attend over window + tokens but leave the window as it was
+};
+
+struct StepResult {
+  at::Tensor logits;                   // [n, vocab] or [1, vocab], float32
+  at::Tensor hidden;                   // [n, hidden] after the final norm, float32
+  std::vector<at::Tensor> key_mass;    // per layer [n_kv_heads, n_window + n] float32 (if captured)
+};
+
+// Per-layer projections of a layer's input x [..., n, hidden] at positions pos [n] (int64):
+// q [..., n_heads, n, head_dim] and k [..., n_kv_heads, n, head_dim] rotated, v unrotated, all in
+// the model's dtype on its device (views of the projections; not necessarily contiguous).
+struct Qkv {
+  at::Tensor q, k, v;
+};
+
+class LlmModelImpl : public torch::nn::Module {
+ public:
+  // Throws wm::Error (from cfg.validate()) on an invalid config. Parameters start as libtorch's
+  // defaults on the CPU in float32; load weights (hf_folder.h) or call init_weights().
+  explicit LlmModelImpl(LlmConfig cfg);
+
+  const LlmConfig& config() const { return cfg_; }
+  const RopeSpec& rope() const { return rope_; }
+  at::Device device() const;        // of the parameters
+  at::ScalarType dtype() const;     // of the parameters
+  // The KV layout this model writes: layers, kv heads, head dim, a 1-axis text RoPE (Half).
+  KvSpec kv_spec(at::Device device, at::ScalarType dtype = at::kFloat) const;
+
+  // Runs tokens [n] (int64) at positions pos [n] (int64, CPU) over everything in `window` plus
+  // themselves (causal among themselves), every layer, and appends their K/V (rotated) to
+  // opt.region / opt.segment of every layer. Chunked prefill = several step() calls; decode =
+  // step() with n = 1. Runs without autograd. The window must be on the model's device; its
+  // dtype may differ (K/V are stored in the window's dtype, attention runs in it). Throws
+  // wm::Error on shapes, token ids outside the vocabulary, or a window of another layout or
+  // device.
+  StepResult step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window, const StepOptions& opt = {});
+
+  // Training: tokens [B, T] (int64) at positions 0..T-1, causal attention, autograd on.
+  // Returns logits [B, T, vocab] (float32).
+  at::Tensor forward_train(const at::Tensor& tokens);
+
+  // The pieces of a layer. x [..., n, hidden] in the model's dtype on its device.
+  // tokens [...] int64 (any device) -> [..., hidden]. Throws wm::Error on an id outside the vocabulary.
+  at::Tensor embed(const at::Tensor& tokens);
+  // Applies the layer's input norm, then its q/k/v projections and RoPE (see Qkv).
+  Qkv project(int layer, const at::Tensor& x, const at::Tensor& pos);
+  // As project(), with cos/sin [n, head_dim / 2] from rope_cos_sin() (one computation shared by
+  // every layer).
+  Qkv project(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // cos and sin [n, head_dim / 2] in the model's dtype on its device for positions pos [n] int64.
+  std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& pos) const;
+  // attn [..., n_heads, n, head_dim] (attention output) -> the layer's output [..., n, hidden]
+  // given its input x: x + o_proj(attn) followed by the MLP block.
+  at::Tensor finish(int layer, const at::Tensor& x, const at::Tensor& attn);
+  // Final norm and LM head: x [..., hidden] -> (normed hidden, logits [..., vocab] float32).
+  std::pair<at::Tensor, at::Tensor> head(const at::Tensor& x);
+
+  // Random initialisation as Hugging Face (normal(0, initializer_range), zero biases, norms 1),
+  // drawn on the CPU in float32 from `seed` (the same weights on any device).
+  void init_weights(uint64_t seed);
+
+  LlmBody model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  LlmLayerImpl& layer(int l);
+  LlmConfig cfg_;
+  RopeSpec rope_;
+};
+TORCH_MODULE(LlmModel);
+
+}  // namespace wm::llm
