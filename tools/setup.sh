@@ -9,7 +9,7 @@ pkgs=(
   libopencv-dev libeigen3-dev libsdl2-dev
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev
   xvfb xdotool
 )
 
