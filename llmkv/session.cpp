@@ -1,0 +1,123 @@
+#include "llmkv/session.h"
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/error.h"
+
+namespace wm::llm {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+void SessionOptions::validate() const {
+  WM_CHECK(prefill_chunk > 0, "prefill_chunk must be > 0, got ", prefill_chunk);
+  WM_CHECK(!regions.empty(), "a session needs at least one region");
+  WM_CHECK(std::find(regions.begin(), regions.end(), "recent") != regions.end(),
+           "the regions must include \"recent\" (where generated tokens go)");
+  WM_CHECK(reserve_tokens >= 0, "reserve_tokens must be >= 0, got ", reserve_tokens);
+}
+
+void GenerateOptions::validate() const {
+  sampling.validate();
+  WM_CHECK(max_new_tokens > 0, "max_new_tokens must be > 0, got ", max_new_tokens);
+}
+
+LlmSession::LlmSession(LlmModel model, Tokenizer tokenizer, at::Device device, at::ScalarType dtype,
+                       SessionOptions opt)
+    : model_(std::move(model)),
+      tok_(std::move(tokenizer)),
+      device_(device),
+      opt_((opt.validate(), opt)),
+      window_(model_->kv_spec(device, dtype), opt_.regions, opt_.reserve_tokens) {}
+
+void LlmSession::reset() {
+  window_.clear();
+  next_pos_ = 0;
+  pending_.reset();
+}
+
+at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
+  const int64_t V = model_->config().vocab_size;
+  for (int64_t id : ids) WM_CHECK(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
+  torch::NoGradGuard no_grad;
+  StepOptions so;
+  so.region = region;
+  so.segment = segment.empty() ? region : segment;
+  at::Tensor all = at::tensor(ids, at::kLong);
+  at::Tensor logits;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (int64_t s = 0; s < n; s += opt_.prefill_chunk) {
+    const int64_t c = std::min(opt_.prefill_chunk, n - s);
+    at::Tensor pos = at::arange(next_pos_, next_pos_ + c, at::kLong);
+    logits = model_->step(all.narrow(0, s, c).to(device_), pos, window_, so).logits;
+    next_pos_ += c;
+  }
+  return logits.reshape({-1}).to(at::kCPU, at::kFloat);
+}
+
+at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
+  std::vector<int64_t> all;
+  if (pending_) all.push_back(*pending_);
+  all.insert(all.end(), ids.begin(), ids.end());
+  WM_CHECK(!all.empty(), "nothing to feed");
+  pending_.reset();
+  return run(all, region, segment);
+}
+
+Generation LlmSession::generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
+                                const TextCallback& on_text) {
+  opt.validate();
+  Generation g;
+  const auto t0 = Clock::now();
+  g.stats.prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
+  WM_CHECK(g.stats.prompt_tokens > 0, "generation needs a prompt or a context that ends with a pending token");
+  g.prompt_logits = feed(prompt);
+  g.stats.prefill_s = seconds_since(t0);
+
+  TokenSampler sampler(opt.sampling);
+  StopStrings stops(opt.stop_strings);
+  StreamDecoder stream(tok_);
+  auto emit = [&](const std::string& s) {
+    if (s.empty()) return;
+    g.text += s;
+    if (on_text) on_text(s);
+  };
+  at::Tensor logits = g.prompt_logits;
+  g.stop_reason = "max_tokens";
+  double decode_s = 0.0;
+  for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
+    const int64_t tok = sampler.sample(logits);
+    g.tokens.push_back(tok);
+    if (i == 0) g.stats.ttft_s = seconds_since(t0);
+    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end()) {
+      pending_ = tok;
+      g.stop_reason = "stop_token";
+      break;
+    }
+    emit(stops.feed(stream.push(tok)));
+    if (stops.stopped()) {
+      pending_ = tok;
+      g.stop_reason = "stop_string";
+      break;
+    }
+    pending_ = tok;
+    if (i + 1 == opt.max_new_tokens) break;
+    const auto ts = Clock::now();
+    logits = run({tok}, "recent", "recent");
+    pending_.reset();
+    decode_s += seconds_since(ts);
+  }
+  if (!stops.stopped()) emit(stops.feed(stream.flush()) + stops.flush());
+  g.stats.new_tokens = static_cast<int64_t>(g.tokens.size());
+  g.stats.decode_s = decode_s;
+  g.stats.kv_bytes_used = window_.bytes_used();
+  g.stats.kv_bytes_allocated = window_.bytes_allocated();
+  return g;
+}
+
+}  // namespace wm::llm

@@ -1,0 +1,132 @@
+// wm_bench_llm: prefill and decode throughput of decoders over the KV window, and the window's
+// bytes, at several context lengths. A model is a folder (its weights) or a config.json (random
+// weights at that shape, e.g. configs/qwen2-0.5b.json).
+//   wm_bench_llm --model assets/models/tiny-llm --model configs/qwen2-0.5b.json --contexts 1024 4096 16384
+#include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "llmkv/config.h"
+#include "llmkv/hf_folder.h"
+#include "llmkv/model.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/window.h"
+#include "tools/cli/output_file.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }  // waits for queued device work
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "float32") return at::kFloat;
+  if (s == "bfloat16") return at::kBFloat16;
+  if (s == "float16") return at::kHalf;
+  throw wm::Error(wm::str_cat("unknown dtype '", s, "' (float32, bfloat16, float16)"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_bench_llm: prefill and decode tokens/s and KV bytes of decoders at several context lengths"};
+  std::vector<std::string> models = {"assets/models/tiny-llm", "configs/qwen2-0.5b.json"};
+  std::vector<int64_t> contexts = {1024, 4096, 16384};
+  int64_t decode_tokens = 32, prefill_chunk = 512;
+  std::string device = "auto", dtype = "float32", json_out;
+  int threads = 0;
+  uint64_t seed = 0;
+  app.add_option("-m,--model", models, "model folder, or a config.json for random weights (repeatable)")
+      ->capture_default_str();
+  app.add_option("--contexts", contexts, "context lengths (prompt tokens)")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+  app.add_option("--decode-tokens", decode_tokens, "tokens decoded after each prefill")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+  app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
+  app.add_option("--seed", seed, "random weights and token ids")->capture_default_str();
+  app.add_option("--json", json_out, "also write the figures as JSON to this file");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const int nt = wm::init_threads(threads);
+    wm::keep_freed_memory();
+    const at::Device dev = wm::parse_device(device);
+    const at::ScalarType dt = parse_dtype(dtype);
+    torch::NoGradGuard ng;
+    std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
+                dtype.c_str(), static_cast<long long>(prefill_chunk));
+    std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
+                "decode tok/s", "KV MiB", "KV B/token");
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& m : models) {
+      wm::llm::LlmModel model{nullptr};
+      std::string name;
+      if (std::filesystem::is_directory(m)) {
+        model = wm::llm::load_llm(m, dev, dt);
+        name = std::filesystem::path(m).filename().string();
+      } else {
+        wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(m);
+        model = wm::llm::LlmModel(cfg);
+        model->init_weights(seed);
+        model->to(dev, dt);
+        name = std::filesystem::path(m).stem().string() + " (random)";
+      }
+      model->eval();
+      const auto& cfg = model->config();
+      for (int64_t ctx : contexts) {
+        at::manual_seed(static_cast<uint64_t>(seed + ctx));
+        at::Tensor ids = at::randint(0, cfg.vocab_size, {ctx + decode_tokens}, at::kLong);
+        wm::KvWindow window(model->kv_spec(dev, dt), {"recent"}, ctx + decode_tokens);
+        wm::llm::StepOptions so;
+        auto t0 = Clock::now();
+        at::Tensor logits;
+        for (int64_t b = 0; b < ctx; b += prefill_chunk) {
+          const int64_t c = std::min(prefill_chunk, ctx - b);
+          logits = model->step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
+        }
+        sync(logits);
+        const double prefill_s = seconds_since(t0);
+        t0 = Clock::now();
+        for (int64_t i = 0; i < decode_tokens; ++i) {
+          const int64_t p = ctx + i;
+          logits = model->step(ids.narrow(0, p, 1).to(dev), at::full({1}, p, at::kLong), window, so).logits;
+          (void)logits.argmax(-1).item<int64_t>();  // a decode step ends with its token on the host
+        }
+        const double decode_s = seconds_since(t0);
+        const double kv_mib = window.bytes_used() / 1048576.0;
+        const double per_tok = static_cast<double>(window.bytes_used()) / (ctx + decode_tokens);
+        std::printf("%-28s %8lld %14.1f %12.1f %14.2f %12.2f %12.0f\n", name.c_str(), static_cast<long long>(ctx),
+                    ctx / prefill_s, 1000.0 * prefill_s, decode_tokens / decode_s, kv_mib, per_tok);
+        std::fflush(stdout);
+        rows.push_back({{"model", name},
+                        {"context", ctx},
+                        {"prefill_tokens_per_s", ctx / prefill_s},
+                        {"prefill_s", prefill_s},
+                        {"decode_tokens_per_s", decode_tokens / decode_s},
+                        {"kv_bytes", window.bytes_used()},
+                        {"kv_bytes_allocated", window.bytes_allocated()}});
+      }
+    }
+    if (!json_out.empty()) {
+      wm::cli::OutputFile f(json_out);
+      f.stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows}}.dump(2)
+                 << "\n";
+      f.commit();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_bench_llm: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

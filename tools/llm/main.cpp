@@ -1,0 +1,222 @@
+// wm_llm: generate or chat with a decoder loaded from a Hugging Face model folder.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "llmkv/beam.h"
+#include "llmkv/chat_template.h"
+#include "llmkv/config.h"
+#include "llmkv/hf_folder.h"
+#include "llmkv/session.h"
+#include "llmkv/tokenizer.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/cli/npy.h"
+#include "tools/cli/output_file.h"
+
+namespace {
+
+std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw wm::Error(wm::str_cat("cannot read the prompt file ", path));
+  return read_all(f);
+}
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "float32" || s == "fp32") return at::kFloat;
+  if (s == "float16" || s == "fp16") return at::kHalf;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  throw wm::Error(wm::str_cat("unknown --dtype ", s, " (float32, float16, bfloat16)"));
+}
+
+void print_stats(const wm::llm::GenerationStats& s) {
+  std::fprintf(stderr,
+               "wm_llm: prompt %lld tokens, prefill %.1f tokens/s, TTFT %.1f ms; %lld new tokens, decode %.1f tokens/s; "
+               "KV %.2f MiB used (%.2f MiB allocated)\n",
+               static_cast<long long>(s.prompt_tokens), s.prefill_tokens_per_s(), 1000.0 * s.ttft_s,
+               static_cast<long long>(s.new_tokens), s.decode_tokens_per_s(), s.kv_bytes_used / 1048576.0,
+               s.kv_bytes_allocated / 1048576.0);
+}
+
+nlohmann::json stats_json(const wm::llm::GenerationStats& s) {
+  return {{"prompt_tokens", s.prompt_tokens},
+          {"new_tokens", s.new_tokens},
+          {"prefill_s", s.prefill_s},
+          {"prefill_tokens_per_s", s.prefill_tokens_per_s()},
+          {"ttft_s", s.ttft_s},
+          {"decode_s", s.decode_s},
+          {"decode_tokens_per_s", s.decode_tokens_per_s()},
+          {"kv_bytes_used", s.kv_bytes_used},
+          {"kv_bytes_allocated", s.kv_bytes_allocated}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "wm_llm: generate or chat with a Llama/Qwen2-family decoder from a Hugging Face model folder\n"
+      "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
+  std::string model_dir = "assets/models/tiny-llm";
+  std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
+  bool chat = false, no_stream = false, raw_special = false;
+  wm::llm::GenerateOptions gen;
+  std::vector<int64_t> stop_tokens;
+  int beams = 0, threads = 0;
+  double length_penalty = 1.0;
+  int64_t prefill_chunk = 512;
+  app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
+  auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text (else --prompt-file, else standard input)");
+  app.add_option("-f,--prompt-file", prompt_file, "read the prompt from this file ('-': standard input)")
+      ->excludes(p_opt);
+  app.add_flag("--chat", chat,
+               "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
+  app.add_option("--system", system, "system message (chat)");
+  app.add_option("-n,--max-new-tokens", gen.max_new_tokens, "tokens to generate at most")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("-t,--temperature", gen.sampling.temperature, "0: greedy")
+      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", gen.sampling.top_k, "keep the k most probable tokens (0: all)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--top-p", gen.sampling.top_p, "nucleus mass in (0, 1]")
+      ->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
+  app.add_option("--stop", gen.stop_strings, "stop string (repeatable)");
+  app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)");
+  app.add_option("--beams", beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
+  app.add_option("--length-penalty", length_penalty, "beam ranking: score / length^penalty")
+      ->check(CLI::Range(-10.0, 10.0));
+  app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--dump-logits", dump_logits, "write the logits at the prompt's last position to this .npy file");
+  app.add_option("--stats-json", stats_json_path, "write timing and KV figures as JSON to this file");
+  app.add_flag("--no-stream", no_stream, "print the text at the end instead of as it is generated");
+  app.add_flag("--parse-special", raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
+  app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", dtype, "float32, float16, bfloat16")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    wm::init_threads(threads);
+    const at::Device dev = wm::parse_device(device);
+    const at::ScalarType dt = parse_dtype(dtype);
+    for (const auto& s : gen.stop_strings)
+      if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
+
+    wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, dt);
+    const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
+    const auto defaults = wm::llm::GenerationDefaults::load(model_dir + "/generation_config.json");
+    gen.stop_tokens = stop_tokens;
+    for (int64_t e : model->config().eos_token_ids) gen.stop_tokens.push_back(e);
+    for (int64_t e : defaults.eos_token_ids) gen.stop_tokens.push_back(e);
+    std::optional<int64_t> im_end = tok.token_to_id("<|im_end|>");
+    if (chat) {
+      if (!im_end) throw wm::Error("--chat: the tokenizer has no <|im_end|> token (not a ChatML model)");
+      gen.stop_tokens.push_back(*im_end);
+    }
+    const int64_t V = model->config().vocab_size;
+    for (int64_t t : gen.stop_tokens)
+      if (t < 0 || t >= V) throw wm::Error(wm::str_cat("stop token ", t, " is outside the vocabulary [0, ", V, ")"));
+
+    wm::llm::SessionOptions so;
+    so.prefill_chunk = prefill_chunk;
+    wm::llm::LlmSession session(model, tok, dev, dt, so);
+    nlohmann::json turns = nlohmann::json::array();
+    auto on_text = [&](const std::string& s) {
+      if (no_stream) return;
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+
+    // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
+    auto run_turn = [&](const std::string& text, bool first) {
+      std::vector<int64_t> ids;
+      if (chat) {
+        std::vector<wm::llm::ChatMessage> msgs;
+        if (first && !system.empty()) msgs.push_back({"system", system});
+        msgs.push_back({"user", text});
+        std::string rendered = wm::llm::render_chatml(msgs, true);
+        if (!first) rendered = "\n" + rendered;  // the previous turn ended on <|im_end|>
+        ids = tok.encode(rendered, true);
+      } else {
+        ids = tok.encode(text, raw_special);
+      }
+      if (ids.empty() && session.next_position() == 0) throw wm::Error("the prompt is empty");
+      if (beams > 0) {
+        wm::llm::BeamOptions bo;
+        bo.num_beams = beams;
+        bo.max_new_tokens = gen.max_new_tokens;
+        bo.length_penalty = length_penalty;
+        bo.eos_token_ids = gen.stop_tokens;
+        bo.prefill_chunk = prefill_chunk;
+        const auto r = wm::llm::beam_search(*model, ids, bo, dev, dt);
+        for (size_t i = 0; i < r.beams.size(); ++i) {
+          const auto& b = r.beams[i];
+          std::vector<int64_t> shown = b.tokens;
+          if (b.finished && !shown.empty()) shown.pop_back();
+          std::printf("[beam %zu] score %.4f ranked %.4f%s: %s\n", i, b.score, b.ranked, b.finished ? " (ended)" : "",
+                      tok.decode(shown).c_str());
+        }
+        std::fprintf(stderr, "wm_llm: beam cache %.2f MiB, K/V bytes copied by reorders: %zu\n",
+                     r.cache_bytes / 1048576.0, r.bytes_copied);
+        turns.push_back({{"beams", beams}, {"best", tok.decode(r.beams[0].tokens)}});
+        return;
+      }
+      wm::llm::Generation g = session.generate(ids, gen, on_text);
+      if (no_stream) std::fwrite(g.text.data(), 1, g.text.size(), stdout);
+      std::printf("\n");
+      std::fflush(stdout);
+      print_stats(g.stats);
+      if (!dump_logits.empty() && first) {
+        wm::cli::save_npy(dump_logits, g.prompt_logits);
+        std::fprintf(stderr, "wm_llm: wrote the prompt's last logits [%lld] to %s\n",
+                     static_cast<long long>(g.prompt_logits.numel()), dump_logits.c_str());
+      }
+      nlohmann::json j = stats_json(g.stats);
+      j["stop_reason"] = g.stop_reason;
+      j["text"] = g.text;
+      turns.push_back(j);
+    };
+
+    if (chat && prompt.empty() && prompt_file.empty()) {
+      const bool tty = isatty(fileno(stdin)) != 0;
+      std::string line;
+      bool first = true;
+      if (tty) std::fprintf(stderr, "wm_llm: chat; one line per turn, end with Ctrl-D\n> ");
+      while (std::getline(std::cin, line)) {
+        if (!line.empty()) {
+          run_turn(line, first);
+          first = false;
+        }
+        if (tty) std::fprintf(stderr, "> ");
+      }
+      if (first) throw wm::Error("no chat turns on standard input");
+    } else {
+      std::string text = !prompt.empty()                           ? prompt
+                         : (!prompt_file.empty() && prompt_file != "-") ? read_file(prompt_file)
+                                                                     : read_all(std::cin);
+      if (text.empty()) throw wm::Error("the prompt is empty (give --prompt, --prompt-file or standard input)");
+      run_turn(text, true);
+    }
+    if (!stats_json_path.empty()) {
+      wm::cli::OutputFile f(stats_json_path);
+      f.stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}.dump(2)
+                 << "\n";
+      f.commit();
+    }
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "wm_llm: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

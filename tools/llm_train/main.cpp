@@ -1,0 +1,351 @@
+// wm_llm_train: trains the tiny decoder on the text tasks (associative recall, needles, multi-fact
+// chat sessions, embodied planning), with a context-length curriculum, the loss weighted onto the
+// answers, checkpoints in the Hugging Face layout, and resume.
+#include <CLI/CLI.hpp>
+#include <torch/types.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/serialize.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "llmkv/bpe_trainer.h"
+#include "llmkv/config.h"
+#include "llmkv/hf_folder.h"
+#include "llmkv/model.h"
+#include "llmkv/tokenizer.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/cli/output_file.h"
+#include "tools/cli/progress.h"
+#include "tools/llm_tasks/sample.h"
+#include "tools/llm_train/data.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Stage {
+  int64_t context;
+  int64_t steps;
+};
+
+// "256:2000,1024:3000": context:steps per stage, in order.
+std::vector<Stage> parse_curriculum(const std::string& s) {
+  std::vector<Stage> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto c = item.find(':');
+    if (c == std::string::npos) throw wm::Error(wm::str_cat("--curriculum: '", item, "' is not context:steps"));
+    Stage st{};
+    try {
+      st.context = std::stoll(item.substr(0, c));
+      st.steps = std::stoll(item.substr(c + 1));
+    } catch (const std::exception&) {
+      throw wm::Error(wm::str_cat("--curriculum: '", item, "' is not context:steps"));
+    }
+    if (st.context < 32 || st.context > 65536 || st.steps <= 0)
+      throw wm::Error(wm::str_cat("--curriculum: '", item, "' needs 32 <= context <= 65536 and steps > 0"));
+    out.push_back(st);
+  }
+  if (out.empty()) throw wm::Error("--curriculum is empty");
+  return out;
+}
+
+// "mqar:1,niah:1": task:weight.
+std::vector<std::pair<std::string, double>> parse_mix(const std::string& s) {
+  std::vector<std::pair<std::string, double>> out;
+  const auto known = wm::llmtasks::task_names();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto c = item.find(':');
+    const std::string name = item.substr(0, c);
+    double w = 1.0;
+    if (c != std::string::npos) {
+      try {
+        w = std::stod(item.substr(c + 1));
+      } catch (const std::exception&) {
+        w = -1;
+      }
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw wm::Error(wm::str_cat("--tasks: unknown task '", name, "'"));
+    if (!(w > 0 && std::isfinite(w))) throw wm::Error(wm::str_cat("--tasks: weight of '", name, "' must be > 0"));
+    out.push_back({name, w});
+  }
+  if (out.empty()) throw wm::Error("--tasks is empty");
+  return out;
+}
+
+uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The training seed of sample i of step s: a fixed function of (run seed, s, i), never a
+// held-out seed, so that a resumed run sees the same data.
+uint64_t train_seed(uint64_t run, int64_t step, int i) {
+  for (uint64_t k = 0;; ++k) {
+    const uint64_t s = mix64(run ^ mix64(static_cast<uint64_t>(step) * 1315423911ull + i * 2654435761ull + k));
+    if (!wm::llmtasks::is_heldout(s)) return s;
+  }
+}
+
+double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_lr) {
+  if (step < warmup) return lr * (step + 1) / warmup;
+  const double p = static_cast<double>(step - warmup) / std::max<int64_t>(1, total - warmup);
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, p)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_llm_train: train the tiny decoder on the long-context text tasks"};
+  std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan";
+  std::string curriculum = "256:1500,512:1500,1024:1500,2048:1500", device = "auto";
+  int64_t vocab = 2048, batch_tokens = 8192, warmup = 300, save_every = 250, eval_every = 250, eval_samples = 16;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool resume = false;
+  app.add_option("-o,--out", out, "output folder: the model (Hugging Face layout), checkpoint/ and train.log")
+      ->capture_default_str();
+  app.add_option("--config", config_path, "model shape (config.json fields; vocab_size comes from the tokenizer)")
+      ->capture_default_str();
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json to use (default: train a byte-level BPE on the tasks' text)");
+  app.add_option("--vocab", vocab, "vocabulary of the BPE trained when no --tokenizer is given")
+      ->capture_default_str()->check(CLI::Range(int64_t{300}, int64_t{65536}));
+  app.add_option("--tasks", tasks, "task mix, name[:weight],...")->capture_default_str();
+  app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
+  app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
+      ->capture_default_str()->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
+  app.add_option("--lr", lr, "peak learning rate")->capture_default_str()->check(CLI::Range(1e-7, 1.0));
+  app.add_option("--min-lr", min_lr, "final learning rate (cosine)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup", warmup, "warm-up steps")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--clip", clip, "gradient norm clip")->capture_default_str()->check(CLI::Range(1e-6, 1e6));
+  app.add_option("--context-weight", context_weight, "loss weight of non-answer tokens (answers weigh 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--save-every", save_every, "steps between checkpoints")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", eval_every, "steps between held-out answer accuracy checks")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--eval-samples", eval_samples, "held-out samples per task in those checks")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  app.add_option("--seed", seed, "data and initialisation seed")->capture_default_str();
+  app.add_flag("--resume", resume, "continue from <out>/checkpoint");
+  app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    wm::init_threads(threads);
+    wm::keep_freed_memory();
+    const at::Device dev = wm::parse_device(device);
+    if (min_lr > lr) throw wm::Error("--min-lr must not exceed --lr");
+    const auto stages = parse_curriculum(curriculum);
+    const auto mix = parse_mix(tasks);
+    int64_t total_steps = 0;
+    for (const auto& s : stages) total_steps += s.steps;
+    fs::create_directories(out);
+    const std::string ckpt = out + "/checkpoint";
+
+    // Tokenizer: given, resumed, or trained on the tasks' own text.
+    wm::llm::Tokenizer tok = [&] {
+      if (resume) return wm::llm::Tokenizer::load(ckpt + "/tokenizer.json");
+      if (!tokenizer_path.empty()) return wm::llm::Tokenizer::load(tokenizer_path);
+      std::fprintf(stderr, "wm_llm_train: training a byte-level BPE of %lld tokens on the tasks' text\n",
+                   static_cast<long long>(vocab));
+      wm::llm::BpeTrainerOptions bo;
+      bo.vocab_size = vocab;
+      bo.style = wm::llm::SplitStyle::Qwen2;
+      bo.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+      return wm::llm::BpeTrainer::train(std::vector<std::string>{wm::llmtasks::sample_corpus(seed, 4 << 20)}, bo);
+    }();
+
+    wm::llm::LlmConfig cfg = resume ? wm::llm::LlmConfig::load(ckpt + "/config.json") : wm::llm::LlmConfig::load(config_path);
+    if (!resume) {
+      cfg.vocab_size = tok.vocab_size();
+      cfg.eos_token_ids.clear();
+      if (auto e = tok.token_to_id("<|endoftext|>")) cfg.eos_token_ids.push_back(*e);
+      cfg.validate();
+    }
+    wm::llm::LlmModel model = resume ? wm::llm::load_llm(ckpt, dev, at::kFloat) : wm::llm::LlmModel(cfg);
+    if (!resume) {
+      model->init_weights(seed);
+      model->to(dev);
+    }
+    int64_t params = 0;
+    for (const auto& p : model->parameters()) params += p.numel();
+    torch::optim::AdamW opt(model->parameters(),
+                            torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(weight_decay));
+    int64_t step = 0;
+    if (resume) {
+      torch::load(opt, ckpt + "/optimizer.pt");
+      std::ifstream f(ckpt + "/trainer_state.json");
+      if (!f) throw wm::CorruptData(wm::str_cat("cannot read ", ckpt, "/trainer_state.json"));
+      step = nlohmann::json::parse(f).at("step").get<int64_t>();
+    }
+    const int64_t pad = cfg.eos_token_ids.empty() ? 0 : cfg.eos_token_ids.front();
+    std::fprintf(stderr, "wm_llm_train: %lld parameters, vocab %lld, %d layers x %lld, on %s; %lld steps%s\n",
+                 static_cast<long long>(params), static_cast<long long>(cfg.vocab_size),
+                 static_cast<int>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
+                 wm::describe_device(dev).c_str(), static_cast<long long>(total_steps),
+                 resume ? wm::str_cat(", resuming at ", step).c_str() : "");
+
+    std::ofstream log(out + "/train.log", std::ios::app);
+    double wsum = 0;
+    for (auto& m : mix) wsum += m.second;
+    auto counter = wm::llmdata::token_counter(tok);
+
+    auto save = [&](const std::string& dir) {
+      wm::llm::save_llm(dir, *model);
+      tok.save(dir + "/tokenizer.json");
+    };
+    auto checkpoint = [&]() {
+      save(ckpt);
+      torch::save(opt, ckpt + "/optimizer.pt.part");
+      fs::rename(ckpt + "/optimizer.pt.part", ckpt + "/optimizer.pt");
+      wm::cli::OutputFile st(ckpt + "/trainer_state.json");
+      st.stream() << nlohmann::json{{"step", step}, {"seed", seed}}.dump() << "\n";
+      st.commit();
+    };
+
+    // Held-out answer accuracy per task at a context, teacher-forced (equal to greedy exact match).
+    auto evaluate = [&](int64_t context) {
+      torch::NoGradGuard ng;
+      model->eval();
+      nlohmann::json acc;
+      for (const auto& [task, w] : mix) {
+        int correct = 0, total = 0;
+        for (int64_t i = 0; i < eval_samples; ++i) {
+          wm::llmtasks::GenOptions go;
+          go.target_tokens = context;
+          go.count = counter;
+          const auto s = wm::llmdata::tokenize(
+              wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go), tok);
+          at::Tensor ids = at::tensor(s.ids, at::kLong).unsqueeze(0).to(dev);
+          at::Tensor am = model->forward_train(ids)[0].argmax(-1).to(at::kCPU);
+          std::vector<int64_t> arg(am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
+          for (const auto& a : s.answers) {
+            correct += wm::llmdata::answer_correct(s.ids, arg, a);
+            ++total;
+          }
+        }
+        acc[task] = total ? static_cast<double>(correct) / total : 0.0;
+      }
+      model->train();
+      return acc;
+    };
+
+    wm::cli::ProgressLine progress(30);
+    model->train();
+    const auto t0 = std::chrono::steady_clock::now();
+    double ema_loss = -1, ema_ans = -1;
+    int64_t tokens_seen = 0;
+    while (step < total_steps) {
+      int64_t at_step = step, context = stages.back().context;
+      for (const auto& s : stages) {
+        if (at_step < s.steps) {
+          context = s.context;
+          break;
+        }
+        at_step -= s.steps;
+      }
+      const int n = static_cast<int>(std::max<int64_t>(1, batch_tokens / context));
+      // A batch: n samples of about `context` tokens, task drawn by weight.
+      std::vector<wm::llmdata::TokenizedSample> batch;
+      int64_t T = 0;
+      for (int i = 0; i < n; ++i) {
+        const uint64_t sd = train_seed(seed, step, i);
+        double u = (mix64(sd ^ 0xABCDEFull) >> 11) * 0x1.0p-53 * wsum;
+        std::string task = mix.back().first;
+        for (const auto& [name, w] : mix) {
+          if (u < w) {
+            task = name;
+            break;
+          }
+          u -= w;
+        }
+        wm::llmtasks::GenOptions go;
+        go.target_tokens = context;
+        go.count = counter;
+        batch.push_back(wm::llmdata::tokenize(wm::llmtasks::make_sample(task, sd, go), tok));
+        T = std::max<int64_t>(T, static_cast<int64_t>(batch.back().ids.size()));
+      }
+      at::Tensor ids = at::full({n, T}, pad, at::kLong);
+      at::Tensor w = at::zeros({n, T}, at::kFloat);
+      at::Tensor is_ans = at::zeros({n, T}, at::kBool);
+      for (int i = 0; i < n; ++i) {
+        const auto& s = batch[i];
+        const int64_t L = static_cast<int64_t>(s.ids.size());
+        ids[i].narrow(0, 0, L).copy_(at::tensor(s.ids, at::kLong));
+        std::vector<float> wt(L);
+        std::vector<uint8_t> ans(L);
+        for (int64_t j = 0; j < L; ++j) {
+          wt[j] = s.target[j] ? 1.0f : static_cast<float>(context_weight);
+          ans[j] = s.target[j];
+        }
+        wt[0] = 0.0f;  // the first token is never predicted
+        w[i].narrow(0, 0, L).copy_(at::tensor(wt));
+        is_ans[i].narrow(0, 0, L).copy_(at::tensor(std::vector<int64_t>(ans.begin(), ans.end()), at::kLong).to(at::kBool));
+      }
+      ids = ids.to(dev);
+      at::Tensor logits = model->forward_train(ids.narrow(1, 0, T - 1));  // predicts tokens 1..T-1
+      at::Tensor labels = ids.narrow(1, 1, T - 1);
+      at::Tensor wl = w.narrow(1, 1, T - 1).to(dev);
+      at::Tensor nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+                                              {}, at::Reduction::None).view({n, T - 1});
+      at::Tensor loss = (nll * wl).sum() / wl.sum().clamp_min(1e-6);
+      for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(
+          lr_at(step, total_steps, warmup, lr, min_lr));
+      opt.zero_grad();
+      loss.backward();
+      torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
+      opt.step();
+
+      // Answer-token accuracy of this batch (teacher-forced argmax), a cheap training signal.
+      at::Tensor ans_mask = is_ans.narrow(1, 1, T - 1).to(dev);
+      const double n_ans = ans_mask.sum().item<double>();
+      const double ans_acc =
+          n_ans > 0 ? (logits.detach().argmax(-1).eq(labels) & ans_mask).sum().item<double>() / n_ans : 0.0;
+      const double lv = loss.item<double>();
+      ema_loss = ema_loss < 0 ? lv : 0.95 * ema_loss + 0.05 * lv;
+      ema_ans = ema_ans < 0 ? ans_acc : 0.95 * ema_ans + 0.05 * ans_acc;
+      tokens_seen += n * T;
+      ++step;
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      progress.show(step == total_steps, "wm_llm_train: step %lld/%lld ctx %lld loss %.4f answer-token acc %.3f  %.0f tokens/s  %.0f s",
+                    static_cast<long long>(step), static_cast<long long>(total_steps), static_cast<long long>(context),
+                    ema_loss, ema_ans, tokens_seen / el, el);
+      log << nlohmann::json{{"step", step}, {"context", context}, {"loss", lv}, {"answer_token_acc", ans_acc},
+                            {"elapsed_s", el}}.dump() << "\n";
+      if (step % eval_every == 0 || step == total_steps) {
+        const auto acc = evaluate(context);
+        progress.finish();
+        std::fprintf(stderr, "wm_llm_train: step %lld held-out answer accuracy at %lld tokens: %s\n",
+                     static_cast<long long>(step), static_cast<long long>(context), acc.dump().c_str());
+        log << nlohmann::json{{"step", step}, {"context", context}, {"heldout_accuracy", acc}}.dump() << "\n";
+      }
+      log.flush();
+      if (step % save_every == 0 || step == total_steps) checkpoint();
+    }
+    progress.finish();
+    save(out);
+    std::fprintf(stderr, "wm_llm_train: done; model in %s\n", out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_llm_train: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
