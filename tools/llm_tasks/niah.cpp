@@ -107,6 +107,20 @@ Sample make_niah(uint64_t seed, const GenOptions& o) {
   }
   for (int i = 0; i < needles; ++i)
     jn.push_back({{"subject", subjects[i]}, {"value", values[i]}, {"depth", depths[i]}, {"before_unit", at[i]}});
+  // A space between two sentences belongs to the start of the next segment, not the end of
+  // this one: byte-level BPE joins it to the next word (" The") when the text is tokenized
+  // whole, so segment-wise tokenization must do the same, or a lone space token would mark
+  // every segment boundary (and so every needle).
+  for (size_t i = 0; i + 1 < s.segments.size(); ++i) {
+    Segment& a = s.segments[i];
+    Segment& b = s.segments[i + 1];
+    if (!a.target && !b.target && !a.text.empty() && a.text.back() == ' ') {
+      const int64_t before = count(a.text) + count(b.text);
+      a.text.pop_back();
+      b.text.insert(b.text.begin(), ' ');
+      total += count(a.text) + count(b.text) - before;
+    }
+  }
   s.meta = {{"needles", jn}, {"filler_sentences", filler.size()}, {"tokens", total}, {"target_tokens", target}};
   return s;
 }

@@ -86,6 +86,10 @@ std::vector<std::pair<std::string, double>> parse_mix(const std::string& s) {
   return out;
 }
 
+// The trainer's own held-out checks use held-out seeds from this index on; wm_llm_eval uses
+// those from 0, so choosing a checkpoint by the first does not select on the second.
+constexpr uint64_t kCheckSeeds = 1000000;
+
 uint64_t mix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -159,6 +163,9 @@ int main(int argc, char** argv) {
     for (const auto& s : stages) total_steps += s.steps;
     fs::create_directories(out);
     const std::string ckpt = out + "/checkpoint";
+    if (resume && !fs::exists(ckpt) && fs::exists(ckpt + ".old")) fs::rename(ckpt + ".old", ckpt);
+    if (resume && !fs::exists(ckpt + "/trainer_state.json"))
+      throw wm::Error(wm::str_cat("--resume: no checkpoint in ", ckpt));
 
     // Tokenizer: given, resumed, or trained on the tasks' own text.
     wm::llm::Tokenizer tok = [&] {
@@ -187,14 +194,35 @@ int main(int argc, char** argv) {
     }
     int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
-    torch::optim::AdamW opt(model->parameters(),
-                            torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(weight_decay));
+    // Weight decay on matrices only: RMSNorm gains and biases are not pulled toward zero.
+    std::vector<at::Tensor> decayed, plain;
+    for (const auto& p : model->parameters()) (p.dim() >= 2 ? decayed : plain).push_back(p);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
+                                     torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(weight_decay)));
+    groups.emplace_back(plain, std::make_unique<torch::optim::AdamWOptions>(
+                                   torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.0)));
+    torch::optim::AdamW opt(std::move(groups));
     int64_t step = 0;
     if (resume) {
       torch::load(opt, ckpt + "/optimizer.pt");
       std::ifstream f(ckpt + "/trainer_state.json");
       if (!f) throw wm::CorruptData(wm::str_cat("cannot read ", ckpt, "/trainer_state.json"));
-      step = nlohmann::json::parse(f).at("step").get<int64_t>();
+      const auto st = nlohmann::json::parse(f, nullptr, false);
+      if (st.is_discarded() || !st.contains("step") || !st.contains("seed"))
+        throw wm::CorruptData(wm::str_cat(ckpt, "/trainer_state.json is not a trainer state"));
+      step = st.at("step").get<int64_t>();
+      // The data stream is a function of (seed, step): the run's own seed, whatever the flags say.
+      seed = st.at("seed").get<uint64_t>();
+      // A different mix, batch or loss weighting would make the resumed run another run.
+      for (const auto& [key, now] : {std::pair<std::string, nlohmann::json>{"tasks", tasks},
+                                     {"batch_tokens", batch_tokens}, {"context_weight", context_weight}})
+        if (st.contains(key) && st.at(key) != now)
+          throw wm::Error(wm::str_cat("--resume: --", key, " was ", st.at(key).dump(), " in this run, not ",
+                                      now.dump()));
+      if (step >= total_steps)
+        throw wm::Error(wm::str_cat("--resume: the checkpoint is at step ", step, "; the curriculum has ",
+                                    total_steps, " steps (lengthen it to train on)"));
     }
     const int64_t pad = cfg.eos_token_ids.empty() ? 0 : cfg.eos_token_ids.front();
     std::fprintf(stderr, "wm_llm_train: %lld parameters, vocab %lld, %d layers x %lld, on %s; %lld steps%s\n",
@@ -212,13 +240,22 @@ int main(int argc, char** argv) {
       wm::llm::save_llm(dir, *model);
       tok.save(dir + "/tokenizer.json");
     };
+    // A checkpoint is written whole into checkpoint.next/, then swapped in: an interruption
+    // leaves the previous checkpoint (or checkpoint.old/, taken up on resume) intact.
     auto checkpoint = [&]() {
-      save(ckpt);
-      torch::save(opt, ckpt + "/optimizer.pt.part");
-      fs::rename(ckpt + "/optimizer.pt.part", ckpt + "/optimizer.pt");
-      wm::cli::OutputFile st(ckpt + "/trainer_state.json");
-      st.stream() << nlohmann::json{{"step", step}, {"seed", seed}}.dump() << "\n";
+      const std::string next = ckpt + ".next", old = ckpt + ".old";
+      fs::remove_all(next);
+      save(next);
+      torch::save(opt, next + "/optimizer.pt");
+      wm::cli::OutputFile st(next + "/trainer_state.json");
+      st.stream() << nlohmann::json{{"step", step}, {"seed", seed}, {"tasks", tasks}, {"batch_tokens", batch_tokens},
+                                    {"context_weight", context_weight}, {"curriculum", curriculum}}.dump()
+                  << "\n";
       st.commit();
+      fs::remove_all(old);
+      if (fs::exists(ckpt)) fs::rename(ckpt, old);
+      fs::rename(next, ckpt);
+      fs::remove_all(old);
     };
 
     // Held-out answer accuracy per task at a context, teacher-forced (equal to greedy exact match).
@@ -233,7 +270,8 @@ int main(int argc, char** argv) {
           go.target_tokens = context;
           go.count = counter;
           const auto s = wm::llmdata::tokenize(
-              wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go), tok);
+              wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(kCheckSeeds + static_cast<uint64_t>(i)), go),
+              tok);
           at::Tensor ids = at::tensor(s.ids, at::kLong).unsqueeze(0).to(dev);
           at::Tensor am = model->forward_train(ids)[0].argmax(-1).to(at::kCPU);
           std::vector<int64_t> arg(am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
