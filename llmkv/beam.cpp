@@ -182,6 +182,7 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
   std::vector<Live> live(1);  // one beam before the first step
   at::Tensor logp = log_probs64(last_logits.reshape({-1})).unsqueeze(0);  // [n_live, V] float64
   std::vector<BeamHypothesis> done;
+  bool ran_out = false;
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     const int64_t V = logp.size(1);
     // Every (beam, token) candidate, best first; ties by (beam, token) order.
@@ -194,7 +195,9 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
     const double* fs = flat.data_ptr<double>();
     std::vector<int64_t> order(flat.numel());
     std::iota(order.begin(), order.end(), 0);
-    const int64_t top = std::min<int64_t>(2 * B, flat.numel());
+    // Enough candidates that B of them continue even when every end token ranks among the best.
+    const int64_t n_eos = static_cast<int64_t>(opt.eos_token_ids.size());
+    const int64_t top = std::min<int64_t>(std::max<int64_t>(2, 1 + n_eos) * B, flat.numel());
     std::partial_sort(order.begin(), order.begin() + top, order.end(),
                       [&](int64_t a, int64_t b) { return fs[a] > fs[b] || (fs[a] == fs[b] && a < b); });
 
@@ -205,21 +208,22 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
       std::vector<int64_t> seq = live[parent].tokens;
       seq.push_back(tok);
       if (is_eos(tok)) {
-        if (r < B) done.push_back({seq, fs[order[r]], ranked(fs[order[r]], seq.size()), true});
+        // Ranked by the generated length without the end token.
+        if (r < B) done.push_back({seq, fs[order[r]], ranked(fs[order[r]], seq.size() - 1), true});
         continue;
       }
       next.push_back({seq, fs[order[r]]});
       parents.push_back(parent);
       tokens.push_back(tok);
     }
-    if (static_cast<int>(done.size()) >= B || next.empty()) break;
-    while (static_cast<int>(next.size()) < B) {  // fewer live candidates than beams: repeat the best
-      next.push_back(next.front());
-      parents.push_back(parents.front());
-      tokens.push_back(tokens.front());
-    }
+    if (static_cast<int>(done.size()) >= B) break;  // B finished: the search is over
+    WM_CHECK(static_cast<int>(next.size()) == B, "a vocabulary of ", V, " tokens with ", n_eos,
+             " end tokens cannot feed ", B, " beams");
     live = next;
-    if (step + 1 == opt.max_new_tokens) break;  // the last tokens need no forward pass
+    if (step + 1 == opt.max_new_tokens) {  // out of tokens: the open beams compete too
+      ran_out = true;
+      break;  // (the last tokens need no forward pass)
+    }
 
     // One forward pass for the B new tokens at position n_prompt + step.
     const int64_t t = n_prompt + step;
@@ -234,8 +238,9 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
     }
     logp = at::log_softmax(model.head(x).second.reshape({B, -1}).to(at::kCPU, at::kDouble), 1);
   }
-  // Beams still open compete with the finished ones on their ranked score.
-  for (auto& b : live) done.push_back({b.tokens, b.score, ranked(b.score, b.tokens.size()), false});
+  // At the token limit, the beams still open compete with the finished ones on their ranked score.
+  if (ran_out)
+    for (auto& b : live) done.push_back({b.tokens, b.score, ranked(b.score, b.tokens.size()), false});
   std::stable_sort(done.begin(), done.end(),
                    [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.ranked > b.ranked; });
   if (static_cast<int>(done.size()) > B) done.resize(B);

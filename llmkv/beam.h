@@ -34,7 +34,9 @@ class BeamKvCache {
   // into the beam's own row; the table then points each beam at its own row for t.
   void write(int l, int64_t t, const at::Tensor& k, const at::Tensor& v);
   // What beam b reads at positions [0, n) of layer l, for all beams:
-  // K, V [n_beams, n_kv_heads, n, head_dim] (contiguous, gathered through the table).
+  // K, V [n_beams, n_kv_heads, n, head_dim] (contiguous, gathered through the table). The
+  // gather materialises each beam's keys for the attention call (a kernel reading through the
+  // table would not); the cache itself is never rewritten.
   std::pair<at::Tensor, at::Tensor> gather(int l, int64_t n) const;
   // After a step: beam b continues from beam parents[b]; rewrites the table over positions
   // [0, n). The K/V buffers are not touched.
@@ -52,6 +54,12 @@ class BeamKvCache {
   at::Tensor table_;               // [n_beams, capacity] int64, CPU
 };
 
+// The search keeps max(2, 1 + end tokens) x num_beams candidates per step, so that num_beams
+// of them continue however many end tokens rank among the best. A candidate ending in an end
+// token, among the num_beams best, becomes a finished hypothesis, ranked by its score over its
+// length (without the end token) to the power length_penalty. The search stops once num_beams
+// hypotheses have finished (Hugging Face's early_stopping=True) or at max_new_tokens, where the
+// open beams join the ranking (length = their tokens).
 struct BeamOptions {
   int num_beams = 4;
   int64_t max_new_tokens = 32;

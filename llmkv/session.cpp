@@ -39,6 +39,7 @@ void LlmSession::reset() {
   window_.clear();
   next_pos_ = 0;
   pending_.reset();
+  last_logits_ = at::Tensor();
 }
 
 at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
@@ -65,8 +66,9 @@ at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& 
   if (pending_) all.push_back(*pending_);
   all.insert(all.end(), ids.begin(), ids.end());
   WM_CHECK(!all.empty(), "nothing to feed");
+  last_logits_ = run(all, region, segment);  // throws before any change on a bad id or region
   pending_.reset();
-  return run(all, region, segment);
+  return last_logits_;
 }
 
 Generation LlmSession::generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
@@ -75,11 +77,20 @@ Generation LlmSession::generate(const std::vector<int64_t>& prompt, const Genera
   Generation g;
   const auto t0 = Clock::now();
   g.stats.prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
-  WM_CHECK(g.stats.prompt_tokens > 0, "generation needs a prompt or a context that ends with a pending token");
-  g.prompt_logits = feed(prompt);
+  if (g.stats.prompt_tokens > 0) {
+    g.prompt_logits = feed(prompt);
+  } else {
+    WM_CHECK(last_logits_.defined(), "generation needs a prompt or a context fed before");
+    g.prompt_logits = last_logits_;
+  }
   g.stats.prefill_s = seconds_since(t0);
 
-  TokenSampler sampler(opt.sampling);
+  // Each generation of the session draws a stream of its own from the seed.
+  SamplingOptions so = opt.sampling;
+  so.seed = opt.sampling.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(generations_++);
+  TokenSampler sampler(so);
+  // Ids the model has but the tokenizer lacks (padding rows of a larger embedding) are never drawn.
+  const int64_t n_text = std::min<int64_t>(tok_.vocab_size(), model_->config().vocab_size);
   StopStrings stops(opt.stop_strings);
   StreamDecoder stream(tok_);
   auto emit = [&](const std::string& s) {
@@ -91,7 +102,7 @@ Generation LlmSession::generate(const std::vector<int64_t>& prompt, const Genera
   g.stop_reason = "max_tokens";
   double decode_s = 0.0;
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-    const int64_t tok = sampler.sample(logits);
+    const int64_t tok = sampler.sample(n_text < logits.size(0) ? logits.narrow(0, 0, n_text) : logits);
     g.tokens.push_back(tok);
     if (i == 0) g.stats.ttft_s = seconds_since(t0);
     if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end()) {
@@ -108,11 +119,15 @@ Generation LlmSession::generate(const std::vector<int64_t>& prompt, const Genera
     pending_ = tok;
     if (i + 1 == opt.max_new_tokens) break;
     const auto ts = Clock::now();
-    logits = run({tok}, "recent", "recent");
+    logits = last_logits_ = run({tok}, "recent", "recent");
     pending_.reset();
     decode_s += seconds_since(ts);
   }
-  if (!stops.stopped()) emit(stops.feed(stream.flush()) + stops.flush());
+  if (!stops.stopped()) {
+    std::string tail = stops.feed(stream.flush());
+    if (stops.stopped()) g.stop_reason = "stop_string";  // completed by the last bytes
+    emit(tail + stops.flush());
+  }
   g.stats.new_tokens = static_cast<int64_t>(g.tokens.size());
   g.stats.decode_s = decode_s;
   g.stats.kv_bytes_used = window_.bytes_used();

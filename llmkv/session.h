@@ -70,8 +70,11 @@ class LlmSession {
   at::Tensor feed(const std::vector<int64_t>& ids, const std::string& region = "recent",
                   const std::string& segment = "");
 
-  // Feeds the prompt (may be empty when the context already ends where generation starts, as
-  // after feed()), then generates. on_text receives the text as it becomes final.
+  // Feeds the prompt (may be empty right after feed() or a generation: the context then ends
+  // where generation starts), then generates. on_text receives the text as it becomes final.
+  // Ids the model has beyond the tokenizer's vocabulary are never sampled. Each call draws a
+  // random stream of its own (seed and call count). Throws wm::Error on bad options or ids; a
+  // failed feed leaves the context as it was.
   Generation generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
 
   // The position the next token takes (tokens in the context, a pending generated one included).
@@ -94,6 +97,8 @@ class LlmSession {
   KvWindow window_;
   int64_t next_pos_ = 0;
   std::optional<int64_t> pending_;  // the last generated token, not yet run through the model
+  at::Tensor last_logits_;          // [vocab] at the last token run (CPU)
+  int64_t generations_ = 0;         // generate() calls so far (each draws its own random stream)
 };
 
 }  // namespace wm::llm

@@ -182,6 +182,54 @@ TEST(LlmBeam, BeamTableEqualsTheCopyingReference) {
   }
 }
 
+// Sum of log-probabilities of `gen` after `prompt`, by one full pass.
+double sequence_logprob(LlmModelImpl& m, const std::vector<int64_t>& prompt, const std::vector<int64_t>& gen) {
+  torch::NoGradGuard ng;
+  std::vector<int64_t> seq = prompt;
+  seq.insert(seq.end(), gen.begin(), gen.end());
+  at::Tensor lp = at::log_softmax(m.forward_train(at::tensor(seq, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
+  double s = 0.0;
+  for (size_t i = 0; i < gen.size(); ++i) s += lp[prompt.size() - 1 + i][gen[i]].item<double>();
+  return s;
+}
+
+TEST(LlmBeam, HypothesesAreWhatTheModelScores) {
+  LlmModel model(small_config());
+  model->init_weights(21);
+  model->eval();
+  const std::vector<int64_t> prompt = {4, 8, 15, 16, 23, 42};
+  for (int n_eos : {0, 3, 12}) {
+    BeamOptions o;
+    o.num_beams = 4;
+    o.max_new_tokens = 9;
+    for (int i = 0; i < n_eos; ++i) o.eos_token_ids.push_back(2 + 5 * i);  // many end tokens: early finishes
+    BeamResult r = beam_search(*model, prompt, o, at::kCPU);
+    ASSERT_EQ(r.beams.size(), 4u) << n_eos;
+    bool any_open = false;
+    for (const auto& b : r.beams) {
+      ASSERT_FALSE(b.tokens.empty());
+      EXPECT_NEAR(b.score, sequence_logprob(*model, prompt, b.tokens), 1e-4) << n_eos;
+      if (b.finished) {
+        EXPECT_NE(std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), b.tokens.back()), o.eos_token_ids.end());
+        EXPECT_NEAR(b.ranked, b.score / (b.tokens.size() - 1.0), 1e-12);
+      } else {
+        any_open = true;
+        EXPECT_EQ(b.tokens.size(), 9u);  // open beams only at the token limit
+      }
+    }
+    // The search stops at the token limit or once 4 hypotheses finished, never with a stale beam.
+    if (any_open) {
+      int finished = 0;
+      for (const auto& b : r.beams) finished += b.finished;
+      EXPECT_LT(finished, 4);
+    }
+    if (n_eos == 12) EXPECT_TRUE(r.beams[0].finished);
+    // No two hypotheses are the same sequence.
+    for (size_t i = 0; i < r.beams.size(); ++i)
+      for (size_t j = i + 1; j < r.beams.size(); ++j) EXPECT_NE(r.beams[i].tokens, r.beams[j].tokens) << n_eos;
+  }
+}
+
 TEST(LlmBeam, OneBeamIsGreedy) {
   LlmModel model(small_config());
   model->init_weights(9);

@@ -138,6 +138,31 @@ TEST(LlmSession, StopTokensAndStopStrings) {
   EXPECT_THROW(s.feed({tok.vocab_size()}), Error);
 }
 
+TEST(LlmSession, AFailedFeedChangesNothingAndGenerationFollowsAFeed) {
+  const Tokenizer tok = fixture_tokenizer();
+  LlmModel m = random_model(tok.vocab_size(), 6);
+  LlmSession s(m, tok, at::kCPU);
+  const auto prompt = tok.encode("Recall piti:");
+  GenerateOptions go;
+  go.max_new_tokens = 3;
+  s.generate(prompt, go);  // ends with a pending token
+  const int64_t size = s.window().size(0), next = s.next_position();
+  EXPECT_THROW(s.feed({1, 2}, "no_such_region"), Error);
+  EXPECT_THROW(s.feed({1, -1}), Error);
+  EXPECT_EQ(s.window().size(0), size);
+  EXPECT_EQ(s.next_position(), next);  // the pending token is still there
+  // feed() then generate({}) continues from the fed context, as generate(ids) would.
+  const auto more = tok.encode(" and fada:");
+  s.feed(more);
+  Generation a = s.generate({}, go);
+  LlmSession t(m, tok, at::kCPU);
+  t.generate(prompt, go);
+  Generation b = t.generate(more, go);
+  EXPECT_EQ(a.tokens, b.tokens);
+  LlmSession u(m, tok, at::kCPU);
+  EXPECT_THROW(u.generate({}, go), Error);
+}
+
 TEST(LlmSession, NpyFilesCarryShapeAndData) {
   const std::string path = (fs::temp_directory_path() / "wm_test_logits.npy").string();
   at::Tensor t = at::randn({3, 5});

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", gen.sampling.top_k, "keep the k most probable tokens (0: all)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--top-p", gen.sampling.top_p, "nucleus mass in (0, 1]")
-      ->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
   app.add_option("--stop", gen.stop_strings, "stop string (repeatable)");
   app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)");
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
     wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
     const at::ScalarType dt = parse_dtype(dtype);
+    gen.sampling.validate();  // top_p 0 and the like, with a message naming the field
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
 
@@ -127,10 +128,18 @@ int main(int argc, char** argv) {
     for (int64_t t : gen.stop_tokens)
       if (t < 0 || t >= V) throw wm::Error(wm::str_cat("stop token ", t, " is outside the vocabulary [0, ", V, ")"));
 
+    if (beams > 0) {
+      if (chat) throw wm::Error("--beams searches from one prompt: it does not combine with --chat");
+      if (!dump_logits.empty()) throw wm::Error("--dump-logits is not available with --beams");
+      if (gen.sampling.temperature != 0.0 || gen.sampling.top_k != 0 || gen.sampling.top_p != 1.0)
+        throw wm::Error("--beams ranks by log-probability: --temperature, --top-k and --top-p do not apply");
+      if (!gen.stop_strings.empty()) throw wm::Error("--stop is not available with --beams (use --stop-token)");
+    }
     wm::llm::SessionOptions so;
     so.prefill_chunk = prefill_chunk;
     wm::llm::LlmSession session(model, tok, dev, dt, so);
     nlohmann::json turns = nlohmann::json::array();
+    bool last_stop_im_end = false;
     auto on_text = [&](const std::string& s) {
       if (no_stream) return;
       std::fwrite(s.data(), 1, s.size(), stdout);
@@ -144,11 +153,17 @@ int main(int argc, char** argv) {
         std::vector<wm::llm::ChatMessage> msgs;
         if (first && !system.empty()) msgs.push_back({"system", system});
         msgs.push_back({"user", text});
-        std::string rendered = wm::llm::render_chatml(msgs, true);
-        if (!first) rendered = "\n" + rendered;  // the previous turn ended on <|im_end|>
-        ids = tok.encode(rendered, true);
+        // Message text is text: "<|im_start|>" typed by the user is not a special token.
+        ids = wm::llm::encode_chatml(tok, msgs, true);
+        if (!first) {
+          // Close the previous assistant message: its <|im_end|> is pending in the session when
+          // it ended on it; otherwise (token limit, stop string, another end token) add one.
+          std::vector<int64_t> join = tok.encode(last_stop_im_end ? "\n" : "<|im_end|>\n", true);
+          ids.insert(ids.begin(), join.begin(), join.end());
+        }
       } else {
-        ids = tok.encode(text, raw_special);
+        // add_special: the tokenizer's template tokens (Llama-3's BOS), as the reference adds them.
+        ids = tok.encode(text, raw_special, true);
       }
       if (ids.empty() && session.next_position() == 0) throw wm::Error("the prompt is empty");
       if (beams > 0) {
@@ -168,10 +183,13 @@ int main(int argc, char** argv) {
         }
         std::fprintf(stderr, "wm_llm: beam cache %.2f MiB, K/V bytes copied by reorders: %zu\n",
                      r.cache_bytes / 1048576.0, r.bytes_copied);
-        turns.push_back({{"beams", beams}, {"best", tok.decode(r.beams[0].tokens)}});
+        std::vector<int64_t> best = r.beams[0].tokens;
+        if (r.beams[0].finished && !best.empty()) best.pop_back();
+        turns.push_back({{"beams", beams}, {"best", tok.decode(best)}, {"score", r.beams[0].score}});
         return;
       }
       wm::llm::Generation g = session.generate(ids, gen, on_text);
+      last_stop_im_end = im_end && g.stop_reason == "stop_token" && !g.tokens.empty() && g.tokens.back() == *im_end;
       if (no_stream) std::fwrite(g.text.data(), 1, g.text.size(), stdout);
       std::printf("\n");
       std::fflush(stdout);
@@ -209,7 +227,9 @@ int main(int argc, char** argv) {
     }
     if (!stats_json_path.empty()) {
       wm::cli::OutputFile f(stats_json_path);
-      f.stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}.dump(2)
+      // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
+      f.stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
+                        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                  << "\n";
       f.commit();
     }
