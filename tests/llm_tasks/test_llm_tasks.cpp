@@ -183,6 +183,7 @@ TEST(LlmTasks, MqarAnswersFollowFromThePairs) {
       std::map<std::string, std::string> pairs;
       int lines = 0;
       for (const std::string& line : lines_of(s.text_before(i))) {
+        if (line == "Recall:") break;  // the queries follow
         std::smatch m;
         if (std::regex_match(line, m, pair_re)) {
           EXPECT_TRUE(pairs.emplace(m[1], m[2]).second) << "key twice: " << m[1];
@@ -190,14 +191,15 @@ TEST(LlmTasks, MqarAnswersFollowFromThePairs) {
         }
       }
       const std::string& cue = s.segments[i - 1].text;
-      ASSERT_EQ(cue.rfind("Recall ", 0), 0u) << cue;
-      std::string key = cue.substr(7, cue.size() - 8);
+      ASSERT_EQ(s.text_before(i).find("\nRecall:\n") != std::string::npos, true);
+      ASSERT_EQ(cue.back(), ':') << cue;
+      std::string key = cue.substr(0, cue.size() - 1);
       ASSERT_TRUE(pairs.count(key)) << key;
       EXPECT_EQ(pairs[key], answer_of(s.segments[i]));
       EXPECT_EQ(lines, s.meta["pairs"].get<int>());
     }
     EXPECT_EQ(static_cast<int>(s.targets().size()), s.meta["queries"].get<int>());
-    EXPECT_GE(s.meta["pairs"].get<int>(), 4 * std::min(s.meta["queries"].get<int>(), 16));
+    EXPECT_GE(s.meta["pairs"].get<int>(), 2 * std::min(s.meta["queries"].get<int>(), 32));
   }
 }
 
@@ -668,7 +670,7 @@ TEST(LlmTasks, CorpusMixesAllTasks) {
   EXPECT_EQ(a, b);
   EXPECT_GE(a.size(), 60000u);
   EXPECT_LT(a.size(), 60000u + 12000u);
-  for (const char* marker : {"Recall ", "secret code", "<|im_start|>user", "Goal: put"})
+  for (const char* marker : {"Recall:", "secret code", "<|im_start|>user", "Goal: put"})
     EXPECT_NE(a.find(marker), std::string::npos) << marker;
   EXPECT_NE(sample_corpus(8, 5000), sample_corpus(7, 5000));
 }

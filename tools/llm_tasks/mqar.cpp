@@ -14,7 +14,7 @@ namespace {
 int default_queries(const GenOptions& o, int pairs) {
   if (pairs <= 0) return 0;
   if (o.mqar_queries > 0) return std::min(o.mqar_queries, pairs);
-  return std::clamp(pairs / 4, 1, 64);
+  return std::clamp(pairs / 2, 1, 64);
 }
 
 }  // namespace
@@ -33,8 +33,8 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
   s.task = "mqar";
   s.seed = seed;
   int64_t total = add_segment(s, count, "system", "system",
-                              "Each line pairs a code word with a number. Recall the number of each "
-                              "code word asked for.\n");
+                              "Each line pairs a code word with a number. After Recall, give the number of "
+                              "each code word listed.\n");
 
   // Candidate pairs with their costs; a query's cost is its cue plus its answer.
   std::vector<std::string> keys, values, pair_text;
@@ -46,7 +46,7 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
     std::string v = std::to_string(rng.uniform_int(1000, 9999));
     pair_text.push_back(k + ": " + v + "\n");
     pair_cost.push_back(count(pair_text.back()));
-    query_cost.push_back(count("Recall " + k + ":") + count(" " + v + "\n"));
+    query_cost.push_back(count(k + ":") + count(" " + v + "\n"));
     keys.push_back(std::move(k));
     values.push_back(std::move(v));
   };
@@ -90,9 +90,12 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
     int next_id = 0;
     total += add_filler_segments(s, count, filler, 0, filler.size(), &next_id);
   }
+  // A query repeats its key at the start of a line, as the pair did: the key's tokens are the
+  // same in both places (a word after a space tokenizes otherwise than one after a newline).
+  if (nq > 0) total += add_segment(s, count, "recall", "query_header", "Recall:\n");
   for (int j = 0; j < nq; ++j) {
     int i = order[j];
-    push_segment(s, str_cat("query:", j), "query", "Recall " + keys[i] + ":");
+    push_segment(s, str_cat("query:", j), "query", keys[i] + ":");
     push_segment(s, str_cat("query:", j, ":answer"), "answer", " " + values[i] + "\n", true);
   }
   total += queries_total;

@@ -11,7 +11,7 @@
 // - Targets (target = true, kind "answer", id "<owner>:answer") are the answers. A target's text is
 //   always " <answer>\n": one leading space, the answer (a number, a word, or one action of the
 //   plan grammar, never containing a newline), one newline. The segment before a target ends with
-//   the task's fixed cue ("Recall zuvo:", "Answer:", "Step 4:"). A trainer puts the loss on the
+//   the task's fixed cue ("zuvo:" after "Recall:", "Answer:", "Step 4:"). A trainer puts the loss on the
 //   target tokens; an evaluator feeds text_before(i), decodes greedily until the first "\n" and
 //   compares with the target text exactly.
 // - Length: GenOptions::target_tokens as counted by GenOptions::count, summed per segment (each
@@ -30,7 +30,7 @@
 //   mqar      multi-query associative recall. Pairs "code: number", one line each, then queries.
 //               system "Each line pairs a code word with a number. ..."
 //               kv:0 "zuvo: 4821\n"  kv:1 "pelika: 3307\n" ...
-//               query:0 "Recall pelika:"  query:0:answer " 3307\n" ...
+//               recall "Recall:\n"  query:0 "pelika:"  query:0:answer " 3307\n" ...
 //   niah      needles in a haystack. Procedural filler paragraphs (a grammar of this library),
 //             1-5 needle sentences at chosen depths, then one question per needle.
 //               filler:0 "The quiet heron waited near the harbour. ..."
@@ -117,7 +117,7 @@ struct GenOptions {
   // mqar
   int mqar_pairs = 0;    // key-value pairs; 0: as many as fit. When set and the pairs leave
                          // room, filler paragraphs sit between the pairs and the queries.
-  int mqar_queries = 0;  // queried keys (distinct); 0: a quarter of the pairs, clamped to [1, 64]
+  int mqar_queries = 0;  // queried keys (distinct); 0: half of the pairs, clamped to [1, 64]
 
   // niah
   int niah_needles = 0;             // 1..5; 0: random 1..5 (fewer when the length is short)
