@@ -8,29 +8,13 @@
 #include "llmkv/beam.h"
 #include "llmkv/model.h"
 #include "llmkv/sampling.h"
+#include "llm_test_util.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
 namespace {
 
-LlmConfig small_config(int64_t vocab = 61) {
-  LlmConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = vocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.attention_bias = true;
-  c.tie_word_embeddings = true;
-  c.rope_theta = 10000.0;
-  c.max_position_embeddings = 512;
-  c.initializer_range = 0.2;  // large weights: peaked, varied distributions
-  c.validate();
-  return c;
-}
+using test::small_config;
 
 TEST(LlmSampling, GreedyTakesTheFirstMaximum) {
   TokenSampler s({});

@@ -8,6 +8,7 @@
 #include "llmkv/model.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
+#include "llm_test_util.h"
 #include "runtime/error.h"
 #include "tools/cli/npy.h"
 
@@ -20,25 +21,7 @@ Tokenizer fixture_tokenizer() {
   return Tokenizer::load(std::string(WM_SOURCE_DIR) + "/tests/llmkv/fixtures/tokenizer/cpp_trained.tokenizer.json");
 }
 
-LlmModel random_model(int64_t vocab, uint64_t seed) {
-  LlmConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = vocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.attention_bias = true;
-  c.tie_word_embeddings = true;
-  c.initializer_range = 0.2;
-  c.validate();
-  LlmModel m(c);
-  m->init_weights(seed);
-  m->eval();
-  return m;
-}
+LlmModel random_model(int64_t vocab, uint64_t seed) { return test::random_model(vocab, seed, 64); }
 
 // Greedy continuation by recomputing the whole sequence at every step.
 std::vector<int64_t> greedy_by_recompute(LlmModelImpl& m, std::vector<int64_t> seq, int n) {

@@ -25,6 +25,7 @@
 #include "runtime/error.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/llm_tasks/rng.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 
@@ -90,12 +91,7 @@ std::vector<std::pair<std::string, double>> parse_mix(const std::string& s) {
 // those from 0, so choosing a checkpoint by the first does not select on the second.
 constexpr uint64_t kCheckSeeds = 1000000;
 
-uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using wm::llmtasks::mix64;
 
 // The training seed of sample i of step s: a fixed function of (run seed, s, i), never a
 // held-out seed, so that a resumed run sees the same data.
