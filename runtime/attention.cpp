@@ -1,13 +1,236 @@
 #include "runtime/attention.h"
 
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/version.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 #include "runtime/error.h"
 
-#include <torch/version.h>
-
 namespace wm {
+namespace {
+
+// Which keys the queries see. Keys are [window (n_window) | current (n_cur)]; query r of the
+// call is current token q0 + r and sees every window key and current keys [0, visible(q0 + r)).
+struct MaskGeometry {
+  int64_t n_window = 0, n_cur = 0, q0 = 0;
+  int64_t block = 0;  // 0: no mask; Causal is block 1
+  int64_t visible(int64_t x) const { return block == 0 ? n_cur : std::min(n_cur, (x / block + 1) * block); }
+};
+
+// Queries [q_begin, q_begin + n_rows) over keys [0, n_keys). Keys before diag_begin are seen by
+// every query of the chunk; keys [diag_begin, diag_begin + diag_width) by some (the diagonal
+// tile, see diag_tile()); later keys by none.
+struct Chunk {
+  int64_t q_begin, n_rows, n_keys, diag_begin, diag_width, phase;
+};
+constexpr int64_t kChunkInts = 6;
+
+// The shapes of one call: q [B, KH * G, nq, d], k/v [B, KH, nk, d], and its query chunks.
+struct Geometry {
+  int64_t B, KH, G, nq, nk, d;
+  std::vector<Chunk> chunks;
+};
+
+// Score elements per chunk when the caller leaves it to us. On the CPU a chunk's scores (4 MiB
+// in float32) come from the allocator's free lists rather than fresh pages (first-touch page
+// faults cost more than the arithmetic of a T x T score matrix) and stay mostly in cache; on an
+// accelerator fewer, larger launches win.
+int64_t default_chunk_elems(const at::Device& dev) { return dev.is_cpu() ? (int64_t{1} << 20) : (int64_t{1} << 28); }
+
+constexpr int64_t kMinRows = 8;  // fewer query rows per chunk cost more in calls than they save
+
+// Splits the queries so that batch x heads x rows x keys stays near `budget`. A masked chunk
+// reads only the keys its last query may see, so with a causal mask the chunks cover about half
+// of the score matrix; chunk ends fall on block boundaries of a block-causal mask.
+std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, int64_t batch_heads, int64_t budget) {
+  std::vector<Chunk> chunks;
+  const double per_row =
+      std::max(1.0, static_cast<double>(budget) / static_cast<double>(std::max<int64_t>(1, batch_heads)));
+  for (int64_t a = 0; a < nq;) {
+    const int64_t s = m.q0 + a;  // current index of the chunk's first query
+    int64_t c;
+    if (m.block == 0) {
+      c = static_cast<int64_t>(per_row / static_cast<double>(std::max<int64_t>(1, nk)));
+    } else {  // rows c with c * (keys before the chunk + c) <= per_row
+      const double base = static_cast<double>(m.n_window + s);
+      c = static_cast<int64_t>((std::sqrt(base * base + 4.0 * per_row) - base) / 2.0);
+    }
+    c = std::min(std::max(c, kMinRows), nq - a);
+    if (m.block > 1) c = std::min(((s + c + m.block - 1) / m.block) * m.block - s, nq - a);
+    Chunk ch{a, c, nk, nk, 0, 0};
+    if (m.block > 0) {
+      const int64_t f = m.visible(s), e = m.visible(s + c - 1);
+      ch.n_keys = m.n_window + e;
+      ch.diag_begin = m.n_window + f;
+      ch.diag_width = e - f;
+      ch.phase = s % m.block;
+    }
+    chunks.push_back(ch);
+    a += c;
+  }
+  return chunks;
+}
+
+// The additive mask of a chunk's diagonal keys, [rows, 1, width] (0 or -inf), for rows that
+// start at `phase` within a mask block: row i sees tile column j iff j < block * floor((phase + i)
+// / block). Cached per shape (a handful per sequence length), thread-safe.
+at::Tensor diag_tile(int64_t rows, int64_t width, int64_t block, int64_t phase, at::ScalarType st, at::Device dev) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, at::Tensor> cache;
+  const Key key{rows, width, block, phase, static_cast<int>(st), static_cast<int>(dev.type()), dev.index()};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  at::NoGradGuard no_grad;
+  auto iopt = at::TensorOptions().dtype(at::kLong).device(dev);
+  at::Tensor limit = at::arange(phase, phase + rows, iopt).div(block, "floor").mul(block).unsqueeze(1);  // [rows, 1]
+  at::Tensor col = at::arange(0, width, iopt).unsqueeze(0);                                              // [1, width]
+  at::Tensor tile = at::zeros({rows, width}, at::TensorOptions().dtype(st).device(dev))
+                        .masked_fill_(col >= limit, -std::numeric_limits<double>::infinity())
+                        .unsqueeze(1);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 512) cache.clear();
+  cache.emplace(key, tile);
+  return tile;
+}
+
+// The dtype scores and softmax run in.
+at::ScalarType score_type(at::ScalarType ct) { return ct == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Forward over the chunks, without autograd. qs [B*KH, nq*G, d]: the queries already scaled by
+// 1/sqrt(d), rows ordered (query, group) so that a chunk is a slice; k3, v3 [B*KH, nk, d];
+// logw [nk] or undefined. Writes out [B, nq, KH*G, d]; keeps each chunk's probabilities
+// [B*KH, rows*G, keys] in keep_p if given; adds the key mass into mass [B*KH, nk] if defined.
+void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& qs, const at::Tensor& k3,
+                    const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& out,
+                    std::vector<at::Tensor>* keep_p, const at::Tensor& mass) {
+  const int64_t BK = g.B * g.KH;
+  const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
+  at::Tensor lw = logw.defined() ? logw.to(qs.device(), st) : at::Tensor();
+  at::Tensor out5 = out.view({g.B, g.nq, g.KH, g.G, g.d});
+  for (const Chunk& c : g.chunks) {
+    at::Tensor kc = k3.narrow(1, 0, c.n_keys), vc = v3.narrow(1, 0, c.n_keys);
+    at::Tensor s = at::bmm(qs.narrow(1, c.q_begin * g.G, c.n_rows * g.G), kc.transpose(1, 2));
+    if (s.scalar_type() != st) s = s.to(st);
+    if (lw.defined()) s.add_(lw.narrow(0, 0, c.n_keys));
+    if (c.diag_width > 0)
+      s.view({BK, c.n_rows, g.G, c.n_keys})
+          .narrow(3, c.diag_begin, c.diag_width)
+          .add_(diag_tile(c.n_rows, c.diag_width, m.block, c.phase, st, s.device()));
+    at::_softmax_out(s, s, -1, false);  // in place: s holds the probabilities from here on
+    if (mass.defined()) mass.narrow(1, 0, c.n_keys).add_(s.sum(1));
+    at::Tensor o = at::bmm(st == ct ? s : s.to(ct), vc);  // [B*KH, rows*G, d]
+    out5.narrow(1, c.q_begin, c.n_rows).copy_(o.view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
+    if (keep_p) keep_p->push_back(s);
+  }
+}
+
+// q [B, KH*G, nq, d] -> [B*KH, nq*G, d] scaled, rows ordered (query, group); a new tensor.
+at::Tensor grouped_queries(const Geometry& g, const at::Tensor& q, double scale) {
+  at::Tensor qs = at::empty({g.B, g.KH, g.nq, g.G, g.d}, q.options());
+  qs.copy_(q.view({g.B, g.KH, g.G, g.nq, g.d}).permute({0, 1, 3, 2, 4})).mul_(scale);
+  return qs.view({g.B * g.KH, g.nq * g.G, g.d});
+}
+
+std::vector<int64_t> pack(const Geometry& g) {
+  std::vector<int64_t> v{g.B, g.KH, g.G, g.nq, g.nk, g.d};
+  for (const Chunk& c : g.chunks)
+    v.insert(v.end(), {c.q_begin, c.n_rows, c.n_keys, c.diag_begin, c.diag_width, c.phase});
+  return v;
+}
+
+Geometry unpack(const std::vector<int64_t>& v) {
+  Geometry g{v[0], v[1], v[2], v[3], v[4], v[5], {}};
+  for (size_t i = 6; i + kChunkInts <= v.size(); i += kChunkInts)
+    g.chunks.push_back({v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5]});
+  return g;
+}
+
+// One autograd node for a whole call: the forward keeps each chunk's probabilities, the
+// backward walks the same chunks and accumulates dK, dV in place. No gradient for logw (calls
+// whose logw requires grad take the plain path).
+struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
+  // q [B, H, nq, d], k/v [B, KH, nk, d] in the compute dtype, logw [nk] or undefined (passed by
+  // pointer: not an input of the node) -> {out [B, nq, H, d], mass [B*KH, nk] in the score dtype
+  // (or [0] when not captured)}.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                                                const at::Tensor& k, const at::Tensor& v, const at::Tensor* logw,
+                                                const Geometry& g, const MaskGeometry& m, double scale, bool capture) {
+    at::Tensor qs = grouped_queries(g, q, scale);
+    at::Tensor k3 = k.reshape({g.B * g.KH, g.nk, g.d}), v3 = v.reshape({g.B * g.KH, g.nk, g.d});
+    at::Tensor out = at::empty({g.B, g.nq, g.KH * g.G, g.d}, q.options());
+    at::Tensor mass = capture ? at::zeros({g.B * g.KH, g.nk}, q.options().dtype(score_type(q.scalar_type())))
+                              : at::empty({0}, q.options());
+    std::vector<at::Tensor> probs;
+    forward_chunks(g, m, qs, k3, v3, *logw, out, &probs, capture ? mass : at::Tensor());
+    torch::autograd::variable_list saved{qs, k3, v3, out};
+    saved.insert(saved.end(), probs.begin(), probs.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["geometry"] = pack(g);
+    ctx->saved_data["scale"] = scale;
+    ctx->mark_non_differentiable({mass});
+    return {out, mass};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const Geometry g = unpack(ctx->saved_data["geometry"].toIntVector());
+    const double scale = ctx->saved_data["scale"].toDouble();
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &qs = saved[0], &k3 = saved[1], &v3 = saved[2], &out = saved[3];
+    const int64_t BK = g.B * g.KH, H = g.KH * g.G;
+    const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
+    at::Tensor dout5 = grads[0].to(ct).reshape({g.B, g.nq, g.KH, g.G, g.d});
+    at::Tensor dO = dout5.permute({0, 2, 1, 3, 4}).contiguous().view({BK, g.nq * g.G, g.d});
+    // Softmax backward: dS = P * (dP - rowsum(dP * P)) and rowsum(dP * P) = dO . O per row.
+    at::Tensor rowdot = (dout5 * out.view({g.B, g.nq, g.KH, g.G, g.d}))
+                            .sum(-1)
+                            .to(st)
+                            .permute({0, 2, 1, 3})
+                            .contiguous()
+                            .view({BK, g.nq * g.G, 1});
+    at::Tensor dq = at::empty({g.B, g.nq, H, g.d}, qs.options());
+    at::Tensor dq5 = dq.view({g.B, g.nq, g.KH, g.G, g.d});
+    at::Tensor dk = at::zeros({BK, g.nk, g.d}, qs.options()), dv = at::zeros({BK, g.nk, g.d}, qs.options());
+    for (size_t i = 0; i < g.chunks.size(); ++i) {
+      const Chunk& c = g.chunks[i];
+      const at::Tensor& p = saved[4 + i];  // [BK, rows*G, keys]
+      at::Tensor pc = st == ct ? p : p.to(ct);
+      at::Tensor qc = qs.narrow(1, c.q_begin * g.G, c.n_rows * g.G),
+                 dOc = dO.narrow(1, c.q_begin * g.G, c.n_rows * g.G);
+      at::Tensor kc = k3.narrow(1, 0, c.n_keys), vc = v3.narrow(1, 0, c.n_keys);
+      // bmm then add: an in-place baddbmm_ on the narrowed accumulator runs batch by batch.
+      dv.narrow(1, 0, c.n_keys).add_(at::bmm(pc.transpose(1, 2), dOc));
+      at::Tensor ds = at::bmm(dOc, vc.transpose(1, 2));
+      if (ds.scalar_type() != st) ds = ds.to(st);
+      ds.sub_(rowdot.narrow(1, c.q_begin * g.G, c.n_rows * g.G)).mul_(p);
+      if (st != ct) ds = ds.to(ct);
+      dk.narrow(1, 0, c.n_keys).add_(at::bmm(ds.transpose(1, 2), qc));
+      dq5.narrow(1, c.q_begin, c.n_rows)
+          .copy_(at::bmm(ds, kc).view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
+    }
+    dq.mul_(scale);
+    // One entry per forward argument after ctx: q, k, v, then none for logw, g, m, scale, capture.
+    torch::autograd::variable_list res(8);
+    res[0] = dq.transpose(1, 2);
+    res[1] = dk.view({g.B, g.KH, g.nk, g.d});
+    res[2] = dv.view({g.B, g.KH, g.nk, g.d});
+    return res;
+  }
+};
+
+}  // namespace
 
 at::Tensor attention_bias(int64_t n_q, int64_t n_k, const at::Tensor& logw, const AttentionOptions& opt,
                           at::Device device) {
@@ -40,13 +263,21 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3);
   const int64_t KH = k.size(1), nk = k.size(2);
   WM_CHECK(k.size(0) == B && k.size(3) == d, "k ", k.sizes(), " does not fit q ", q.sizes());
-  WM_CHECK(H % KH == 0, "n_heads ", H, " is not a multiple of n_kv_heads ", KH);
-  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == nk), "logw must be [", nk, "], got ",
-           logw.sizes());
+  WM_CHECK(KH > 0 && H % KH == 0, "n_heads ", H, " is not a multiple of n_kv_heads ", KH);
+  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == nk), "logw must be [", nk, "], got ", logw.sizes());
   WM_CHECK(opt.n_window >= 0 && opt.n_window <= nk, "n_window ", opt.n_window, " out of [0, ", nk, "]");
   const int64_t G = H / KH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  at::Tensor bias = attention_bias(nq, nk, logw, opt, q.device());
+  MaskGeometry mask;
+  mask.n_window = opt.n_window;
+  mask.n_cur = nk - opt.n_window;
+  if (opt.mask.kind != AttentionMask::None) {
+    WM_CHECK(mask.n_cur >= nq, "a masked attention needs the queries among the current keys: ", nq, " queries, ",
+             mask.n_cur, " current keys");
+    mask.block = opt.mask.kind == AttentionMask::Causal ? 1 : opt.mask.block;
+    WM_CHECK(mask.block > 0, "block size must be > 0, got ", mask.block);
+    mask.q0 = mask.n_cur - nq;
+  }
 
   // CPU kernels for half types are slow or missing: compute there in float32.
   const bool upcast = q.device().is_cpu() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
@@ -57,21 +288,54 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   if (opt.allow_fused && !opt.capture_mass) {
     at::Tensor ke = G == 1 ? k : k.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
     at::Tensor ve = G == 1 ? v : v.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
-    at::Tensor o = at::scaled_dot_product_attention(q.to(ct), ke.to(ct), ve.to(ct), bias.to(ct), 0.0, false);
+    // A plain causal self-attention (queries = keys, no log-weights) needs no bias tensor.
+    const bool is_causal = mask.block == 1 && !logw.defined() && nq == nk;
+    const bool no_bias = is_causal || (mask.block == 0 && !logw.defined());
+    c10::optional<at::Tensor> bias;
+    if (!no_bias) bias = attention_bias(nq, nk, logw, opt, q.device()).to(ct);
+    at::Tensor o = at::scaled_dot_product_attention(q.to(ct), ke.to(ct), ve.to(ct), bias, 0.0, is_causal);
     o = o.to(q.scalar_type());
     res.out = batched ? o : o.squeeze(0);
     return res;
   }
 #endif
-  // Grouped form: [B, KH, G * nq, d] x [B, KH, d, nk] -> scores [B, KH, G, nq, nk].
-  at::Tensor qg = q.to(ct).reshape({B, KH, G * nq, d});
-  at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).mul_(scale).to(at::kFloat).view({B, KH, G, nq, nk});
-  scores = scores + bias;  // out of place: an in-place add on a view is slow under autograd
-  at::Tensor p = at::softmax(scores, -1);
-  at::Tensor o = at::matmul(p.to(ct).view({B, KH, G * nq, nk}), v.to(ct)).view({B, H, nq, d}).to(q.scalar_type());
+  const bool grad = at::GradMode::is_enabled();
+  if (grad && logw.defined() && logw.requires_grad()) {
+    // Plain path (gradients reach logw). Grouped form: [B, KH, G * nq, d] x [B, KH, d, nk].
+    at::Tensor bias = attention_bias(nq, nk, logw, opt, q.device());
+    at::Tensor qg = (q.to(ct) * scale).reshape({B, KH, G * nq, d});
+    at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).to(score_type(ct)).view({B, KH, G, nq, nk}) + bias;
+    at::Tensor p = at::softmax(scores, -1);
+    at::Tensor o = at::matmul(p.to(ct).view({B, KH, G * nq, nk}), v.to(ct)).view({B, H, nq, d}).to(q.scalar_type());
+    res.out = batched ? o : o.squeeze(0);
+    if (opt.capture_mass) {
+      at::Tensor m = p.detach().sum({2, 3});  // [B, KH, nk]
+      res.key_mass = batched ? m : m.squeeze(0);
+    }
+    return res;
+  }
+
+  Geometry g{B, KH, G, nq, nk, d, {}};
+  const int64_t budget = opt.chunk_elems > 0 ? opt.chunk_elems : default_chunk_elems(q.device());
+  g.chunks = plan_chunks(mask, nq, nk, B * H, budget);
+  at::Tensor out, mass;
+  if (grad && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    torch::autograd::variable_list r =
+        ChunkedAttention::apply(q.to(ct), k.to(ct), v.to(ct), &logw, g, mask, scale, opt.capture_mass);
+    out = r[0];
+    mass = r[1];
+  } else {
+    at::NoGradGuard no_grad;
+    at::Tensor qc = q.to(ct);
+    out = at::empty({B, nq, H, d}, qc.options());
+    if (opt.capture_mass) mass = at::zeros({B * KH, nk}, qc.options().dtype(score_type(ct)));
+    forward_chunks(g, mask, grouped_queries(g, qc, scale), k.to(ct).reshape({B * KH, nk, d}),
+                   v.to(ct).reshape({B * KH, nk, d}), logw, out, nullptr, mass);
+  }
+  at::Tensor o = out.transpose(1, 2).to(q.scalar_type());  // [B, H, nq, d]
   res.out = batched ? o : o.squeeze(0);
   if (opt.capture_mass) {
-    at::Tensor m = p.sum({2, 3});  // [B, KH, nk]
+    at::Tensor m = mass.to(at::kFloat).view({B, KH, nk});
     res.key_mass = batched ? m : m.squeeze(0);
   }
   return res;
