@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -22,6 +23,8 @@
 #include "tools/cli/output_file.h"
 
 namespace {
+
+const char* const kEmbeddedModel = "assets/models/tiny-llm";
 
 std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
 
@@ -65,7 +68,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "wm_llm: generate or chat with a Llama/Qwen2-family decoder from a Hugging Face model folder\n"
       "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
-  std::string model_dir = "assets/models/tiny-llm";
+  std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
   bool chat = false, no_stream = false, raw_special = false;
   wm::llm::GenerateOptions gen;
@@ -113,6 +116,10 @@ int main(int argc, char** argv) {
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
 
+    if (model_dir == kEmbeddedModel && !std::filesystem::exists(model_dir))
+      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
+                                  ") is not shipped yet: give --model with a Hugging Face model folder, or train one "
+                                  "with wm_llm_train (README: 'The tiny model and its tasks')"));
     wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, dt);
     const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
     const auto defaults = wm::llm::GenerationDefaults::load(model_dir + "/generation_config.json");

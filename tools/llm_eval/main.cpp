@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "llmkv/hf_folder.h"
@@ -21,6 +22,8 @@
 
 namespace {
 
+const char* const kEmbeddedModel = "assets/models/tiny-llm";
+
 // Wilson score interval (95%) of k successes in n.
 std::pair<double, double> wilson(int64_t k, int64_t n) {
   if (n == 0) return {0.0, 0.0};
@@ -34,7 +37,7 @@ std::pair<double, double> wilson(int64_t k, int64_t n) {
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds with the full KV cache"};
-  std::string model_dir = "assets/models/tiny-llm", json_out, device = "auto";
+  std::string model_dir = kEmbeddedModel, json_out, device = "auto";
   std::vector<std::string> tasks;
   std::vector<int64_t> contexts = {1024, 2048};
   int64_t samples = 50, prefill_chunk = 512;
@@ -60,6 +63,10 @@ int main(int argc, char** argv) {
     for (const auto& t : tasks)
       if (std::find(known.begin(), known.end(), t) == known.end())
         throw wm::Error(wm::str_cat("unknown task '", t, "'"));
+    if (model_dir == kEmbeddedModel && !std::filesystem::exists(model_dir))
+      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
+                                  ") is not shipped yet: give --model with a Hugging Face model folder, or train one "
+                                  "with wm_llm_train (README: 'The tiny model and its tasks')"));
     wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, at::kFloat);
     model->eval();
     const auto tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
