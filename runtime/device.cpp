@@ -25,6 +25,13 @@ at::Device parse_device(const std::string& name) {
   return d;
 }
 
+at::ScalarType parse_compute_dtype(const std::string& s) {
+  if (s == "float32" || s == "fp32") return at::kFloat;
+  if (s == "float16" || s == "fp16") return at::kHalf;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  throw Error(str_cat("unknown dtype '", s, "' (float32, float16, bfloat16)"));
+}
+
 int init_threads(int n) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(n);

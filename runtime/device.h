@@ -10,6 +10,10 @@ namespace wm {
 // for an unknown name or a GPU that is not there.
 at::Device parse_device(const std::string& name);
 
+// "float32" (or "fp32"), "float16" ("fp16"), "bfloat16" ("bf16"): the compute dtype a program's
+// --dtype names. Throws wm::Error naming the accepted spellings otherwise.
+at::ScalarType parse_compute_dtype(const std::string& name);
+
 // Sets libtorch's intra-op threads to n, or to the machine's cores when n <= 0. Returns the count.
 int init_threads(int n = 0);
 

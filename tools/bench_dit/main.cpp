@@ -29,13 +29,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Waits for queued device work (a host read forces it on every backend).
 void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
 
-at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "float32") return at::kFloat;
-  if (s == "bfloat16") return at::kBFloat16;
-  if (s == "float16") return at::kHalf;
-  throw wm::Error(wm::str_cat("unknown dtype '", s, "' (float32, bfloat16, float16)"));
-}
-
 struct Args {
   std::string config = "configs/matrix-game-2.json";
   int layers = 0;
@@ -94,7 +87,7 @@ int run(const Args& a) {
   wm::init_threads(a.threads);
   at::NoGradGuard ng;
   const at::Device dev = wm::parse_device(a.device);
-  const at::ScalarType dt = parse_dtype(a.dtype);
+  const at::ScalarType dt = wm::parse_compute_dtype(a.dtype);
   wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
   if (a.layers > 0) cfg.n_layers = a.layers;
   WM_CHECK(a.chunks > 0 && a.steps > 0, "--chunks and --steps must be > 0");

@@ -26,13 +26,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }  // waits for queued device work
 
-at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "float32") return at::kFloat;
-  if (s == "bfloat16") return at::kBFloat16;
-  if (s == "float16") return at::kHalf;
-  throw wm::Error(wm::str_cat("unknown dtype '", s, "' (float32, bfloat16, float16)"));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,7 +55,7 @@ int main(int argc, char** argv) {
     const int nt = wm::init_threads(threads);
     wm::keep_freed_memory();
     const at::Device dev = wm::parse_device(device);
-    const at::ScalarType dt = parse_dtype(dtype);
+    const at::ScalarType dt = wm::parse_compute_dtype(dtype);
     torch::NoGradGuard ng;
     std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
                 dtype.c_str(), static_cast<long long>(prefill_chunk));

@@ -34,13 +34,6 @@ std::string read_file(const std::string& path) {
   return read_all(f);
 }
 
-at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "float32" || s == "fp32") return at::kFloat;
-  if (s == "float16" || s == "fp16") return at::kHalf;
-  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
-  throw wm::Error(wm::str_cat("unknown --dtype ", s, " (float32, float16, bfloat16)"));
-}
-
 void print_stats(const wm::llm::GenerationStats& s) {
   std::fprintf(stderr,
                "wm_llm: prompt %lld tokens, prefill %.1f tokens/s, TTFT %.1f ms; %lld new tokens, decode %.1f tokens/s; "
@@ -111,7 +104,7 @@ int main(int argc, char** argv) {
   try {
     wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
-    const at::ScalarType dt = parse_dtype(dtype);
+    const at::ScalarType dt = wm::parse_compute_dtype(dtype);
     gen.sampling.validate();  // top_p 0 and the like, with a message naming the field
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
