@@ -1,6 +1,9 @@
 #include "dit/config.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -10,6 +13,43 @@ namespace wm::dit {
 namespace {
 
 using nlohmann::json;
+
+// Strict conversions: integers must be integers within the target's range (no silent
+// truncation of 2^32 + 192 to 192, nor of 3.7 to 3), reals finite numbers, flags booleans.
+template <class T>
+bool convert(const json& v, T& out, std::string& why) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return why = "expected true or false", false;
+    out = v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return why = "expected an integer", false;
+    const bool neg = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+    if (neg ? v.get<int64_t>() < static_cast<int64_t>(std::numeric_limits<T>::min())
+            : v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      return why = str_cat("out of range [", std::numeric_limits<T>::min(), ", ", std::numeric_limits<T>::max(), "]"),
+             false;
+    out = neg ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<uint64_t>());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) return why = "expected a number", false;
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::abs(d) > static_cast<double>(std::numeric_limits<T>::max()))
+      return why = "expected a finite number", false;
+    out = static_cast<T>(d);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) return why = "expected a string", false;
+    out = v.get<std::string>();
+  } else {
+    if (!v.is_array()) return why = "expected an array", false;
+    T items;
+    for (const auto& e : v) {
+      typename T::value_type x{};
+      if (!convert(e, x, why)) return why = "an element: " + why, false;
+      items.push_back(std::move(x));
+    }
+    out = std::move(items);
+  }
+  return true;
+}
 
 // Reads fields of one JSON object, rejecting unknown keys and wrong types with "where: field: ...".
 class Reader {
@@ -24,11 +64,9 @@ class Reader {
       if (required) throw Error(str_cat(where_, ": missing required field '", key, "'"));
       return;
     }
-    try {
-      out = j_.at(key).get<T>();
-    } catch (const json::exception& e) {
-      throw Error(str_cat(where_, ": field '", key, "': wrong type (", j_.at(key).dump(), "): ", e.what()));
-    }
+    std::string why;
+    if (!convert(j_.at(key), out, why))
+      throw Error(str_cat(where_, ": field '", key, "': ", why, " (got ", j_.at(key).dump(), ")"));
   }
   const json* sub(const char* key) {
     seen_.insert(key);
@@ -55,16 +93,30 @@ void field_check(bool ok, const std::string& where, const char* field, F&& msg) 
 
 void DitConfig::validate() const {
   const std::string w = str_cat("DitConfig '", name, "'");
-  auto pos = [&](const char* f, int v) {
-    field_check(v > 0, w, f, [&] { return str_cat("must be > 0, got ", v); });
+  // Upper bounds far above any real model keep every product the code forms (tokens x dim,
+  // dim x ffn_dim, ...) inside int64 and reject a typo before it becomes a huge allocation.
+  auto in = [&](const char* f, int v, int lo, int hi) {
+    field_check(v >= lo && v <= hi, w, f, [&] { return str_cat("must be in [", lo, ", ", hi, "], got ", v); });
   };
-  pos("dim", dim);
-  pos("n_layers", n_layers);
-  pos("n_heads", n_heads);
-  pos("ffn_dim", ffn_dim);
-  pos("latent_channels", latent_channels);
-  pos("frames_per_chunk", frames_per_chunk);
-  pos("freq_dim", freq_dim);
+  in("dim", dim, 1, 1 << 16);
+  in("n_layers", n_layers, 1, 1024);
+  in("n_heads", n_heads, 1, 1024);
+  in("ffn_dim", ffn_dim, 1, 1 << 18);
+  in("latent_channels", latent_channels, 1, 1 << 12);
+  in("frames_per_chunk", frames_per_chunk, 1, 1024);
+  in("freq_dim", freq_dim, 1, 1 << 16);
+  in("latent_size", latent_height, 1, 1 << 12);
+  in("latent_size", latent_width, 1, 1 << 12);
+  in("patch", patch_h, 1, 1 << 12);
+  in("patch", patch_w, 1, 1 << 12);
+  in("codec.stride", codec.stride, 1, 64);
+  in("conditioning.action_dim", cond.action_dim, 0, 1 << 12);
+  in("conditioning.pos_bands", cond.pos_bands, 0, 64);
+  in("conditioning.yaw_harmonics", cond.yaw_harmonics, 0, 64);
+  in("conditioning.hidden", cond.hidden, 0, 1 << 16);
+  field_check(std::isfinite(timestep_scale) && timestep_scale > 0, w, "timestep_scale",
+              [&] { return str_cat("must be a finite number > 0, got ", timestep_scale); });
+  field_check(eps < 1, w, "eps", [&] { return str_cat("must be in (0, 1), got ", eps); });
   field_check(freq_dim % 2 == 0, w, "freq_dim", [&] { return str_cat("must be even, got ", freq_dim); });
   field_check(dim % n_heads == 0, w, "n_heads",
               [&] { return str_cat("dim ", dim, " is not a multiple of n_heads ", n_heads); });

@@ -36,6 +36,9 @@ void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptio
     if (it == in_file.end())
       throw Error(str_cat(path, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(), ")"));
     const auto& e = st.entry(it->second);
+    if (!at::isFloatingType(e.dtype))
+      throw Error(str_cat(path, ": tensor '", it->second, "' is ", c10::toString(e.dtype),
+                          ", a weight must be a floating-point type (F32, F16, BF16 or F64)"));
     if (at::IntArrayRef(e.shape) != p.value().sizes())
       throw Error(str_cat(path, ": tensor '", it->second, "' has shape ", at::IntArrayRef(e.shape),
                           ", the model expects ", p.value().sizes()));
@@ -49,8 +52,19 @@ void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptio
                             at::IntArrayRef(st.entry(kv.second).shape), ") not in model '", model.config().name,
                             "'"));
   }
+  // Read and check every tensor before the first copy, so a bad file leaves the model as it was.
+  std::vector<at::Tensor> values;
+  values.reserve(params.size());
+  for (const auto& p : params) {
+    const std::string& name = in_file.at(p.key());
+    at::Tensor t = st.get(name);
+    if (!at::isfinite(t).all().item<bool>())
+      throw Error(str_cat(path, ": tensor '", name, "' holds ",
+                          (~at::isfinite(t)).sum().item<int64_t>(), " non-finite values (NaN or inf)"));
+    values.push_back(std::move(t));
+  }
   at::NoGradGuard ng;
-  for (auto& p : params) p.value().copy_(st.get(in_file.at(p.key())));
+  for (size_t i = 0; i < params.size(); ++i) params[i].value().copy_(values[i]);
 }
 
 DitConfig config_from_weights(const std::string& path) {

@@ -40,6 +40,7 @@ Xxh64::Xxh64(uint64_t seed) : seed_(seed) {
 }
 
 void Xxh64::update(const void* data, size_t n) {
+  if (n == 0) return;  // data may be null for an empty range (memcpy must not see it)
   auto p = static_cast<const unsigned char*>(data);
   total_ += n;
   if (buffered_ + n < 32) {
@@ -65,7 +66,7 @@ void Xxh64::update(const void* data, size_t n) {
     n -= 32;
   }
   v_[0] = a; v_[1] = b; v_[2] = c; v_[3] = d;
-  std::memcpy(buf_, p, n);
+  if (n > 0) std::memcpy(buf_, p, n);
   buffered_ = n;
 }
 

@@ -7,7 +7,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -96,18 +98,29 @@ SafeTensors SafeTensors::open(const std::string& path) {
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       throw CorruptData(where + ": needs dtype, shape and data_offsets");
     Entry e;
+    if (!v["dtype"].is_string()) throw CorruptData(where + ": dtype is not a string");
     e.dtype = parse_dtype(v["dtype"].get<std::string>(), where);
-    int64_t numel = 1;
+    if (!v["shape"].is_array()) throw CorruptData(where + ": shape is not an array");
+    // Bytes the shape needs, multiplied with overflow checks; anything past the data section
+    // is an error below, so the bound only has to keep the product exact.
+    size_t want = c10::elementSize(e.dtype);
+    bool overflow = false;
     for (auto& d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw CorruptData(where + ": bad shape");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= e.shape.back();
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        throw CorruptData(str_cat(where, ": bad shape ", v["shape"].dump(), " (dimensions must be integers >= 0)"));
+      const auto n = static_cast<uint64_t>(d.get<int64_t>());
+      e.shape.push_back(static_cast<int64_t>(n));
+      if (n != 0 && want > std::numeric_limits<uint64_t>::max() / 4 / n) overflow = true;
+      else want *= n;
     }
+    if (overflow && std::find(e.shape.begin(), e.shape.end(), 0) == e.shape.end())
+      throw CorruptData(str_cat(where, ": shape ", v["shape"].dump(), " overflows a byte count"));
+    if (overflow) want = 0;  // a zero dimension: no bytes, whatever the others say
     auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2) throw CorruptData(where + ": data_offsets must be [begin, end]");
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw CorruptData(where + ": data_offsets must be [begin, end], non-negative integers");
     e.begin = off[0].get<size_t>();
     e.end = off[1].get<size_t>();
-    const size_t want = static_cast<size_t>(numel) * c10::elementSize(e.dtype);
     if (e.end < e.begin || e.end > data_size)
       throw CorruptData(str_cat(where, ": bytes [", e.begin, ", ", e.end, ") lie outside the data (",
                                 data_size, " bytes); the file may be truncated"));

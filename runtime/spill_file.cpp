@@ -1,6 +1,7 @@
 #include "runtime/spill_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,20 +36,6 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
     }
     p += w;
     n -= static_cast<size_t>(w);
-  }
-}
-
-void read_all(int fd, void* data, size_t n, const std::string& path) {
-  auto p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw Error(str_cat("spill file '", path, "': read failed: ", std::strerror(errno)));
-    }
-    if (r == 0) throw CorruptData(str_cat("spill file '", path, "': truncated"));
-    p += r;
-    n -= static_cast<size_t>(r);
   }
 }
 
@@ -125,72 +112,127 @@ size_t write_spill_file(const std::string& path, const Block& block) {
   return 16 + hs.size() + offset + 8;
 }
 
+namespace {
+
+// A read-only mapping of a whole file, unmapped on scope exit.
+struct Mapped {
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+  ~Mapped() {
+    if (data != nullptr) ::munmap(const_cast<unsigned char*>(data), size);
+  }
+};
+
+uint64_t read_u64le(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// One tensor as the header declares it, validated against the payload before anything is
+// allocated.
+struct TensorSpec {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  size_t offset = 0, bytes = 0;
+};
+
+// Checked element count and byte size of a shape; throws CorruptData on a negative dimension or
+// an overflow, and when the bytes exceed `limit` (what the payload can hold).
+size_t checked_bytes(const std::vector<int64_t>& shape, size_t element_size, size_t limit, const std::string& where) {
+  size_t bytes = element_size;
+  for (int64_t d : shape) {
+    if (d < 0) throw CorruptData(str_cat(where, ": negative dimension ", d));
+    if (d != 0 && bytes > limit / static_cast<size_t>(d))
+      throw CorruptData(str_cat(where, ": shape ", at::IntArrayRef(shape), " needs more bytes than the payload's ",
+                                limit));
+    bytes *= static_cast<size_t>(d);
+  }
+  if (bytes > limit)
+    throw CorruptData(str_cat(where, ": shape ", at::IntArrayRef(shape), " needs more bytes than the payload's ", limit));
+  return bytes;
+}
+
+}  // namespace
+
+// Order: the fixed-size frame, then the whole header (every shape, dtype and offset checked
+// against the payload the file actually holds, so nothing a header declares can make us
+// allocate more than the file's size), then the checksum over the mapped bytes, and only then
+// the tensors are allocated and filled.
 Block read_spill_file(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY);
-  if (f.fd < 0) throw Error(str_cat("spill file '", path, "': cannot open: ", std::strerror(errno)));
-  struct stat sb {};
-  if (fstat(f.fd, &sb) != 0) throw Error(str_cat("spill file '", path, "': cannot stat"));
-  const size_t fsize = static_cast<size_t>(sb.st_size);
-  if (fsize < 24) throw CorruptData(str_cat("spill file '", path, "': ", fsize, " bytes, too short"));
-  char magic[8];
-  unsigned char len[8];
-  read_all(f.fd, magic, 8, path);
-  if (std::memcmp(magic, kMagic, 8) != 0) throw CorruptData(str_cat("spill file '", path, "': bad magic"));
-  read_all(f.fd, len, 8, path);
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | len[i];
+  Mapped m;
+  {
+    Fd f;
+    f.fd = ::open(path.c_str(), O_RDONLY);
+    if (f.fd < 0) throw Error(str_cat("spill file '", path, "': cannot open: ", std::strerror(errno)));
+    struct stat sb {};
+    if (fstat(f.fd, &sb) != 0) throw Error(str_cat("spill file '", path, "': cannot stat"));
+    if (!S_ISREG(sb.st_mode)) throw Error(str_cat("spill file '", path, "': not a regular file"));
+    const size_t fsize = static_cast<size_t>(sb.st_size);
+    if (fsize < 24) throw CorruptData(str_cat("spill file '", path, "': ", fsize, " bytes, too short"));
+    void* base = ::mmap(nullptr, fsize, PROT_READ, MAP_PRIVATE, f.fd, 0);
+    if (base == MAP_FAILED) throw Error(str_cat("spill file '", path, "': cannot map: ", std::strerror(errno)));
+    m.data = static_cast<const unsigned char*>(base);
+    m.size = fsize;
+  }
+  const size_t fsize = m.size;
+  if (std::memcmp(m.data, kMagic, 8) != 0) throw CorruptData(str_cat("spill file '", path, "': bad magic"));
+  const uint64_t hlen = read_u64le(m.data + 8);
   if (hlen > fsize - 24) throw CorruptData(str_cat("spill file '", path, "': header length ", hlen, " exceeds file"));
-  std::string hs(hlen, '\0');
-  read_all(f.fd, hs.data(), hlen, path);
+  const char* hs = reinterpret_cast<const char*>(m.data + 16);
+  const size_t payload = fsize - 24 - hlen;  // what the file holds between header and checksum
+  const unsigned char* data = m.data + 16 + hlen;
+
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(hs);
+    h = nlohmann::json::parse(hs, hs + hlen);
   } catch (const std::exception& e) {
     throw CorruptData(str_cat("spill file '", path, "': header is not JSON: ", e.what()));
   }
-  Xxh64 sum;
-  sum.update(hs.data(), hs.size());
+  const std::string where = str_cat("spill file '", path, "'");
+  Block b;
+  std::vector<TensorSpec> specs;
+  bool has_emb = false;
+  size_t nl = 0;
   try {
-    const size_t payload = h.at("payload_bytes").get<size_t>();
-    if (16 + hlen + payload + 8 != fsize)
-      throw CorruptData(str_cat("spill file '", path, "': ", fsize, " bytes, the header describes ",
-                                16 + hlen + payload + 8, " (truncated or extended)"));
-    std::vector<at::Tensor> tensors;
+    if (!h.is_object()) throw CorruptData(where + ": header is not an object");
+    const auto& pj = h.at("payload_bytes");
+    if (!pj.is_number_unsigned() || pj.get<uint64_t>() != payload)
+      throw CorruptData(str_cat(where, ": ", fsize, " bytes, the header describes a payload of ", pj.dump(),
+                                " bytes where the file holds ", payload, " (truncated or extended)"));
+    const auto& tj = h.at("tensors");
+    if (!tj.is_array()) throw CorruptData(where + ": 'tensors' is not an array");
     size_t expect_off = 0;
-    for (auto& tj : h.at("tensors")) {
-      const auto dt = dtype_from_name(tj.at("dtype").get<std::string>(), path);
-      const auto shape = tj.at("shape").get<std::vector<int64_t>>();
-      if (tj.at("offset").get<size_t>() != expect_off)
-        throw CorruptData(str_cat("spill file '", path, "': tensor offsets are not contiguous"));
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dt));
-      const size_t n = t.numel() * t.element_size();
-      if (expect_off + n > payload) throw CorruptData(str_cat("spill file '", path, "': tensor past the payload"));
-      read_all(f.fd, t.data_ptr(), n, path);
-      sum.update(t.data_ptr(), n);
-      expect_off += n;
-      tensors.push_back(std::move(t));
+    for (size_t i = 0; i < tj.size(); ++i) {
+      const auto& t = tj[i];
+      const std::string tw = str_cat(where, " tensor ", i);
+      if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("offset"))
+        throw CorruptData(tw + ": needs dtype, shape and offset");
+      if (!t["dtype"].is_string()) throw CorruptData(tw + ": dtype is not a string");
+      if (!t["shape"].is_array()) throw CorruptData(tw + ": shape is not an array");
+      if (!t["offset"].is_number_unsigned()) throw CorruptData(tw + ": offset is not a non-negative integer");
+      TensorSpec s;
+      s.dtype = dtype_from_name(t["dtype"].get<std::string>(), path);
+      for (const auto& d : t["shape"]) {
+        if (!d.is_number_integer()) throw CorruptData(tw + ": a dimension is not an integer");
+        s.shape.push_back(d.get<int64_t>());
+      }
+      s.offset = t["offset"].get<size_t>();
+      if (s.offset != expect_off) throw CorruptData(where + ": tensor offsets are not contiguous");
+      s.bytes = checked_bytes(s.shape, c10::elementSize(s.dtype), payload - expect_off, tw);
+      expect_off += s.bytes;
+      specs.push_back(std::move(s));
     }
-    if (expect_off != payload) throw CorruptData(str_cat("spill file '", path, "': payload size mismatch"));
-    unsigned char tail[8];
-    read_all(f.fd, tail, 8, path);
-    uint64_t stored = 0;
-    for (int i = 7; i >= 0; --i) stored = (stored << 8) | tail[i];
-    if (stored != sum.digest())
-      throw CorruptData(str_cat("spill file '", path, "': checksum mismatch (stored ", stored, ", computed ",
-                                sum.digest(), ")"));
+    if (expect_off != payload)
+      throw CorruptData(str_cat(where, ": the tensors cover ", expect_off, " of the payload's ", payload, " bytes"));
 
-    Block b;
+    const auto& nlj = h.at("n_layers");
+    if (!nlj.is_number_unsigned()) throw CorruptData(where + ": n_layers is not a non-negative integer");
+    nl = nlj.get<size_t>();
+    has_emb = h.at("has_embedding").get<bool>();
+    if (nl > specs.size() || specs.size() != nl * 4 + (has_emb ? 1 : 0))
+      throw CorruptData(str_cat(where, ": ", specs.size(), " tensors for ", nl, " layers"));
     b.id = h.at("id").get<std::string>();
-    const size_t nl = h.at("n_layers").get<size_t>();
-    const bool has_emb = h.at("has_embedding").get<bool>();
-    if (tensors.size() != nl * 4 + (has_emb ? 1 : 0))
-      throw CorruptData(str_cat("spill file '", path, "': ", tensors.size(), " tensors for ", nl, " layers"));
-    for (size_t i = 0; i < nl; ++i) {
-      LayerKv l{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3]};
-      b.layers.push_back(std::move(l));
-    }
-    if (has_emb) b.meta.embedding = tensors.back();
     b.meta.kind = h.at("kind").get<std::string>();
     b.meta.pose = h.at("pose").get<std::vector<double>>();
     b.meta.priority = h.at("priority").get<double>();
@@ -199,10 +241,28 @@ Block read_spill_file(const std::string& path) {
     b.stats.attn_ema = h.at("attn_ema").get<double>();
     b.stats.last_use = h.at("last_use").get<int64_t>();
     b.stats.uses = h.at("uses").get<int64_t>();
-    return b;
   } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(str_cat("spill file '", path, "': malformed header: ", e.what()));
+    throw CorruptData(str_cat(where, ": malformed header: ", e.what()));
   }
+
+  Xxh64 sum;
+  sum.update(hs, hlen);
+  sum.update(data, payload);
+  const uint64_t stored = read_u64le(data + payload);
+  if (stored != sum.digest())
+    throw CorruptData(str_cat(where, ": checksum mismatch (stored ", stored, ", computed ", sum.digest(), ")"));
+
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(specs.size());
+  for (const auto& s : specs) {
+    at::Tensor t = at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
+    if (s.bytes > 0) std::memcpy(t.data_ptr(), data + s.offset, s.bytes);
+    tensors.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < nl; ++i)
+    b.layers.push_back(LayerKv{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3]});
+  if (has_emb) b.meta.embedding = tensors.back();
+  return b;
 }
 
 }  // namespace wm

@@ -116,6 +116,33 @@ TEST(DitConfig, ErrorsNameFileAndField) {
   m = message_of([&] { config_from_json(j, "bad.json"); });
   EXPECT_NE(m.find("prediction"), std::string::npos) << m;
 
+  // Integers are range-checked, never truncated: 2^32 + 64 is not read as 64.
+  j = config_to_json(small_config());
+  j["dim"] = (int64_t{1} << 32) + 64;
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'dim'"), std::string::npos) << m;
+  EXPECT_NE(m.find("out of range"), std::string::npos) << m;
+  j = config_to_json(small_config());
+  j["n_layers"] = 2.7;  // not 2
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'n_layers'"), std::string::npos) << m;
+  j = config_to_json(small_config());
+  j["latent_size"] = nlohmann::json::array({8, -(int64_t{1} << 40)});
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'latent_size'"), std::string::npos) << m;
+  j = config_to_json(small_config());
+  j["ffn_dim"] = 1 << 30;  // fits an int, far past any real model: rejected before allocation
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'ffn_dim'"), std::string::npos) << m;
+  j = config_to_json(small_config());
+  j["eps"] = "tiny";
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'eps'"), std::string::npos) << m;
+  j = config_to_json(small_config());
+  j["qk_norm"] = 1;
+  m = message_of([&] { config_from_json(j, "bad.json"); });
+  EXPECT_NE(m.find("'qk_norm'"), std::string::npos) << m;
+
   m = message_of([&] { load_config("/nonexistent/x.json"); });
   EXPECT_NE(m.find("/nonexistent/x.json"), std::string::npos) << m;
 }
@@ -379,6 +406,32 @@ TEST_F(DitWeights, ErrorsNameTheTensor) {
   LoadOptions lax;
   lax.strict = false;
   EXPECT_NO_THROW(load_weights(*m, f, lax));
+
+  // Integer weights are rejected by dtype, non-finite ones by value; the model is untouched.
+  CausalDit before(c);
+  before->init_weights(3);
+  at::Tensor probe_before = before->named_parameters(true)["head.modulation"].detach().clone();
+  auto ints = ts;
+  for (auto& kv : ints)
+    if (kv.first == "blocks.0.ffn.0.weight") kv.second = at::zeros(kv.second.sizes(), at::kInt);
+  save_safetensors(f, ints);
+  msg = message_of([&] { load_weights(*before, f); });
+  EXPECT_NE(msg.find("blocks.0.ffn.0.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("floating-point"), std::string::npos) << msg;
+  auto nans = ts;
+  for (auto& kv : nans)
+    if (kv.first == "blocks.1.ffn.0.weight") kv.second = at::full(kv.second.sizes(), NAN);
+  save_safetensors(f, nans);
+  msg = message_of([&] { load_weights(*before, f); });
+  EXPECT_NE(msg.find("blocks.1.ffn.0.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
+  auto infs = ts;
+  for (auto& kv : infs)
+    if (kv.first == "head.modulation") kv.second = kv.second.clone().index_fill_(-1, at::tensor({0L}), INFINITY);
+  save_safetensors(f, infs);
+  msg = message_of([&] { load_weights(*before, f); });
+  EXPECT_NE(msg.find("head.modulation"), std::string::npos) << msg;
+  EXPECT_TRUE(at::equal(before->named_parameters(true)["head.modulation"], probe_before));
 
   auto prefixed = ts;
   for (auto& kv : prefixed) kv.first = "model." + kv.first;

@@ -8,6 +8,7 @@
 
 #include "runtime/block_store.h"
 #include "runtime/error.h"
+#include "runtime/hash.h"
 #include "runtime/spill_file.h"
 #include "test_util.h"
 
@@ -72,6 +73,64 @@ TEST(SpillFile, CorruptionAndTruncationAreDetected) {
   fs::resize_file(path, 10);
   EXPECT_THROW(read_spill_file(path), CorruptData);
   EXPECT_THROW(read_spill_file(dir + "/absent.wmkv"), Error);
+  fs::remove_all(dir);
+}
+
+// A spill file from a header's text and payload bytes, framed and checksummed as the writer
+// does, so only the header's claims are wrong.
+void write_framed(const std::string& path, const std::string& header, const std::string& payload) {
+  std::string out("WMKVBLK1", 8);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i)));
+  out += header;
+  out += payload;
+  Xxh64 sum;
+  sum.update(header.data(), header.size());
+  sum.update(payload.data(), payload.size());
+  const uint64_t d = sum.digest();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(d >> (8 * i)));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
+}
+
+// Every claim of the header is checked before anything is allocated: shapes that are negative,
+// overflow, or need more bytes than the file holds, and fields of the wrong type, are all
+// CorruptData (a 16-byte payload declaring [2^33] floats must not ask for 32 GiB).
+TEST(SpillFile, LyingHeadersAreCorruptDataBeforeAllocation) {
+  const std::string dir = temp_dir("lying");
+  const std::string path = dir + "/x.wmkv";
+  auto header = [](const std::string& tensor, const std::string& payload_bytes = "16",
+                   const std::string& n_layers = "0") {
+    return R"({"id":"x","n_layers":)" + n_layers + R"(,"kind":"chunk","pose":[],"priority":0,"pinned":false,)" +
+           R"("created":0,"has_embedding":true,"attn_ema":0,"last_use":0,"uses":0,"payload_bytes":)" +
+           payload_bytes + R"(,"tensors":[)" + tensor + "]}";
+  };
+  // The frame itself is sound: a well-formed header with the same payload reads back.
+  write_framed(path, header(R"({"dtype":"F32","shape":[4],"offset":0})"), std::string(16, '\0'));
+  EXPECT_EQ(read_spill_file(path).meta.embedding.numel(), 4);
+  const std::vector<std::string> lies = {
+      header(R"({"dtype":"F32","shape":[8589934592],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[-4],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[4611686018427387904,4],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[4294967296,4294967296],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[4],"offset":"0"})"),
+      header(R"({"dtype":32,"shape":[4],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[4.5],"offset":0})"),
+      header(R"({"dtype":"F32","shape":[4],"offset":0})", "17"),
+      header(R"({"dtype":"F32","shape":[4],"offset":0})", "-16"),
+      header(R"({"dtype":"F32","shape":[4],"offset":0})", "16", "4611686018427387904"),
+      header(R"({"dtype":"F32","shape":[4],"offset":0})", "16", "-1"),
+      header(R"({"dtype":"F32","shape":[2],"offset":0},{"dtype":"F32","shape":[2],"offset":4})"),
+  };
+  for (const auto& h : lies) {
+    write_framed(path, h, std::string(16, '\0'));
+    try {
+      read_spill_file(path);
+      ADD_FAILURE() << "accepted " << h;
+    } catch (const CorruptData& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << h << " gave a non-CorruptData error: " << e.what();
+    }
+  }
   fs::remove_all(dir);
 }
 

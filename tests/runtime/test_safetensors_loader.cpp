@@ -58,6 +58,48 @@ TEST(Safetensors, DamagedFilesAreReported) {
   fs::remove(path);
 }
 
+// Writes a safetensors file from a header's text and `data_bytes` zero bytes of data.
+void write_raw(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header << std::string(data_bytes, '\0');
+}
+
+// A header that lies must give CorruptData naming the file and the tensor: element counts
+// that overflow, fields of the wrong JSON type, negative dimensions.
+TEST(Safetensors, LyingHeadersNameFileAndTensor) {
+  const std::string path = (fs::temp_directory_path() / "wm_test_lying.safetensors").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"overflow", R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})"},
+      {"overflow", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})"},
+      {"dtype", R"({"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})"},
+      {"data_offsets", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":["0","4"]}})"},
+      {"data_offsets", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})"},
+      {"shape", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})"},
+      {"shape", R"({"w":{"dtype":"F32","shape":"[1]","data_offsets":[0,4]}})"},
+      {"shape", R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})"},
+  };
+  for (const auto& [word, header] : cases) {
+    write_raw(path, header, 4);
+    try {
+      SafeTensors::open(path);
+      ADD_FAILURE() << "accepted " << header;
+    } catch (const CorruptData& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path), std::string::npos) << m;
+      EXPECT_NE(m.find("tensor 'w'"), std::string::npos) << m;
+      EXPECT_NE(m.find(word), std::string::npos) << m;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << header << " gave a non-CorruptData error: " << e.what();
+    }
+  }
+  // A zero dimension makes an empty tensor whatever the others say.
+  write_raw(path, R"({"w":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}})", 0);
+  EXPECT_EQ(SafeTensors::open(path).get("w").numel(), 0);
+  fs::remove(path);
+}
+
 TEST(LayerLoader, DeliversEveryLayerBitExactFromAllTiers) {
   const std::string dir = (fs::temp_directory_path() / "wm_test_loader").string();
   fs::create_directories(dir);
