@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages this project builds and runs with. Idempotent: when every
-# package is already installed it returns at once without touching apt.
+# Installs the Debian packages this project builds and runs with, plus any named as arguments
+# (tools/fuzz.sh asks for clang's). Idempotent: when every package is already installed it
+# returns at once without touching apt.
 set -euo pipefail
 
 pkgs=(
@@ -11,6 +12,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   xvfb xdotool
+  "$@"
 )
 
 missing=()

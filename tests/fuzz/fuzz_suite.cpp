@@ -1,0 +1,19 @@
+// libFuzzer target: the suite / trajectory JSON reader (suite_from_json, with the pose and
+// revisit checks on, as the programs load suites).
+#include <stdexcept>
+
+#include "tests/fuzz/fuzz_input.h"
+#include "tools/world/suite.h"
+
+static wm::fuzz::ScratchCleanup cleanup{".suite.json"};
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string& path = wm::fuzz::write_input(data, size, ".suite.json");
+  try {
+    wm::world::Suite s = wm::world::load_suite(path);
+    (void)s;
+  } catch (const std::runtime_error&) {
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) in ./build-fuzz and runs
+# each for SECONDS (default 60) on a working corpus seeded from tests/fuzz/corpus/<target>,
+# with the allocation and memory caps of a hostile input: 1 GiB RSS, no single malloc over 1 GiB.
+#   bash tools/fuzz.sh [SECONDS] [TARGET...]     (targets: see tests/fuzz/CMakeLists.txt)
+# Exits non-zero on the first finding and names the reproducer file. Installs clang and its
+# runtime (libFuzzer) from Debian when missing.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+seconds="${1:-60}"
+shift || true
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
+  echo "fuzz.sh: SECONDS must be a positive integer, got '$seconds'" >&2
+  exit 2
+fi
+all=(safetensors spill_file dit_config llm_config suite tokenizer_json tokenizer_text)
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then targets=("${all[@]}"); fi
+
+bash tools/setup.sh clang libclang-rt-14-dev
+build="${WM_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DWM_FUZZ=ON >"$build/configure.log" 2>&1 || {
+  cat "$build/configure.log"
+  exit 1
+}
+cmake --build "$build" -j "$(nproc)" --target wm_fuzz
+
+status=0
+for t in "${targets[@]}"; do
+  bin="$build/tests/fuzz/fuzz_$t"
+  if [ ! -x "$bin" ]; then
+    echo "fuzz.sh: no target '$t' (have: ${all[*]})" >&2
+    exit 2
+  fi
+  work="$build/corpus/$t"
+  mkdir -p "$work" "$build/findings"
+  log="$build/fuzz_$t.log"
+  # One thread: libtorch would otherwise start a pool per process for nothing.
+  if OMP_NUM_THREADS=1 "$bin" "$work" "tests/fuzz/corpus/$t" -max_total_time="$seconds" -rss_limit_mb=1024 \
+    -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 -artifact_prefix="$build/findings/$t-" >"$log" 2>&1; then
+    execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
+    echo "fuzz $t: ${execs} executions in ${seconds} s, no finding"
+  else
+    status=1
+    echo "fuzz $t: FINDING (log: $log)" >&2
+    grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5 >&2 || true
+  fi
+done
+exit $status
