@@ -193,7 +193,13 @@ void load_llm_weights(LlmModelImpl& model, const HfFolder& folder) {
   at::NoGradGuard no_grad;
   for (auto& p : params) {
     const SafeTensors& st = files[where.at(p.key())];
-    p.value().copy_(st.get(p.key()));  // converts the dtype, moves to the parameter's device
+    at::Tensor t = st.get(p.key());
+    // Checked once at load (cheap next to reading): NaN or inf weights would only show up as
+    // garbage text much later.
+    if (!at::isfinite(t).all().item<bool>())
+      throw Error(str_cat(st.path(), ": tensor '", p.key(), "' holds ", (~at::isfinite(t)).sum().item<int64_t>(),
+                          " non-finite values (NaN or inf)"));
+    p.value().copy_(t);  // converts the dtype, moves to the parameter's device
   }
 }
 

@@ -22,8 +22,40 @@ const char* tier_name(Tier t) {
 BlockStore::BlockStore(StoreConfig cfg) : cfg_(std::move(cfg)) {}
 
 BlockStore::~BlockStore() {
+  // No reads can be in flight: a fetch_async future outliving the store is a caller's bug.
   for (auto& [id, e] : entries_)
     if (e.tier == Tier::Disk && !e.path.empty()) std::remove(e.path.c_str());
+  for (auto& [path, doomed] : doomed_) std::remove(path.c_str());
+}
+
+void BlockStore::remove_spill_file(const std::string& path) {
+  auto it = readers_.find(path);
+  if (it != readers_.end() && it->second > 0) {
+    doomed_[path] = true;  // the last reader removes it
+    return;
+  }
+  std::remove(path.c_str());
+}
+
+Block BlockStore::read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path) {
+  ++readers_[path];
+  lock.unlock();
+  auto done = [&] {
+    lock.lock();
+    if (--readers_[path] == 0) {
+      readers_.erase(path);
+      if (doomed_.erase(path) > 0) std::remove(path.c_str());
+    }
+  };
+  Block b;
+  try {
+    b = read_spill_file(path);
+  } catch (...) {
+    done();
+    throw;
+  }
+  done();
+  return b;
 }
 
 size_t BlockStore::budget(Tier t) const {
@@ -53,7 +85,7 @@ void BlockStore::unlink(Entry& e) {
   const int t = static_cast<int>(e.tier);
   lru_[t].erase(e.lru);
   bytes_[t] -= e.bytes;
-  if (e.tier == Tier::Disk && !e.path.empty()) std::remove(e.path.c_str());
+  if (e.tier == Tier::Disk && !e.path.empty()) remove_spill_file(e.path);
   e.path.clear();
   e.block = Block{};
 }
@@ -150,8 +182,7 @@ Block BlockStore::get(const std::string& id) {
   if (it->second.tier != Tier::Disk) return load(it->second, true);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
-  lock.unlock();  // disk reads run without the lock
-  Block b = read_spill_file(path);
+  Block b = read_unlocked(lock, path);  // disk reads run without the lock
   b.meta = meta;
   return b.to(cfg_.device);
 }
@@ -165,8 +196,7 @@ Block BlockStore::get_host(const std::string& id) {
   if (it->second.tier == Tier::Device) return load(it->second, false).to(at::kCPU);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
-  lock.unlock();
-  Block b = read_spill_file(path);
+  Block b = read_unlocked(lock, path);
   b.meta = meta;
   return b;
 }
@@ -206,7 +236,7 @@ Tier BlockStore::tier_of(const std::string& id) const {
   return it->second.tier;
 }
 
-const BlockMeta& BlockStore::meta(const std::string& id) const {
+BlockMeta BlockStore::meta(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");

@@ -56,7 +56,9 @@ class BlockStore {
 
   bool contains(const std::string& id) const;
   Tier tier_of(const std::string& id) const;
-  const BlockMeta& meta(const std::string& id) const;  // metadata without loading the tensors
+  // A copy of the block's metadata, without loading the tensors (a copy: a reference would
+  // outlive the lock while another thread replaces or erases the block).
+  BlockMeta meta(const std::string& id) const;
   size_t bytes(Tier t) const;
   size_t count(Tier t) const;
   size_t size() const;
@@ -82,6 +84,10 @@ class BlockStore {
   void place(Entry& e, Tier t);
   Block load(const Entry& e, bool to_device) const;
   void unlink(Entry& e);
+  // Disk reads run without the lock; a spill file being read is removed only after its last
+  // reader is done (erase or replace meanwhile defers the removal).
+  Block read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path);
+  void remove_spill_file(const std::string& path);
   void touch(Entry& e);
   std::string spill_path(const std::string& id);
 
@@ -92,6 +98,8 @@ class BlockStore {
   std::array<size_t, 3> bytes_{};
   uint64_t next_order_ = 0;
   uint64_t spill_counter_ = 0;
+  std::unordered_map<std::string, int> readers_;  // spill file -> reads in flight
+  std::unordered_map<std::string, bool> doomed_;  // spill files to remove when their reads end
 };
 
 }  // namespace wm

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds everything with a sanitizer and runs the test suite under it:
-#   bash tools/sanitize.sh address [ctest args...]   ASan + UBSan in ./build-asan
-#   bash tools/sanitize.sh thread  [ctest args...]   TSan in ./build-tsan (e.g. -R BlockStore)
+#   bash tools/sanitize.sh address [ctest args...]      ASan + UBSan in ./build-asan: everything,
+#                                                       then the whole suite through ctest
+#   bash tools/sanitize.sh thread [gtest args...]       TSan in ./build-tsan: the core and its
+#                                                       suites (wm_runtime_tests), e.g.
+#                                                       --gtest_filter='BlockStore.*' 
 # libtorch itself is not instrumented; the project's code is. A sanitizer report fails the test
 # that triggered it (UBSan does not recover; ASan and TSan abort with exit code 1).
 set -euo pipefail
@@ -24,7 +27,11 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_SAN
   cat "$build/configure.log"
   exit 1
 }
-cmake --build "$build" -j "$(nproc)"
+if [ "$kind" = thread ]; then
+  cmake --build "$build" -j "$(nproc)" --target wm_runtime_tests
+else
+  cmake --build "$build" -j "$(nproc)"
+fi
 # Leak checking stays on for the project's code; libtorch's and OpenMP's process-lifetime
 # allocations are not leaks of ours, so the suppressions name only those libraries.
 supp="$build/lsan.supp"
@@ -35,4 +42,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 export OMP_WAIT_POLICY=passive
 cd "$build"
+if [ "$kind" = thread ]; then
+  exec "$build/tests/wm_runtime_tests" "$@"
+fi
 ctest --output-on-failure -j "$(nproc)" --timeout 1800 "$@"

@@ -97,7 +97,7 @@ std::vector<Scored> WorldMemory::pick_by_attention(size_t k) const {
   at::Tensor p = at::stack(probe);  // [L, H, d]
   std::vector<Scored> out;
   for (auto& id : bank_->ids()) {
-    const at::Tensor& e = bank_->meta(id).embedding;
+    const at::Tensor e = bank_->meta(id).embedding;
     const double s = (p * e).sum().item<double>() / std::sqrt(static_cast<double>(spec_.head_dim));
     out.push_back({id, -s});
   }

@@ -444,6 +444,17 @@ TEST(LlmHfFolder, MissingUnexpectedAndMisshapedTensors) {
     save_safetensors(dir / "model.safetensors", ts, {{"format", "pt"}});
     EXPECT_NE(error_of([&] { load_llm(dir.path, at::kCPU); }).find("'model.norm.weight'"), std::string::npos);
   }
+  {
+    TempDir dir("nan");
+    copy_fixture("qwen2_tiny", dir.path);
+    auto ts = read_all(dir / "model.safetensors");
+    for (auto& t : ts)
+      if (t.first == "model.layers.1.mlp.down_proj.weight") t.second = t.second.clone().index_fill_(0, at::tensor({3L}), NAN);
+    save_safetensors(dir / "model.safetensors", ts, {{"format", "pt"}});
+    const std::string msg = error_of([&] { load_llm(dir.path, at::kCPU); });
+    EXPECT_NE(msg.find("'model.layers.1.mlp.down_proj.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
+  }
 }
 
 TEST(LlmHfFolder, HarmlessExtrasAreIgnored) {
