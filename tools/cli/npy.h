@@ -28,14 +28,20 @@ inline std::string npy_header(const std::vector<int64_t>& shape) {
   return h + dict;
 }
 
-// Writes t (any float dtype and device; converted to float32 on the CPU) to path. Throws
-// wm::Error if the file cannot be written; nothing is left under path then.
-inline void save_npy(const std::string& path, const at::Tensor& t) {
+// Writes t (any float dtype and device; converted to float32 on the CPU) into f's stream; the
+// caller commits f (a program that opens its outputs up front and commits them together).
+inline void write_npy(OutputFile& f, const at::Tensor& t) {
   at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  OutputFile f(path);
   const std::string h = npy_header(c.sizes().vec());
   f.stream().write(h.data(), static_cast<std::streamsize>(h.size()));
   f.stream().write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+}
+
+// Writes t (as write_npy) to path. Throws wm::Error if the file cannot be written; nothing is
+// left under path then.
+inline void save_npy(const std::string& path, const at::Tensor& t) {
+  OutputFile f(path);
+  write_npy(f, t);
   f.commit();
 }
 

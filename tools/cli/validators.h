@@ -1,0 +1,50 @@
+#pragma once
+// CLI11 validators the programs share. CLI::Range lets NaN through (every comparison with NaN is
+// false) and inf through an open upper end: a floating-point option is checked with Finite or
+// FiniteRange instead, at parse time, so that a bad value ends in one line naming the option
+// ("--lr: 'nan' is not a finite number"). Header-only; only the programs, which link CLI11,
+// include it.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+namespace wm::cli {
+
+namespace detail {
+
+inline std::string number_text(double v) {
+  if (v >= std::numeric_limits<double>::max()) return "inf";
+  if (v <= -std::numeric_limits<double>::max()) return "-inf";
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+}  // namespace detail
+
+// A finite number in [lo, hi] (each value of a list option).
+class FiniteRange : public CLI::Validator {
+ public:
+  FiniteRange(double lo, double hi) {
+    const std::string range = "[" + detail::number_text(lo) + ", " + detail::number_text(hi) + "]";
+    name_ = "FINITE";
+    description("FLOAT in " + range);
+    func_ = [lo, hi, range](std::string& s) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not a number";
+      if (!std::isfinite(v)) return "'" + s + "' is not a finite number";
+      if (v < lo || v > hi) return "'" + s + "' is outside " + range;
+      return {};
+    };
+  }
+};
+
+// Any finite number.
+inline const FiniteRange Finite(-std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
+// A finite number >= 0.
+inline const FiniteRange FiniteNonNegative(0.0, std::numeric_limits<double>::max());
+
+}  // namespace wm::cli
