@@ -124,7 +124,8 @@ TEST(Mp4, OddSizesArePaddedToEven) {
     {
       wm::media::Mp4Writer writer(path, w, h, 10, up);
       for (int t = 0; t < 5; ++t) writer.write(pattern(w, h, t));
-    }  // the destructor closes
+      writer.close();  // the commit: without it the destructor removes the file
+    }
     wm::media::VideoReader reader(path);
     EXPECT_EQ(reader.width(), (w * up + 1) & ~1);
     EXPECT_EQ(reader.height(), (h * up + 1) & ~1);

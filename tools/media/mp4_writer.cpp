@@ -1,10 +1,10 @@
 #include "tools/media/mp4_writer.h"
 
 #include <cstring>
-#include <iostream>
 #include <stdexcept>
 #include <vector>
 
+#include "tools/cli/output_file.h"
 #include "tools/media/ffmpeg_util.h"
 
 extern "C" {
@@ -35,11 +35,15 @@ std::string where(const std::string& path) { return "Mp4Writer(" + path + ")"; }
 }  // namespace
 
 struct Mp4Writer::Impl {
+  // Declared first, destroyed last: the muxer below closes the file before an uncommitted
+  // temporary file is removed.
+  std::unique_ptr<wm::cli::OutputPath> out;
   std::string path;
   int width = 0, height = 0, fps = 0, upscale = 1;
   int out_w = 0, out_h = 0;
   int frames = 0;
-  bool open = false;
+  bool open = false;      // accepts frames
+  bool failed = false;    // finishing failed: the file is gone
   bool header_written = false;
   std::string encoder;
 
@@ -50,6 +54,11 @@ struct Mp4Writer::Impl {
   PacketPtr packet;
   SwsPtr sws;
   std::vector<uint8_t> scaled;  // [out_h, out_w, 3] RGB after upscale + even padding
+
+  ~Impl() {
+    codec.reset();
+    fmt.reset();  // closes the file; then `out` removes it unless it was committed
+  }
 
   // Drains every packet the encoder has ready into the muxer. frame == nullptr flushes.
   void encode(AVFrame* frame) {
@@ -117,6 +126,7 @@ Mp4Writer::Mp4Writer(const std::string& path, int width, int height, int fps, in
   m.upscale = upscale;
   m.out_w = (width * upscale + 1) & ~1;
   m.out_h = (height * upscale + 1) & ~1;
+  m.out = std::make_unique<wm::cli::OutputPath>(path);
 
   AVFormatContext* raw = nullptr;
   int ret = avformat_alloc_output_context2(&raw, nullptr, nullptr, path.c_str());
@@ -145,7 +155,7 @@ Mp4Writer::Mp4Writer(const std::string& path, int width, int height, int fps, in
            where(path) + ": copying the stream parameters");
 
   if (!(m.fmt->oformat->flags & AVFMT_NOFILE)) {
-    av_check(avio_open(&m.fmt->pb, path.c_str(), AVIO_FLAG_WRITE), where(path) + ": cannot open for writing");
+    av_check(avio_open(&m.fmt->pb, m.out->tmp().c_str(), AVIO_FLAG_WRITE), where(path) + ": cannot open for writing");
   }
   av_check(avformat_write_header(m.fmt.get(), nullptr), where(path) + ": writing the header");
   m.header_written = true;
@@ -168,7 +178,7 @@ Mp4Writer::Mp4Writer(const std::string& path, int width, int height, int fps, in
 void Mp4Writer::write(const wm::Image& frame) {
   if (!impl_) throw wm::Error("Mp4Writer::write: writer was moved from");
   Impl& m = *impl_;
-  if (!m.open) throw wm::Error(where(m.path) + ": write() after close()");
+  if (!m.open) throw wm::Error(where(m.path) + ": write() after finish() or close()");
   if (frame.width != m.width || frame.height != m.height ||
       frame.rgb.size() != static_cast<size_t>(m.width) * m.height * 3) {
     throw wm::Error(where(m.path) + ": frame " + std::to_string(m.frames) + " is " +
@@ -203,39 +213,42 @@ void Mp4Writer::write(const wm::Image& frame) {
   ++m.frames;
 }
 
-void Mp4Writer::close() {
+void Mp4Writer::finish() {
   if (!impl_ || !impl_->open) return;
   Impl& m = *impl_;
-  m.open = false;  // whatever happens below, the writer is finished
-  m.encode(nullptr);
-  av_check(av_write_trailer(m.fmt.get()), where(m.path) + ": writing the trailer");
-  m.fmt.reset();  // closes the file
-}
-
-Mp4Writer::~Mp4Writer() {
+  m.open = false;  // whatever happens below, the writer takes no more frames
   try {
-    close();
-  } catch (const std::exception& e) {
-    std::cerr << "warning: " << e.what() << "\n";
+    m.encode(nullptr);
+    av_check(av_write_trailer(m.fmt.get()), where(m.path) + ": writing the trailer");
+    AVIOContext* pb = m.fmt->pb;
+    if (pb && pb->error < 0) av_check(pb->error, where(m.path) + ": writing the file");
+    m.fmt.reset();  // closes the file
+  } catch (...) {
+    m.failed = true;
+    m.fmt.reset();
+    m.out->discard();
+    throw;
   }
 }
+
+void Mp4Writer::close() {
+  if (!impl_) return;
+  finish();
+  Impl& m = *impl_;
+  if (m.failed) throw wm::Error(where(m.path) + ": not written (finishing the file failed)");
+  m.out->commit();  // throws naming both names; removes the temporary file then
+}
+
+Mp4Writer::~Mp4Writer() = default;
 
 Mp4Writer::Mp4Writer(Mp4Writer&&) noexcept = default;
-Mp4Writer& Mp4Writer::operator=(Mp4Writer&& other) noexcept {
-  if (this != &other) {
-    try {
-      close();
-    } catch (const std::exception& e) {
-      std::cerr << "warning: " << e.what() << "\n";
-    }
-    impl_ = std::move(other.impl_);
-  }
-  return *this;
-}
+Mp4Writer& Mp4Writer::operator=(Mp4Writer&& other) noexcept = default;
 
 int Mp4Writer::frames_written() const { return impl_ ? impl_->frames : 0; }
 int Mp4Writer::out_width() const { return impl_ ? impl_->out_w : 0; }
 int Mp4Writer::out_height() const { return impl_ ? impl_->out_h : 0; }
 std::string Mp4Writer::encoder_name() const { return impl_ ? impl_->encoder : std::string(); }
+std::string Mp4Writer::path() const { return impl_ ? impl_->path : std::string(); }
+std::string Mp4Writer::temporary_path() const { return impl_ && impl_->out ? impl_->out->tmp() : std::string(); }
 
 }  // namespace wm::media
