@@ -4,9 +4,13 @@
 
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "runtime/error.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
+#include "tools/cli/validators.h"
 #include "viewer/app.h"
 #include "viewer/hud.h"
 
@@ -24,7 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--policy", o.policy, "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn")
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores but one, which the window keeps)")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores but one, which the window keeps)")
+      ->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--scale", o.scale, "on-screen upscale of the frames (0: fit the window)")->check(CLI::Range(0, 64));
   app.add_option("--width", o.width, "window width (default 1280, or what --scale needs)")->check(CLI::Range(0, 16384));
   app.add_option("--height", o.height, "window height (default 720, or what --scale needs)")->check(CLI::Range(0, 16384));
@@ -33,14 +38,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 32));
   app.add_flag("--gt", o.ground_truth, "start with the ground-truth view beside the model's (G toggles)");
   app.add_option("--fps", o.fps, "frame clock: input sampling and display rate (0: as fast as the model)")
-      ->capture_default_str()->check(CLI::Range(0.0, 240.0));
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 240.0));
   auto* sf = app.add_option("--script", script_file, "run a script of key/mouse events from FILE")->check(CLI::ExistingFile);
   app.add_option("--inject", inject, "run this script text (e.g. \"hold W 4c; mouse 200 0; wait 3c\")")->excludes(sf);
   app.add_option("--screenshot", o.screenshot_path, "write a PNG of the window at exit");
   app.add_option("--chunks", o.chunks, "exit after this many chunks")->check(CLI::NonNegativeNumber);
   app.add_option("--frames", o.frames, "exit after this many frames")->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", o.timeout_s, "fail (exit 2) if still running after this many seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wm::cli::FiniteNonNegative);
   app.add_flag("--software", o.software, "use SDL's software renderer (headless / no GPU)");
   app.add_option("--summary-json", o.summary_json, "write the run's summary (latency, fps, poses, layout) as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -57,12 +62,21 @@ int main(int argc, char** argv) {
       o.script = inject;
       o.script_source = "--inject";
     }
+    std::unique_ptr<wm::cli::OutputPath> summary;  // whole or absent; a bad path fails before the window opens
+    if (!o.summary_json.empty()) {
+      summary = std::make_unique<wm::cli::OutputPath>(o.summary_json);
+      if (!std::ofstream(summary->tmp()))
+        throw wm::Error("--summary-json: cannot write " + o.summary_json + " (the folder is missing or not writable)");
+    }
     const wm::viewer::ViewerSummary s = wm::viewer::run_viewer(o);
     std::cout << wm::viewer::format_summary(s) << std::flush;
-    if (!o.summary_json.empty()) wm::viewer::write_summary_json(s, o.summary_json);
+    if (summary) {
+      wm::viewer::write_summary_json(s, summary->tmp());
+      summary->commit();
+    }
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "wm_viewer: error: " << e.what() << "\n";
+    std::cerr << "wm_viewer: error: " << wm::cli::error_text(e) << "\n";
     return 2;
   }
 }

@@ -7,12 +7,15 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -21,6 +24,9 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
 #include "worldkv/compression.h"
 
 namespace {
@@ -167,6 +173,30 @@ CompressionRow bench_compression(const Shape& sh, int frames, int tpf, int reps,
   return {sh.name, n, 1e3 * median(t[0]), 1e3 * median(t[1]), 1e3 * median(t[2])};
 }
 
+// A fresh folder under the system's temporary folder for the disk tier's spill files, removed
+// with everything in it when the program ends, by an error or a termination signal too.
+class SpillFolder {
+ public:
+  SpillFolder() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "wm_bench_core.XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw wm::Error("cannot create a spill folder " + tmpl + ": " + std::strerror(errno));
+    path_ = tmpl;
+    slot_ = wm::cli::register_temporary(path_, /*folder=*/true);
+  }
+  ~SpillFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    wm::cli::unregister_temporary(slot_);
+  }
+  SpillFolder(const SpillFolder&) = delete;
+  SpillFolder& operator=(const SpillFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int slot_ = -1;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,26 +209,32 @@ int main(int argc, char** argv) {
   std::vector<int> tokens = {20, 80, 320, 1280};
   std::vector<int> keys = {1024, 4096, 16384, 65536};
   bool quick = false;
-  app.add_option("--reps", reps, "repetitions per figure (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--reps", reps, "repetitions per figure (median reported)")->check(CLI::Range(1, 100000));
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
-  app.add_option("--tokens", tokens, "block sizes in tokens");
-  app.add_option("--keys", keys, "attention window sizes in keys");
+  app.add_option("--tokens", tokens, "block sizes in tokens")->check(CLI::Range(1, 16384));
+  app.add_option("--keys", keys, "attention window sizes in keys (64 queries attend to the last of them)")
+      ->check(CLI::Range(64, 262144));
   app.add_option("--json", json_out, "also write the figures as JSON to this file");
-  app.add_flag("--quick", quick, "small sizes and 2 repetitions (a smoke run)");
+  app.add_flag("--quick", quick,
+               "a smoke run: 2 repetitions, blocks of 20 and 80 tokens, 1024 keys, a smaller compression chunk; "
+               "--reps, --tokens and --keys given beside it still apply");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
   try {
     if (quick) {
-      reps = 2;
-      tokens = {20, 80};
-      keys = {1024};
+      if (!app.count("--reps")) reps = 2;
+      if (!app.count("--tokens")) tokens = {20, 80};
+      if (!app.count("--keys")) keys = {1024};
     }
+    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
+    if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
     const int nt = wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
     std::cout << "wm_bench_core: " << wm::describe_device(dev) << ", " << nt << " threads, median of " << reps
               << " repetitions\n\n";
-    const std::string spill = (std::filesystem::temp_directory_path() / "wm_bench_core_spill").string();
-    std::filesystem::create_directories(spill);
+    const SpillFolder spill_folder;
+    const std::string& spill = spill_folder.path();
 
     nlohmann::json out;
     const std::vector<Shape> shapes = {{"7B-like (28 layers, 4 kv heads, d 128, fp16)", 28, 4, 128, at::kHalf},
@@ -243,14 +279,12 @@ int main(int argc, char** argv) {
       out["compression"].push_back(
           {{"shape", r.shape}, {"tokens", r.tokens}, {"drop_ms", r.drop_ms}, {"votes_ms", r.votes_ms}, {"merge_ms", r.merge_ms}});
     }
-    std::filesystem::remove_all(spill);
-    if (!json_out.empty()) {
-      std::ofstream f(json_out);
-      if (!f) throw wm::Error("cannot write '" + json_out + "'");
-      f << out.dump(2) << "\n";
+    if (json_file) {
+      json_file->stream() << out.dump(2) << "\n";
+      json_file->commit();
     }
   } catch (const std::exception& e) {
-    std::cerr << "wm_bench_core: error: " << e.what() << "\n";
+    std::cerr << "wm_bench_core: error: " << wm::cli::error_text(e) << "\n";
     return 1;
   }
   return 0;

@@ -19,6 +19,8 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/validators.h"
 
 namespace {
 
@@ -163,26 +165,30 @@ int main(int argc, char** argv) {
   CLI::App app{"wm_bench_dit: per-chunk latency of a causal DiT config (random weights) through the few-step "
                "sampler and the refill pass over a growing KV window"};
   Args a;
-  app.add_option("--config", a.config, "model config JSON")->capture_default_str();
-  app.add_option("--layers", a.layers, "override the config's layer count (0: keep)")->capture_default_str();
-  app.add_option("--chunks", a.chunks, "chunks to generate")->capture_default_str();
-  app.add_option("--steps", a.steps, "sampler steps per chunk (t = 1, 1-1/n, ...)")->capture_default_str();
-  app.add_option("--shift", a.shift, "timestep shift")->capture_default_str();
+  app.add_option("--config", a.config, "model config JSON")->capture_default_str()->check(CLI::ExistingFile);
+  app.add_option("--layers", a.layers, "override the config's layer count (0: keep)")->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--chunks", a.chunks, "chunks to generate")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--steps", a.steps, "sampler steps per chunk (t = 1, 1-1/n, ...)")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--shift", a.shift, "timestep shift")->capture_default_str()->check(wm::cli::FiniteRange(1e-3, 1e3));
   app.add_option("--max-window-chunks", a.max_window_chunks,
                  "drop the oldest chunk beyond this many in the window (0: grow without bound)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window)")->capture_default_str();
-  app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--seed", a.seed, "noise seed")->capture_default_str();
-  app.add_flag("--train", a.train, "time a training pass instead: forward_sequence over --chunks chunks + backward");
-  app.add_option("--batch", a.batch, "--train: sequences per batch")->capture_default_str();
-  app.add_option("--iters", a.iters, "--train: timed iterations after one warm-up")->capture_default_str();
+  auto* train = app.add_flag("--train", a.train, "time a training pass instead: forward_sequence over --chunks chunks + backward");
+  app.add_option("--batch", a.batch, "--train: sequences per batch")->capture_default_str()->check(CLI::Range(1, 4096))
+      ->needs(train);
+  app.add_option("--iters", a.iters, "--train: timed iterations after one warm-up")->capture_default_str()
+      ->check(CLI::Range(1, 100000))->needs(train);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_bench_dit: %s\n", e.what());
+    std::fprintf(stderr, "wm_bench_dit: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
 }

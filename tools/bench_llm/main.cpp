@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 
 namespace {
@@ -37,7 +40,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   uint64_t seed = 0;
   app.add_option("-m,--model", models, "model folder, or a config.json for random weights (repeatable)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::ExistingPath);
   app.add_option("--contexts", contexts, "context lengths (prompt tokens)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   app.add_option("--decode-tokens", decode_tokens, "tokens decoded after each prefill")->capture_default_str()
@@ -50,8 +53,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_out, "also write the figures as JSON to this file");
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
+    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
+    if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
     const int nt = wm::init_threads(threads);
     wm::keep_freed_memory();
     const at::Device dev = wm::parse_device(device);
@@ -111,14 +117,13 @@ int main(int argc, char** argv) {
                         {"kv_bytes_allocated", window.bytes_allocated()}});
       }
     }
-    if (!json_out.empty()) {
-      wm::cli::OutputFile f(json_out);
-      f.stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows}}.dump(2)
-                 << "\n";
-      f.commit();
+    if (json_file) {
+      json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows}}.dump(2)
+                          << "\n";
+      json_file->commit();
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_bench_llm: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_bench_llm: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

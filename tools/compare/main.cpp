@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
 #include "tools/media/metrics.h"
 #include "tools/media/mp4_reader.h"
 #include "tools/media/png.h"
@@ -79,9 +82,8 @@ void print_row(const std::string& label, const Row& r) {
   std::printf("\n");
 }
 
-void write_csv(const std::string& path, const std::vector<Row>& rows, const Row& mean, bool lpips) {
-  std::ofstream out(path);
-  if (!out) throw wm::Error("--csv " + path + ": cannot open for writing");
+void write_csv(wm::cli::OutputFile& file, const std::vector<Row>& rows, const Row& mean, bool lpips) {
+  std::ofstream& out = file.stream();
   out << "frame,psnr_db,ssim,mse" << (lpips ? ",lpips" : "") << "\n";
   auto line = [&](const std::string& label, const Row& r) {
     out << label << "," << fmt(r.psnr, 6) << "," << fmt(r.ssim, 8) << "," << fmt(r.mse, 6);
@@ -90,7 +92,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Row&
   };
   for (size_t i = 0; i < rows.size(); ++i) line(std::to_string(i), rows[i]);
   line("mean", mean);
-  if (!out) throw wm::Error("--csv " + path + ": write failed");
+  file.commit();
 }
 
 std::string dims(const wm::Image& i) { return std::to_string(i.width) + "x" + std::to_string(i.height); }
@@ -141,16 +143,26 @@ int main(int argc, char** argv) {
       "scikit-image's structural_similarity(gaussian_weights=True, use_sample_covariance=False)."};
   std::string a_path, b_path, lpips_path, csv_path;
   int64_t max_frames = -1;
-  app.add_option("A", a_path, "first image (.png .jpg ...) or video (.mp4 ...)")->required();
-  app.add_option("B", b_path, "second image or video, same size (and frame count)")->required();
+  app.add_option("A", a_path, "first image (.png .jpg ...) or video (.mp4 ...)")->required()->check(CLI::ExistingFile);
+  app.add_option("B", b_path, "second image or video, same size (and frame count)")->required()->check(CLI::ExistingFile);
   app.add_option("--lpips", lpips_path,
                  "LPIPS AlexNet weights as one safetensors file (names: net.slice1.0.weight ... "
-                 "lin4.model.1.weight); without it LPIPS is skipped");
+                 "lin4.model.1.weight); without it LPIPS is skipped")
+      ->check(CLI::ExistingFile);
   app.add_option("--csv", csv_path, "also write per-frame values and the mean to this CSV file");
   app.add_option("--frames", max_frames, "compare only the first N frames of two videos")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
+    std::unique_ptr<wm::cli::OutputFile> csv;  // opened first: a bad path fails before the work
+    if (!csv_path.empty()) {
+      try {
+        csv = std::make_unique<wm::cli::OutputFile>(csv_path);
+      } catch (const wm::Error& e) {
+        throw wm::Error(std::string("--csv: ") + e.what());
+      }
+    }
     Scorer scorer(lpips_path);
     if (!scorer.has_lpips()) std::printf("LPIPS: skipped (no --lpips WEIGHTS.safetensors given)\n");
     const bool a_img = wm::media::is_image_path(a_path), b_img = wm::media::is_image_path(b_path);
@@ -191,10 +203,10 @@ int main(int argc, char** argv) {
       std::printf("frames: %zu; PSNR of the mean MSE: %s dB\n", rows.size(),
                   fmt(wm::media::psnr_from_mse(mean.mse), 3).c_str());
     }
-    if (!csv_path.empty()) write_csv(csv_path, rows, mean, scorer.has_lpips());
+    if (csv) write_csv(*csv, rows, mean, scorer.has_lpips());
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "wm_compare: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_compare: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

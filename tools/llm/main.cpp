@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -19,8 +20,11 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
 #include "tools/cli/npy.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/validators.h"
 
 namespace {
 
@@ -79,17 +83,18 @@ int main(int argc, char** argv) {
   app.add_option("-n,--max-new-tokens", gen.max_new_tokens, "tokens to generate at most")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("-t,--temperature", gen.sampling.temperature, "0: greedy")
-      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 100.0));
   app.add_option("--top-k", gen.sampling.top_k, "keep the k most probable tokens (0: all)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--top-p", gen.sampling.top_p, "nucleus mass in (0, 1]")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
   app.add_option("--stop", gen.stop_strings, "stop string (repeatable)");
-  app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)");
+  app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--beams", beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
   app.add_option("--length-penalty", length_penalty, "beam ranking: score / length^penalty")
-      ->check(CLI::Range(-10.0, 10.0));
+      ->check(wm::cli::FiniteRange(-10.0, 10.0));
   app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dump-logits", dump_logits, "write the logits at the prompt's last position to this .npy file");
@@ -99,7 +104,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, float16, bfloat16")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.footer("--dump-logits and --stats-json are written whole when the run succeeds, and not at all when it fails.");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
     wm::init_threads(threads);
@@ -108,6 +115,17 @@ int main(int argc, char** argv) {
     gen.sampling.validate();  // top_p 0 and the like, with a message naming the field
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
+    if (beams > 0) {
+      if (chat) throw wm::Error("--beams searches from one prompt: it does not combine with --chat");
+      if (!dump_logits.empty()) throw wm::Error("--dump-logits is not available with --beams");
+      if (gen.sampling.temperature != 0.0 || gen.sampling.top_k != 0 || gen.sampling.top_p != 1.0)
+        throw wm::Error("--beams ranks by log-probability: --temperature, --top-k and --top-p do not apply");
+      if (!gen.stop_strings.empty()) throw wm::Error("--stop is not available with --beams (use --stop-token)");
+    }
+    // Outputs opened before the model (a bad path fails before the work), committed together at the end.
+    std::unique_ptr<wm::cli::OutputFile> logits_file, stats_file;
+    if (!dump_logits.empty()) logits_file = std::make_unique<wm::cli::OutputFile>(dump_logits);
+    if (!stats_json_path.empty()) stats_file = std::make_unique<wm::cli::OutputFile>(stats_json_path);
 
     if (model_dir == kEmbeddedModel && !std::filesystem::exists(model_dir))
       throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
@@ -128,13 +146,6 @@ int main(int argc, char** argv) {
     for (int64_t t : gen.stop_tokens)
       if (t < 0 || t >= V) throw wm::Error(wm::str_cat("stop token ", t, " is outside the vocabulary [0, ", V, ")"));
 
-    if (beams > 0) {
-      if (chat) throw wm::Error("--beams searches from one prompt: it does not combine with --chat");
-      if (!dump_logits.empty()) throw wm::Error("--dump-logits is not available with --beams");
-      if (gen.sampling.temperature != 0.0 || gen.sampling.top_k != 0 || gen.sampling.top_p != 1.0)
-        throw wm::Error("--beams ranks by log-probability: --temperature, --top-k and --top-p do not apply");
-      if (!gen.stop_strings.empty()) throw wm::Error("--stop is not available with --beams (use --stop-token)");
-    }
     wm::llm::SessionOptions so;
     so.prefill_chunk = prefill_chunk;
     wm::llm::LlmSession session(model, tok, dev, dt, so);
@@ -194,9 +205,9 @@ int main(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
       print_stats(g.stats);
-      if (!dump_logits.empty() && first) {
-        wm::cli::save_npy(dump_logits, g.prompt_logits);
-        std::fprintf(stderr, "wm_llm: wrote the prompt's last logits [%lld] to %s\n",
+      if (logits_file && first) {
+        wm::cli::write_npy(*logits_file, g.prompt_logits);
+        std::fprintf(stderr, "wm_llm: the prompt's last logits [%lld] go to %s\n",
                      static_cast<long long>(g.prompt_logits.numel()), dump_logits.c_str());
       }
       nlohmann::json j = stats_json(g.stats);
@@ -225,17 +236,17 @@ int main(int argc, char** argv) {
       if (text.empty()) throw wm::Error("the prompt is empty (give --prompt, --prompt-file or standard input)");
       run_turn(text, true);
     }
-    if (!stats_json_path.empty()) {
-      wm::cli::OutputFile f(stats_json_path);
+    if (stats_file) {
       // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
-      f.stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
-                        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                 << "\n";
-      f.commit();
+      stats_file->stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
+                                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                           << "\n";
+      stats_file->commit();
     }
+    if (logits_file) logits_file->commit();
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "wm_llm: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_llm: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

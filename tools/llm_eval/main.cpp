@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "llmkv/hf_folder.h"
@@ -15,6 +16,8 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
 #include "tools/llm_tasks/sample.h"
@@ -43,7 +46,7 @@ int main(int argc, char** argv) {
   int64_t samples = 50, prefill_chunk = 512;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
-  app.add_option("--tasks", tasks, "tasks (default: all)");
+  app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
   app.add_option("--contexts", contexts, "context lengths in tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   app.add_option("--samples", samples, "held-out samples per task and context")->capture_default_str()
@@ -54,8 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
+    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
+    if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
     wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
     if (tasks.empty()) tasks = wm::llmtasks::task_names();
@@ -134,13 +140,12 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r["context"].get<int64_t>()), static_cast<long long>(r["answers"].get<int64_t>()),
                   100 * r["accuracy"].get<double>(), 100 * r["wilson95"][0].get<double>(),
                   100 * r["wilson95"][1].get<double>(), r["mean_tokens"].get<double>());
-    if (!json_out.empty()) {
-      wm::cli::OutputFile f(json_out);
-      f.stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
-      f.commit();
+    if (json_file) {
+      json_file->stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
+      json_file->commit();
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_llm_eval: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_llm_eval: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

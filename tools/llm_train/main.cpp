@@ -23,8 +23,11 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/validators.h"
 #include "tools/llm_tasks/rng.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
@@ -122,21 +125,22 @@ int main(int argc, char** argv) {
   app.add_option("-o,--out", out, "output folder: the model (Hugging Face layout), checkpoint/ and train.log")
       ->capture_default_str();
   app.add_option("--config", config_path, "model shape (config.json fields; vocab_size comes from the tokenizer)")
-      ->capture_default_str();
-  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json to use (default: train a byte-level BPE on the tasks' text)");
+      ->capture_default_str()->check(CLI::ExistingFile);
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json to use (default: train a byte-level BPE on the tasks' text)")
+      ->check(CLI::ExistingFile);
   app.add_option("--vocab", vocab, "vocabulary of the BPE trained when no --tokenizer is given")
       ->capture_default_str()->check(CLI::Range(int64_t{300}, int64_t{65536}));
   app.add_option("--tasks", tasks, "task mix, name[:weight],...")->capture_default_str();
   app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
   app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
       ->capture_default_str()->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
-  app.add_option("--lr", lr, "peak learning rate")->capture_default_str()->check(CLI::Range(1e-7, 1.0));
-  app.add_option("--min-lr", min_lr, "final learning rate (cosine)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--lr", lr, "peak learning rate")->capture_default_str()->check(wm::cli::FiniteRange(1e-7, 1.0));
+  app.add_option("--min-lr", min_lr, "final learning rate (cosine)")->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--warmup", warmup, "warm-up steps")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--clip", clip, "gradient norm clip")->capture_default_str()->check(CLI::Range(1e-6, 1e6));
+  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--clip", clip, "gradient norm clip")->capture_default_str()->check(wm::cli::FiniteRange(1e-6, 1e6));
   app.add_option("--context-weight", context_weight, "loss weight of non-answer tokens (answers weigh 1)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--save-every", save_every, "steps between checkpoints")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--eval-every", eval_every, "steps between held-out answer accuracy checks")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -147,6 +151,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
     wm::init_threads(threads);
@@ -157,7 +162,11 @@ int main(int argc, char** argv) {
     const auto mix = parse_mix(tasks);
     int64_t total_steps = 0;
     for (const auto& s : stages) total_steps += s.steps;
-    fs::create_directories(out);
+    {
+      std::error_code ec;
+      fs::create_directories(out, ec);
+      if (ec) throw wm::Error(wm::str_cat("--out: cannot create ", out, ": ", ec.message()));
+    }
     const std::string ckpt = out + "/checkpoint";
     if (resume && !fs::exists(ckpt) && fs::exists(ckpt + ".old")) fs::rename(ckpt + ".old", ckpt);
     if (resume && !fs::exists(ckpt + "/trainer_state.json"))
@@ -378,7 +387,7 @@ int main(int argc, char** argv) {
     save(out);
     std::fprintf(stderr, "wm_llm_train: done; model in %s\n", out.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_llm_train: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_llm_train: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

@@ -9,7 +9,11 @@
 #include <iostream>
 #include <map>
 
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/validators.h"
 #include "tools/world/suite.h"
 
 namespace {
@@ -76,20 +80,27 @@ int main(int argc, char** argv) {
   app.add_option("--name", name, "suite name (default: file stem)");
   app.add_option("--min-seconds", min_s, "shortest trajectory, seconds")->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--max-seconds", max_s, "longest trajectory, seconds")->capture_default_str()->check(CLI::Range(1, 3600));
-  app.add_option("--width", width, "render width recorded in the suite (and used for the PSNR check)")->capture_default_str();
-  app.add_option("--height", height, "render height")->capture_default_str();
-  app.add_option("--fov", fov, "horizontal field of view, degrees")->capture_default_str();
-  app.add_option("--supersample", supersample, "render supersampling factor (s x s per pixel)")->capture_default_str();
-  app.add_option("--min-psnr", min_psnr, "drop revisit pairs whose ground-truth renders agree less (dB)")->capture_default_str();
+  app.add_option("--width", width, "render width recorded in the suite (and used for the PSNR check)")->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--height", height, "render height")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--fov", fov, "horizontal field of view, degrees")->capture_default_str()
+      ->check(wm::cli::FiniteRange(1, 179));
+  app.add_option("--supersample", supersample, "render supersampling factor (s x s per pixel)")->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  app.add_option("--min-psnr", min_psnr, "drop revisit pairs whose ground-truth renders agree less (dB)")
+      ->capture_default_str()->check(wm::cli::FiniteRange(0, 1000));
   app.add_option("--pose-every", pose_every, "store every k-th pose for verification (0: none; poses are re-derived from actions)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--pose-decimals", decimals, "rounding of stored poses")->capture_default_str()->check(CLI::Range(0, 12));
   app.add_flag("--no-segments", no_segments, "do not store the generator's segment list");
-  app.add_flag("--no-check", no_check, "skip re-loading the written file to verify it");
+  app.add_flag("--no-check", no_check, "skip parsing the written text back to verify it");
+  app.footer("The suite file is written whole (a temporary name, then a rename) once it is verified, or not at all.");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
     if (min_s > max_s) throw std::invalid_argument("--min-seconds " + std::to_string(min_s) + " > --max-seconds " + std::to_string(max_s));
+    wm::cli::OutputFile file(out);  // opened first: a bad path fails before the work
     SuiteOptions so;
     if (name.empty()) {
       std::string stem = out.substr(out.find_last_of('/') + 1);
@@ -109,19 +120,20 @@ int main(int argc, char** argv) {
     save.pose_every = pose_every;
     save.pose_decimals = decimals;
     save.segments = !no_segments;
-    save_suite(s, out, save);
-    std::fprintf(stderr, "wrote %s in %.1f s\n", out.c_str(), dt);
+    const std::string text = suite_to_json(s, save);
     if (!no_check) {
-      Suite back = load_suite(out);
+      Suite back = suite_from_json(text, out);
       if (back.episodes.size() != s.episodes.size()) throw std::runtime_error(out + ": re-load gave a different episode count");
       for (size_t i = 0; i < s.episodes.size(); ++i)
         if (back.episodes[i].actions != s.episodes[i].actions || !(back.episodes[i].revisits == s.episodes[i].revisits))
           throw std::runtime_error(out + ": re-load of episode " + std::to_string(i) + " differs");
-      std::fprintf(stderr, "re-loaded and verified %s\n", out.c_str());
     }
+    file.stream() << text;
+    file.commit();
+    std::fprintf(stderr, "wrote %s in %.1f s%s\n", out.c_str(), dt, no_check ? "" : " (parsed back and verified)");
     print_stats(s, so.trajectory.render, min_psnr);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_make_suite: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_make_suite: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

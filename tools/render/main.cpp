@@ -10,7 +10,11 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/validators.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/rollout/cli_options.h"
@@ -62,25 +66,28 @@ int main(int argc, char** argv) {
   uint64_t noise_seed = 0;
   std::string device = "auto";
   app.add_option("--model", model_path, "model weights (safetensors with its config)");
-  app.add_option("--suite", suite, "suite file, or gen:SEED:COUNT to generate one");
-  app.add_option("--index", index, "episode of the suite");
-  app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed");
+  auto* suite_opt = app.add_option("--suite", suite, "suite file, or gen:SEED:COUNT to generate one");
+  auto* index_opt = app.add_option("--index", index, "episode of the suite")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed")
+      ->check(CLI::NonNegativeNumber)->excludes(suite_opt)->excludes(index_opt);
   app.add_option("--policy", policy, "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn");
   ro.add_to(app);
-  app.add_option("-o,--out", out, "output MP4");
-  app.add_option("--png-dir", png_dir, "also write every output frame as PNG here");
+  app.add_option("-o,--out", out, "output MP4 (written whole or not at all: a failed run leaves nothing under this name)");
+  app.add_option("--png-dir", png_dir, "also write every output frame as PNG here (moved in when the run succeeds)");
   app.add_option("--upscale", upscale, "integer nearest-neighbour upscale")->check(CLI::Range(1, 32));
   app.add_option("--fps", fps, "frame rate of the MP4")->check(CLI::Range(1, 240));
-  app.add_option("--max-seconds", max_seconds, "render only the first N seconds (0: all)");
+  app.add_option("--max-seconds", max_seconds, "render only the first N seconds (0: all)")->check(CLI::Range(0, 86400));
   double context_t = 0;
-  app.add_option("--context-t", context_t, "noise level of the refill pass (0: clean)")->check(CLI::Range(0.0, 0.5));
+  app.add_option("--context-t", context_t, "noise level of the refill pass (0: clean)")
+      ->check(wm::cli::FiniteRange(0.0, 0.5));
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise");
   app.add_flag("--side-by-side", side_by_side, "ground truth to the right of the model's frames");
   app.add_flag("--strip", strip, "a strip under the frames: chunks in the window (green), retrieved (orange)");
   app.add_flag("--no-prompt", no_prompt, "generate chunk 0 too instead of starting from the ground-truth first chunk");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
   try {
     wm::init_threads(threads);
     wm::keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
@@ -116,8 +123,12 @@ int main(int argc, char** argv) {
     W += W % 2;
     H += H % 2;
     wm::media::Mp4Writer writer(out, W, H, fps, 1);
+    std::unique_ptr<wm::cli::OutputFolder> png_folder;
     std::unique_ptr<wm::media::PngSequenceWriter> pngs;
-    if (!png_dir.empty()) pngs = std::make_unique<wm::media::PngSequenceWriter>(png_dir);
+    if (!png_dir.empty()) {
+      png_folder = std::make_unique<wm::cli::OutputFolder>(png_dir);
+      pngs = std::make_unique<wm::media::PngSequenceWriter>(png_folder->staging());
+    }
     std::fprintf(stderr, "wm_render: episode '%s', %d frames (%d chunks), policy %s, %s\n", ep.name.c_str(), n,
                  n_chunks, policy.c_str(), wm::describe_device(dev).c_str());
 
@@ -160,6 +171,9 @@ int main(int argc, char** argv) {
     };
     const auto t0 = std::chrono::steady_clock::now();
     wm::rollout::run_episode(session, ep, noise_seed, n, on_chunk, !no_prompt);
+    // Every output complete before any takes its final name.
+    writer.finish();
+    if (png_folder) png_folder->commit();
     writer.close();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double sum = 0;
@@ -172,7 +186,7 @@ int main(int argc, char** argv) {
                  percentile(ms, 0.5), percentile(ms, 0.9), ms.empty() ? 0.0 : ms.back(), 1000.0 * F * ms.size() / sum,
                  wall);
   } catch (const std::exception& e) {
-    std::cerr << "wm_render: error: " << e.what() << "\n";
+    std::cerr << "wm_render: error: " << wm::cli::error_text(e) << "\n";
     return 1;
   }
   return 0;

@@ -6,7 +6,11 @@
 #include <filesystem>
 #include <iostream>
 
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/validators.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/world/raycaster.h"
@@ -50,23 +54,29 @@ int main(int argc, char** argv) {
   int width = 0, height = 0, supersample = 0;
   double fov = 0;
   bool list = false, print_map = false;
-  app.add_option("-s,--suite", suite_spec, "suite: a JSON file (e.g. assets/suites/revisit60.json) or gen:SEED:COUNT");
-  app.add_option("-i,--index", index, "episode index in the suite")->capture_default_str();
-  app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed")->check(CLI::NonNegativeNumber);
+  auto* suite_opt =
+      app.add_option("-s,--suite", suite_spec, "suite: a JSON file (e.g. assets/suites/revisit60.json) or gen:SEED:COUNT");
+  app.add_option("-i,--index", index, "episode index in the suite")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed")
+      ->check(CLI::NonNegativeNumber)->excludes(suite_opt);
   app.add_option("-o,--out", out, "output MP4 path");
   app.add_option("--png-dir", png_dir, "also write PNG frames (frame_00000.png ...) into this folder");
   app.add_option("--png-every", png_every, "write every k-th frame as PNG")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--pairs-dir", pairs_dir, "write each revisit pair side by side as PNG (pair_FIRST_REVISIT.png) into this folder");
   app.add_option("--upscale", upscale, "MP4 nearest-neighbour upscale factor")->capture_default_str()->check(CLI::Range(1, 32));
-  app.add_option("--width", width, "render width (default: the suite's)");
-  app.add_option("--height", height, "render height (default: the suite's)");
-  app.add_option("--fov", fov, "horizontal field of view in degrees (default: the suite's)");
-  app.add_option("--supersample", supersample, "supersampling factor (default: the suite's)");
+  app.add_option("--width", width, "render width (0: the suite's)")->check(CLI::Range(0, 4096));
+  app.add_option("--height", height, "render height (0: the suite's)")->check(CLI::Range(0, 4096));
+  app.add_option("--fov", fov, "horizontal field of view in degrees (0: the suite's)")->check(wm::cli::FiniteRange(0, 179));
+  app.add_option("--supersample", supersample, "supersampling factor (0: the suite's)")->check(CLI::Range(0, 16));
   app.add_option("--max-frames", max_frames, "render at most this many frames (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--bench", bench_frames, "also time this many renders on one thread and print frames/s")->check(CLI::NonNegativeNumber);
+  app.add_option("--bench", bench_frames, "also time this many renders on one thread and print frames/s")
+      ->check(CLI::Range(0, 100000000));
   app.add_flag("--list", list, "list the suite's episodes and exit");
   app.add_flag("--map", print_map, "print the episode's map (ASCII) to stderr");
+  app.footer("Outputs are whole or absent: the MP4 and the PNG folders take their final names only when the "
+             "whole run succeeded.");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
 
   try {
     if (suite_spec.empty() == (seed < 0))
@@ -113,44 +123,50 @@ int main(int argc, char** argv) {
     }
     int n = ep.frames();
     if (max_frames > 0) n = std::min(n, max_frames);
-    if (!out.empty() || !png_dir.empty()) {
-      std::unique_ptr<wm::media::Mp4Writer> mp4;
-      if (!out.empty()) mp4 = std::make_unique<wm::media::Mp4Writer>(out, spec.width, spec.height, suite.fps, upscale);
-      if (!png_dir.empty()) std::filesystem::create_directories(png_dir);
+    // Every output opened before any work, committed together at the end.
+    std::unique_ptr<wm::media::Mp4Writer> mp4;
+    if (!out.empty()) mp4 = std::make_unique<wm::media::Mp4Writer>(out, spec.width, spec.height, suite.fps, upscale);
+    std::unique_ptr<wm::cli::OutputFolder> pngs, pairs;
+    if (!png_dir.empty()) pngs = std::make_unique<wm::cli::OutputFolder>(png_dir);
+    if (!pairs_dir.empty()) pairs = std::make_unique<wm::cli::OutputFolder>(pairs_dir);
+    if (mp4 || pngs) {
       wm::Image img;
       auto t0 = std::chrono::steady_clock::now();
       wm::cli::ProgressLine progress;
       for (int t = 0; t < n; ++t) {
         rc.render(ep.poses[static_cast<size_t>(t)], img);
         if (mp4) mp4->write(img);
-        if (!png_dir.empty() && t % png_every == 0) {
+        if (pngs && t % png_every == 0) {
           char name[64];
-          std::snprintf(name, sizeof name, "/frame_%05d.png", t);
-          wm::media::write_png(png_dir + name, img);
+          std::snprintf(name, sizeof name, "frame_%05d.png", t);
+          wm::media::write_png(pngs->file(name), img);
         }
         if ((t + 1) % 64 == 0 || t + 1 == n) progress.show(t + 1 == n, "frame %d/%d", t + 1, n);
       }
-      if (mp4) mp4->close();
+      if (mp4) mp4->finish();
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       progress.finish();
-      std::fprintf(stderr, "wrote %d frames in %.2f s%s%s%s%s\n", n, dt, out.empty() ? "" : " to ", out.c_str(),
-                   png_dir.empty() ? "" : ", PNGs in ", png_dir.c_str());
+      std::fprintf(stderr, "rendered %d frames in %.2f s\n", n, dt);
     }
-    if (!pairs_dir.empty()) {
-      std::filesystem::create_directories(pairs_dir);
-      int written = 0;
+    int pairs_written = 0;
+    if (pairs) {
       for (const RevisitPair& p : ep.revisits) {
         if (p.revisit >= n) continue;
         wm::Image a = rc.render(ep.poses[static_cast<size_t>(p.first)]), b = rc.render(ep.poses[static_cast<size_t>(p.revisit)]);
         char name[64];
-        std::snprintf(name, sizeof name, "/pair_%05d_%05d.png", p.first, p.revisit);
-        wm::media::write_png(pairs_dir + name, side_by_side(a, b));
-        ++written;
+        std::snprintf(name, sizeof name, "pair_%05d_%05d.png", p.first, p.revisit);
+        wm::media::write_png(pairs->file(name), side_by_side(a, b));
+        ++pairs_written;
       }
-      std::fprintf(stderr, "wrote %d revisit pair images to %s\n", written, pairs_dir.c_str());
     }
+    if (pngs) pngs->commit();
+    if (pairs) pairs->commit();
+    if (mp4) mp4->close();
+    if (mp4) std::fprintf(stderr, "wrote %s\n", out.c_str());
+    if (pngs) std::fprintf(stderr, "wrote PNG frames in %s\n", png_dir.c_str());
+    if (pairs) std::fprintf(stderr, "wrote %d revisit pair images to %s\n", pairs_written, pairs_dir.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wm_render_world: error: %s\n", e.what());
+    std::fprintf(stderr, "wm_render_world: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
   }
   return 0;

@@ -17,6 +17,9 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
@@ -87,29 +90,36 @@ int main(int argc, char** argv) {
   std::string device = "auto";
   app.add_option("--model", model_path, "model weights (safetensors with its config)");
   app.add_option("--suite", suite_spec, "suite file, or gen:SEED:COUNT to generate one");
-  app.add_option("--episodes", episodes, "use the first N episodes (0: all)");
-  app.add_option("--max-seconds", max_seconds, "roll out at most N seconds of each episode (0: all)");
-  app.add_option("--policies", policies, "policies to compare")->expected(1, -1);
+  app.add_option("--episodes", episodes, "use the first N episodes (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-seconds", max_seconds, "roll out at most N seconds of each episode (0: all)")
+      ->check(CLI::Range(0, 86400));
+  app.add_option("--policies", policies, "policies to compare")->expected(1, -1)
+      ->check(CLI::IsMember(wm::worldkv::policy_names()));
   ro.add_to(app);
   app.add_option("--noise-seed", noise_seed, "seed of the sampler's noise (the same for every policy)");
-  app.add_option("--out-dir", out_dir, "where results.json, results.csv and the plots go");
+  app.add_option("--out-dir", out_dir,
+                 "where results.json, results.csv and the plots go (moved in when the whole run succeeds)");
   app.add_option("--dump-dir", dump_dir, "write revisit pairs as PNG (first visit | revisit | ground truth)");
-  app.add_option("--dump-max", dump_max, "at most this many pairs per episode and policy in --dump-dir");
+  app.add_option("--dump-max", dump_max, "at most this many pairs per episode and policy in --dump-dir")
+      ->check(CLI::Range(1, 1000000));
   app.add_flag("--no-prompt", no_prompt, "generate chunk 0 too instead of starting from the ground-truth first chunk");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N");
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
   try {
     wm::init_threads(threads);
     wm::keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
     const at::Device dev = wm::parse_device(device);
+    // Outputs are whole or absent: written into temporary folders, moved in at the end.
+    wm::cli::OutputFolder results(out_dir);
+    std::unique_ptr<wm::cli::OutputFolder> dumps;
+    if (!dump_dir.empty()) dumps = std::make_unique<wm::cli::OutputFolder>(dump_dir);
     if (!fs::exists(model_path)) throw wm::Error("no model at '" + model_path + "' (train one with wm_train, or pass --model)");
     wm::world::Suite suite = wm::world::load_or_generate_suite(suite_spec);
     if (episodes > 0 && episodes < static_cast<int>(suite.episodes.size())) suite.episodes.resize(episodes);
     std::vector<wm::worldkv::Policy> pols;
     for (auto& p : policies) pols.push_back(wm::worldkv::parse_policy(p));
-    fs::create_directories(out_dir);
-    if (!dump_dir.empty()) fs::create_directories(dump_dir);
 
     wm::dit::CausalDit model = wm::rollout::load_world_model(model_path, dev);
     const auto& mc = model->config();
@@ -168,9 +178,9 @@ int main(int argc, char** argv) {
           if (!dump_dir.empty() && dumped < dump_max && (scored.size() <= static_cast<size_t>(dump_max) ||
                                                         (&p - &scored[0]) % (scored.size() / dump_max) == 0)) {
             char name[256];
-            std::snprintf(name, sizeof name, "%s/%s_ep%03zu_%05d_%05d.png", dump_dir.c_str(), scores[pi].policy.c_str(), e,
-                          p.first, p.revisit);
-            wm::media::write_png(name, side_by_side({&a, &b, &gt[p.revisit]}, 4));
+            std::snprintf(name, sizeof name, "%s_ep%03zu_%05d_%05d.png", scores[pi].policy.c_str(), e, p.first,
+                          p.revisit);
+            wm::media::write_png(dumps->file(name), side_by_side({&a, &b, &gt[p.revisit]}, 4));
             ++dumped;
           }
         }
@@ -208,7 +218,7 @@ int main(int argc, char** argv) {
     J["episodes"] = suite.episodes.size();
     J["max_seconds"] = max_seconds;
     J.update(ro.to_json());
-    std::ofstream csv(out_dir + "/results.csv");
+    std::ofstream csv(results.file("results.csv"));
     csv << "policy,revisit_psnr,revisit_ssim,gt_psnr,gt_ssim,gt_psnr_all,fps_last,fps_mean,memory_ms,peak_window_bytes,"
            "bank_device_bytes,bank_host_bytes,bank_disk_bytes\n";
     std::vector<std::pair<std::string, double>> bars;
@@ -254,16 +264,23 @@ int main(int argc, char** argv) {
       }
       fps_series.push_back(s);
     }
-    std::ofstream(out_dir + "/results.json") << J.dump(2) << "\n";
-    wm::rollout::bar_chart(out_dir + "/revisit_psnr.png", "Revisit PSNR: frame at the revisit vs frame at the first visit",
-                           "PSNR (dB)", bars);
-    wm::rollout::line_chart(out_dir + "/fps_vs_length.png", "Generation speed against rollout length",
+    csv.close();
+    if (!csv) throw wm::Error("writing " + out_dir + "/results.csv failed");
+    std::ofstream json(results.file("results.json"));
+    json << J.dump(2) << "\n";
+    json.close();
+    if (!json) throw wm::Error("writing " + out_dir + "/results.json failed");
+    wm::rollout::bar_chart(results.file("revisit_psnr.png"),
+                           "Revisit PSNR: frame at the revisit vs frame at the first visit", "PSNR (dB)", bars);
+    wm::rollout::line_chart(results.file("fps_vs_length.png"), "Generation speed against rollout length",
                             "rollout length (s of video)", "generated frames / s", fps_series);
+    if (dumps) dumps->commit();
+    results.commit();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
     std::printf("\nwrote %s/results.json, results.csv, revisit_psnr.png, fps_vs_length.png%s; %.0f s\n", out_dir.c_str(),
                 dump_dir.empty() ? "" : (", pairs in " + dump_dir).c_str(), wall);
   } catch (const std::exception& e) {
-    std::cerr << "wm_revisit_bench: error: " << e.what() << "\n";
+    std::cerr << "wm_revisit_bench: error: " << wm::cli::error_text(e) << "\n";
     return 1;
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tools/cli/validators.h"
 #include "tools/rollout/conditioning.h"
 #include "tools/rollout/session.h"
 #include "worldkv/policy.h"
@@ -22,9 +23,10 @@ struct RolloutOptions {
   bool renoise = false;
 
   void add_to(CLI::App& app) {
-    app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions");
+    app.add_option("--placement", placement, "retrieved chunks: original or reanchored positions")
+        ->check(CLI::IsMember({"original", "reanchored"}));
     app.add_option("--keep-ratio", keep_ratio, "worldkv_c: fraction of non-anchor tokens kept")
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(wm::cli::FiniteRange(0.0, 1.0));
     app.add_flag("--per-frame", per_frame,
                  "worldkv_c: rank tokens per frame instead of pooled over the non-anchor frames");
     app.add_flag("--fill-by-tokens", fill_by_tokens,

@@ -28,7 +28,11 @@
 #include "dit/weights.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/validators.h"
 #include "tools/media/metrics.h"
 #include "tools/train/data.h"
 #include "tools/world/rng.h"
@@ -240,43 +244,55 @@ int main(int argc, char** argv) {
   Args a;
   app.add_option("--config", a.config, "model config JSON")->check(CLI::ExistingFile);
   app.add_option("--out", a.out, "run folder: checkpoints, log, final model");
-  app.add_option("--steps", a.steps, "optimizer steps in all");
-  app.add_option("--minutes", a.minutes, "stop (with a checkpoint) after this wall time; 0: no limit");
-  app.add_option("--lr", a.lr, "peak learning rate (AdamW)");
-  app.add_option("--warmup", a.warmup, "linear warm-up steps; cosine decay to 10% after");
-  app.add_option("--noisy", a.noisy, "noisy chunks per sample (the target and the ones before it)");
+  app.add_option("--steps", a.steps, "optimizer steps in all")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--minutes", a.minutes, "stop (with a checkpoint) after this wall time; 0: no limit")
+      ->check(wm::cli::FiniteNonNegative);
+  app.add_option("--lr", a.lr, "peak learning rate (AdamW)")->check(wm::cli::FiniteRange(1e-8, 1.0));
+  app.add_option("--warmup", a.warmup, "linear warm-up steps; cosine decay to 10% after")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--noisy", a.noisy, "noisy chunks per sample (the target and the ones before it)")->check(CLI::Range(1, 16));
   app.add_option("--seed", a.seed, "seed of the initialisation and of every sample");
-  app.add_flag("--resume", a.resume, "continue from OUT/last.* if present");
-  app.add_option("--ckpt-every", a.ckpt_every, "steps between checkpoints");
-  app.add_option("--eval-every", a.eval_every, "steps between memory probes (0: only at the end)");
-  app.add_option("--eval-samples", a.eval_samples, "revisit samples per probe");
-  app.add_option("--ema", a.ema, "EMA decay of the saved weights");
-  app.add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  auto* resume_opt = app.add_flag("--resume", a.resume, "continue from OUT/last.* if present");
+  app.add_option("--ckpt-every", a.ckpt_every, "steps between checkpoints")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--eval-every", a.eval_every, "steps between memory probes (0: only at the end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--eval-samples", a.eval_samples, "revisit samples per probe")->check(CLI::Range(1, 100000));
+  app.add_option("--ema", a.ema, "EMA decay of the saved weights")->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N");
-  app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk");
+  app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk")
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--ctx-noise-max", a.ctx_noise_max, "that noise's t is drawn from U(0, this)")
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(wm::cli::FiniteRange(0.0, 0.9));
   app.add_option("--sliding", a.sliding_prob,
                  "fraction of samples whose context is the 5 chunks just before the target (a sliding window, no sink)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--self-ctx", a.self_ctx_prob,
                  "fraction of samples whose last context chunks are the model's own predictions")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--self-ctx-chunks", a.self_ctx_chunks, "how many context chunks (before the target) it generates")
       ->check(CLI::Range(1, 5));
-  app.add_option("--self-ctx-timesteps", a.self_ctx_timesteps, "the sampler that generates them");
+  app.add_option("--self-ctx-timesteps", a.self_ctx_timesteps, "the sampler that generates them")
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--compress-ctx", a.compress_prob,
                  "fraction of samples whose retrieved chunks lose the tokens worldkv_c compression leaves out "
                  "(its drop rule, ranked on latent patches)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--compress-keep", a.compress_keep, "the fraction of non-anchor tokens they keep")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]");
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]")
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   std::string eval_only, init;
-  app.add_option("--init", init, "start from these weights (e.g. the shipped model) instead of a fresh initialisation");
+  auto* init_opt = app.add_option("--init", init,
+                                  "start from these weights (e.g. the shipped model) instead of a fresh initialisation")
+                       ->check(CLI::ExistingFile);
   app.add_option("--eval-only", eval_only,
-                 "no training: run the memory probe (--eval-samples unseen revisits) on this model file");
+                 "no training: run the memory probe (--eval-samples unseen revisits) on this model file")
+      ->check(CLI::ExistingFile)->excludes(resume_opt)->excludes(init_opt);
+  app.footer("Checkpoints are written whole (a temporary name, then a rename): an interrupted run leaves the "
+             "previous checkpoint intact, and at most hidden .part files beside it.");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
   try {
     wm::init_threads(a.threads);
     wm::keep_freed_memory();
@@ -299,7 +315,11 @@ int main(int argc, char** argv) {
     }
     wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
     auto codec = wm::dit::make_codec(cfg);
-    fs::create_directories(a.out);
+    {
+      std::error_code ec;
+      fs::create_directories(a.out, ec);
+      if (ec) throw wm::Error("--out: cannot create the run folder " + a.out + ": " + ec.message());
+    }
     const std::string last = a.out + "/last.safetensors", last_ema = a.out + "/model.safetensors",
                       last_opt = a.out + "/last.optim.pt", state_path = a.out + "/state.json";
 
@@ -319,6 +339,9 @@ int main(int argc, char** argv) {
       nlohmann::json st = nlohmann::json::parse(f);
       step = st.at("step").get<int64_t>();
       wall_before = st.value("wall_seconds", 0.0);
+      if (step >= a.steps)
+        throw wm::Error(wm::str_cat("--resume: the run in ", a.out, " is at step ", step, " already; raise --steps (",
+                                    a.steps, ") to train on"));
       std::cerr << "wm_train: resumed at step " << step << " from " << a.out << "\n";
     } else {
       if (!init.empty()) {
@@ -358,15 +381,15 @@ int main(int argc, char** argv) {
       std::map<std::string, std::string> meta = {{"step", std::to_string(step)}, {"trainer", "wm_train"}};
       wm::dit::save_weights(*model, last, meta);
       wm::dit::save_weights(*ema, last_ema, meta);
-      torch::save(opt, last_opt + ".tmp");
-      fs::rename(last_opt + ".tmp", last_opt);
-      std::ofstream f(state_path + ".tmp");
+      wm::cli::OutputPath opt_file(last_opt);
+      torch::save(opt, opt_file.tmp());
+      opt_file.commit();
+      wm::cli::OutputFile f(state_path);
       const double wall = wall_before + std::chrono::duration<double>(Clock::now() - t_start).count();
-      f << nlohmann::json{{"step", step}, {"config", a.config}, {"seed", a.seed}, {"final", final_save},
-                          {"wall_seconds", wall}}
-               .dump(2);
-      f.close();
-      fs::rename(state_path + ".tmp", state_path);
+      f.stream() << nlohmann::json{{"step", step}, {"config", a.config}, {"seed", a.seed}, {"final", final_save},
+                                   {"wall_seconds", wall}}
+                        .dump(2);
+      f.commit();
     };
 
     double loss_ema = 0, data_s = 0, model_s = 0;
@@ -450,7 +473,7 @@ int main(int argc, char** argv) {
     status.finish();
     std::cerr << "wm_train: done; model (EMA) at " << last_ema << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "wm_train: error: " << e.what() << "\n";
+    std::cerr << "wm_train: error: " << wm::cli::error_text(e) << "\n";
     return 1;
   }
   return 0;
