@@ -355,7 +355,7 @@ Suite suite_from_json(const std::string& text, const std::string& source, const 
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1E99999
     throw std::runtime_error(source + ": not valid JSON: " + e.what());
   }
   Node top{doc, source, ""};
