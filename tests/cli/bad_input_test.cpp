@@ -213,6 +213,9 @@ TEST_F(BadInput, BenchLlm) {
 
 TEST_F(BadInput, Compare) {
   const std::string csv = "{dir}/m.csv";
+  if (fs::exists("/dev/full")) {  // a write that fails (no space): an error, not a silent success
+    check_cases("wm_compare", {{{"assets/images/viewer.png", "assets/images/viewer.png", "--csv", "/dev/full"}, "/dev/full"}});
+  }
   check_cases("wm_compare",
               {{{"{dir}/trunc.png", "assets/images/viewer.png", "--csv", csv}, "trunc.png", {csv}},
                {{"{dir}/garbage.png", "assets/images/viewer.png", "--csv", csv}, "garbage.png", {csv}},
