@@ -831,6 +831,11 @@ const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->a
 const std::vector<int64_t>& Tokenizer::template_prefix() const { return impl_->prefix; }
 const std::vector<int64_t>& Tokenizer::template_suffix() const { return impl_->suffix; }
 bool Tokenizer::normalizer_is_nfc() const { return impl_->nfc; }
+bool Tokenizer::adds_prefix_space() const {
+  for (const auto& st : impl_->steps)
+    if (st.kind == PreStep::Kind::ByteLevel && st.add_prefix_space) return true;
+  return false;
+}
 int64_t Tokenizer::n_merges() const { return static_cast<int64_t>(impl_->merges.size()); }
 const std::string& Tokenizer::origin() const { return impl_->origin; }
 

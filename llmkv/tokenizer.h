@@ -20,7 +20,8 @@
 //      vocab is one token. Results for pre-tokens up to 255 bytes are cached.
 // decode(ids) concatenates the bytes of the tokens (token_bytes): decode(encode(s, false)) == s for
 // every byte string s, valid UTF-8 or not (and decode(encode(s)) == s too when no added token has
-// lstrip / rstrip). Unlike Hugging Face's decode, which replaces invalid UTF-8 by U+FFFD, decode
+// lstrip / rstrip), unless the ByteLevel step has add_prefix_space (adds_prefix_space()): then
+// the spaces it put before pieces come back too, as in the reference. Unlike Hugging Face's decode, which replaces invalid UTF-8 by U+FFFD, decode
 // returns the bytes as they are.
 //
 // Known differences from the reference, all in corner cases no shipped file relies on: a special
@@ -118,6 +119,9 @@ class Tokenizer {
   const std::vector<int64_t>& template_suffix() const;
   // True when the file declares an NFC normalizer (which is not applied: see above).
   bool normalizer_is_nfc() const;
+  // True when the ByteLevel pre-tokenizer step has add_prefix_space (the reference's default when
+  // the field is absent): a piece of text that does not start with a space gets one.
+  bool adds_prefix_space() const;
   // The number of merge rules, and where this tokenizer came from (a path or an origin).
   int64_t n_merges() const;
   const std::string& origin() const;

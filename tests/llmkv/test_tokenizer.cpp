@@ -531,6 +531,22 @@ void expect_load_error(const TempDir& dir, const std::string& name, const std::s
   }
 }
 
+// add_prefix_space (the reference's default when the field is absent) puts a space before a
+// piece that lacks one, and decode gives it back: the round trip then holds up to those spaces
+// (found by fuzz_tokenizer_json, whose round-trip check now asks adds_prefix_space()).
+TEST(Tokenizer, PrefixSpaceIsAddedAndDecoded) {
+  TempDir dir;
+  json j = minimal_json();
+  j["model"]["vocab"]["\u0120"] = 6;  // the byte-level symbol of ' '
+  EXPECT_FALSE(Tokenizer::load(dir.file("off.json", j.dump())).adds_prefix_space());
+  j["pre_tokenizer"].erase("add_prefix_space");
+  const Tokenizer on = Tokenizer::load(dir.file("on.json", j.dump()));
+  EXPECT_TRUE(on.adds_prefix_space());
+  EXPECT_EQ(on.encode("abc"), (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(on.decode(on.encode("abc")), " abc");
+  EXPECT_EQ(on.decode(on.encode(" abc")), " abc");
+}
+
 TEST(TokenizerErrors, MalformedFilesNameTheFile) {
   TempDir dir;
   // The minimal file itself loads (without all bytes: encoding a byte it lacks is an error).
