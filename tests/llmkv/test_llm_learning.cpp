@@ -8,6 +8,7 @@
 
 #include <cstdio>
 
+#include "llm_test_util.h"
 #include "llmkv/model.h"
 
 namespace wm::llm {
@@ -15,19 +16,9 @@ namespace {
 
 TEST(LlmLearning, TwoLayersLearnToCopyInContext) {
   at::manual_seed(0);
-  LlmConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 24;
+  LlmConfig c = test::small_config(/*vocab=*/24, /*intermediate=*/128);
   c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
   c.head_dim = 16;
-  c.attention_bias = true;
-  c.tie_word_embeddings = true;
-  c.rope_theta = 10000.0;
-  c.max_position_embeddings = 128;
   c.initializer_range = 0.02;
   c.validate();
   LlmModel m(c);
