@@ -25,6 +25,13 @@ using nlohmann::json;
 namespace {
 
 constexpr int32_t kMaxId = std::numeric_limits<int32_t>::max() - 1;
+
+// Ids index dense tables, so a file must not make them sparse: the largest id may be at most
+// twice the number of tokens listed plus 65536 (real files are dense, with a few reserved
+// gaps). Otherwise one token with id 2^31 - 2 would ask for tens of GiB.
+int64_t id_limit(size_t tokens_listed) {
+  return std::min<int64_t>(kMaxId, 2 * static_cast<int64_t>(tokens_listed) + 65536);
+}
 constexpr size_t kCacheMaxPieceBytes = 255;
 constexpr size_t kCacheMaxEntries = 1 << 16;
 
@@ -228,8 +235,9 @@ void Tokenizer::Impl::parse_model(const json& j) {
     if (!it->is_number_integer())
       corrupt(origin, str_cat("model.vocab: the id of ", quoted(it.key()), " is not an integer"));
     const int64_t id = it->get<int64_t>();
-    if (id < 0 || id > kMaxId)
-      corrupt(origin, str_cat("model.vocab: the id of ", quoted(it.key()), " is out of range (", id, ")"));
+    if (id < 0 || id > id_limit(v.size()))
+      corrupt(origin, str_cat("model.vocab: the id of ", quoted(it.key()), " is out of range (", id, "; ",
+                              v.size(), " tokens allow ids up to ", id_limit(v.size()), ")"));
     if (static_cast<size_t>(id) >= present.size()) {
       present.resize(id + 1, 0);
       token_str.resize(id + 1);
@@ -295,8 +303,10 @@ void Tokenizer::Impl::parse_added(const json& j) {
     const std::string where = str_cat("added_tokens[", i, "]");
     const json& jid = field(e, "id", where, origin);
     const json& jc = field(e, "content", where, origin);
-    if (!jid.is_number_integer() || jid.get<int64_t>() < 0 || jid.get<int64_t>() > kMaxId)
-      corrupt(origin, str_cat(where, ".id is not an integer in range"));
+    const int64_t limit = id_limit(vocab.size() + it->size());
+    if (!jid.is_number_integer() || jid.get<int64_t>() < 0 || jid.get<int64_t>() > limit)
+      corrupt(origin, str_cat(where, ".id is not an integer in [0, ", limit, "] (", vocab.size() + it->size(),
+                              " tokens listed; ids must be nearly dense)"));
     if (!jc.is_string() || jc.get<std::string>().empty()) corrupt(origin, str_cat(where, ".content is not a non-empty string"));
     AddedToken t;
     t.id = jid.get<int64_t>();

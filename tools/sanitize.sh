@@ -32,17 +32,29 @@ if [ "$kind" = thread ]; then
 else
   cmake --build "$build" -j "$(nproc)"
 fi
-# Leak checking stays on for the project's code; libtorch's and OpenMP's process-lifetime
-# allocations are not leaks of ours, so the suppressions name only those libraries.
+# Leak checking stays on for the project's code; the process-lifetime allocations of libtorch,
+# OpenMP and the system libraries under SDL (D-Bus, X11, the GL drivers it loads) are not leaks
+# of ours, so the suppressions name only those libraries.
 supp="$build/lsan.supp"
-printf 'leak:libtorch_cpu.so\nleak:libc10.so\nleak:libgomp.so\nleak:libopenblas\nleak:libprotobuf.so\n' >"$supp"
+printf '%s\n' leak:libtorch_cpu.so leak:libc10.so leak:libgomp.so leak:libopenblas leak:libprotobuf.so \
+  leak:libdbus-1.so leak:libxerces-c leak:libSDL2 leak:libX11 leak:libGLX leak:libEGL >"$supp"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 export OMP_WAIT_POLICY=passive
+export WM_TEST_TIME_SCALE="${WM_TEST_TIME_SCALE:-4}"  # tests that wait on a program allow for the slowdown
 cd "$build"
 if [ "$kind" = thread ]; then
   exec "$build/tests/wm_runtime_tests" "$@"
 fi
-ctest --output-on-failure -j "$(nproc)" --timeout 1800 "$@"
+if [ $# -gt 0 ]; then
+  exec ctest --output-on-failure -j "$(nproc)" --timeout 1800 "$@"
+fi
+ctest --output-on-failure -j "$(nproc)" --timeout 1800 -E '^ViewerProgram\.'
+# The viewer's runs load Mesa's GL driver through SDL, which unloads it at exit: the driver's
+# own allocations are then reported from a module that is gone, which no suppression can name.
+# Leak checking is off for those runs only; address and undefined-behaviour checks stay on.
+ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+  ctest --output-on-failure -j "$(nproc)" --timeout 1800 -R '^ViewerProgram\.'
+

@@ -571,6 +571,12 @@ TEST(TokenizerErrors, MalformedFilesNameTheFile) {
   expect_load_error<Error>(dir, n3, t3, "\"Unigram\" is not supported");
   auto [n4, t4] = variant("wordpiece.json", [](json& j) { j["model"]["type"] = "WordPiece"; });
   expect_load_error<Error>(dir, n4, t4, "\"WordPiece\" is not supported");
+  // Ids index dense tables: one far-out id must be an error, not a request for tens of GiB
+  // (found by fuzz_tokenizer_json under its 1 GiB allocation cap).
+  auto [ns1, ts1] = variant("sparsevocab.json", [](json& j) { j["model"]["vocab"]["c"] = 1941111111; });
+  expect_load_error<CorruptData>(dir, ns1, ts1, "out of range (1941111111");
+  auto [ns2, ts2] = variant("sparseadded.json", [](json& j) { j["added_tokens"][0]["id"] = 2000000000; });
+  expect_load_error<CorruptData>(dir, ns2, ts2, "added_tokens[0].id is not an integer in [0, ");
   auto [n5, t5] = variant("badmerge.json", [](json& j) { j["model"]["merges"].push_back("a z"); });
   expect_load_error<CorruptData>(dir, n5, t5, "names \"z\", which is not in the vocab");
   auto [n6, t6] = variant("badmerge2.json", [](json& j) { j["model"]["merges"].push_back("b c"); });

@@ -22,6 +22,7 @@ TEST(Viewer, NotConfigured) {
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -303,13 +304,18 @@ class ViewerProgram : public ::testing::Test {
   void SetUp() override {
     if (!x_->skip_reason.empty()) GTEST_SKIP() << x_->skip_reason;
   }
-  // Runs the viewer with the common flags plus `extra`; returns its summary JSON.
+  // Runs the viewer with the common flags plus `extra`; returns its summary JSON (an empty
+  // object after a failure: callers read it through a non-const json, where a missing key is null).
   nlohmann::json run_viewer(const std::vector<std::string>& extra, const std::string& name, RunResult* out = nullptr) {
     const fs::path summary = dir_ / (name + ".json");
+    // Sanitized builds run several times slower: WM_TEST_TIME_SCALE (tools/sanitize.sh sets it)
+    // stretches the viewer's own timeout and the wait for it alike.
+    const char* scale_env = std::getenv("WM_TEST_TIME_SCALE");
+    const int scale = scale_env != nullptr ? std::max(1, std::atoi(scale_env)) : 1;
     std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model_, "--software", "--seed", "1",
-                                  "--timeout", "50", "--summary-json", summary.string()};
+                                  "--timeout", std::to_string(50 * scale), "--summary-json", summary.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const RunResult r = run_program(argv, x_->display, dir_, 55);
+    const RunResult r = run_program(argv, x_->display, dir_, 55 * scale);
     if (out) *out = r;
     EXPECT_EQ(r.rc, 0) << r.output;
     std::ifstream f(summary);
@@ -357,7 +363,7 @@ size_t count_color(const wm::Image& img, const SDL_Rect& r, SDL_Color c) {
 TEST_F(ViewerProgram, InjectedInputSteersAndScreenshotShowsFrameAndHud) {
   const fs::path shot = dir_ / "shot.png";
   // W held for 4 chunks, then the mouse 240 px right (36 degrees), then G (ground truth beside).
-  const auto s = run_viewer({"--width", "1100", "--height", "660", "--screenshot", shot.string(), "--inject",
+  auto s = run_viewer({"--width", "1100", "--height", "660", "--screenshot", shot.string(), "--inject",
                              "wait 1c; hold W 4c; mouse 240 0; wait 3c; press G; wait 1c"},
                             "steer");
   ASSERT_TRUE(s.contains("start")) << s.dump();
@@ -391,7 +397,7 @@ TEST_F(ViewerProgram, KeysSwitchPolicyRecordNewSceneAndQuit) {
   const fs::path rec = dir_ / "rec.mp4";
   // Recording from the start, 4 = worldkv_c, R stops the recording, N = next scene, P pause and
   // resume, H help, Q quits.
-  const auto s = run_viewer({"--record", rec.string(), "--inject",
+  auto s = run_viewer({"--record", rec.string(), "--inject",
                              "wait 1c; press 4; hold D 2c; press R; press N; wait 1c; press P; wait 200ms; "
                              "press P; press H; wait 1c; press Q; wait 10s"},
                             "keys");
@@ -403,7 +409,7 @@ TEST_F(ViewerProgram, KeysSwitchPolicyRecordNewSceneAndQuit) {
 }
 
 TEST_F(ViewerProgram, ExitsAfterChunksAndReportsErrors) {
-  const auto s = run_viewer({"--chunks", "3", "--fps", "0", "--policy", "sliding_window"}, "chunks");
+  auto s = run_viewer({"--chunks", "3", "--fps", "0", "--policy", "sliding_window"}, "chunks");
   EXPECT_EQ(s["chunks"], 3);
   EXPECT_EQ(s["frames"], 9);
   EXPECT_GT(s["chunk_ms"]["p50"].get<double>(), 0.0);
