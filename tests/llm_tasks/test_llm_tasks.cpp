@@ -126,7 +126,8 @@ int64_t segment_sum(const Sample& s, const TokenCounter& count) {
 TEST(LlmTasks, LengthsNearTarget) {
   // The generators control the sum of per-segment counts: within 3% (5% at 256 tokens) and never
   // over by more than one segment. The whole text counted at once differs from that sum by the
-  // counter's rounding per segment (bytes/4 rounds each short segment): within 8% here.
+  // counter's rounding per segment (bytes/4 rounds each short segment): within 8% here, 15% for
+  // mqar, whose segments are 4-9 bytes ("zuvo: 48\n" counts 2, "zuvo:" and " 48\n" 1 each).
   TokenCounter count = bytes_counter(4.0);
   for (const std::string& t : task_names()) {
     for (int64_t len : {256, 1024, 4096}) {
@@ -139,7 +140,7 @@ TEST(LlmTasks, LengthsNearTarget) {
         worst_sum = std::max(worst_sum, rel_sum);
         worst_text = std::max(worst_text, rel_text);
         EXPECT_LE(rel_sum, len == 256 ? 0.05 : 0.03) << t << " seed " << seed << ": " << sum << " for " << len;
-        EXPECT_LE(rel_text, 0.08) << t << " seed " << seed << ": " << whole << " for " << len;
+        EXPECT_LE(rel_text, t == "mqar" ? 0.15 : 0.08) << t << " seed " << seed << ": " << whole << " for " << len;
         EXPECT_LE(sum, len + max_segment_tokens(s, count)) << t << " seed " << seed;
         EXPECT_EQ(s.meta["tokens"].get<int64_t>(), sum) << t << " seed " << seed;
       }
@@ -681,7 +682,8 @@ TEST(LlmTasks, PrintExamples) {
   TokenCounter count = bytes_counter(4.0);
   for (const std::string& t : task_names()) {
     Sample s = make_sample(t, 11, opts(300));
-    EXPECT_NEAR(static_cast<double>(count(s.text())), 300.0, 0.08 * 300) << t;
+    // Whole-text counting drifts from the per-segment sum the generator controls (see LengthsNearTarget).
+    EXPECT_NEAR(static_cast<double>(count(s.text())), 300.0, (t == "mqar" ? 0.15 : 0.08) * 300) << t;
     if (!print) continue;
     std::cout << "===== " << t << " (seed 11, " << count(s.text()) << " tokens) =====\n";
     for (const Segment& g : s.segments)

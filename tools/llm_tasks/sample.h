@@ -28,9 +28,11 @@
 //
 // Tasks (examples abbreviated with "..."):
 //   mqar      multi-query associative recall. Pairs "code: number", one line each, then queries.
+//             Keys are distinct within a sample and come from a fixed pool of kMqarKeyPool
+//             two-syllable pseudo-words; values are 2-digit numbers (10..99, may repeat).
 //               system "Each line pairs a code word with a number. ..."
-//               kv:0 "zuvo: 4821\n"  kv:1 "pelika: 3307\n" ...
-//               recall "Recall:\n"  query:0 "pelika:"  query:0:answer " 3307\n" ...
+//               kv:0 "zuvo: 48\n"  kv:1 "pelo: 33\n" ...
+//               recall "Recall:\n"  query:0 "pelo:"  query:0:answer " 33\n" ...
 //   niah      needles in a haystack. Procedural filler paragraphs (a grammar of this library),
 //             1-5 needle sentences at chosen depths, then one question per needle.
 //               filler:0 "The quiet heron waited near the harbour. ..."
@@ -115,8 +117,9 @@ struct GenOptions {
   TokenCounter count;            // empty: bytes_counter(4)
 
   // mqar
-  int mqar_pairs = 0;    // key-value pairs; 0: as many as fit. When set and the pairs leave
-                         // room, filler paragraphs sit between the pairs and the queries.
+  int mqar_pairs = 0;    // key-value pairs (at most kMqarKeyPool); 0: as many as fit. When set
+                         // and the pairs leave room, filler paragraphs sit between the pairs and
+                         // the queries.
   int mqar_queries = 0;  // queried keys (distinct); 0: half of the pairs, clamped to [1, 64]
 
   // niah
@@ -132,6 +135,10 @@ struct GenOptions {
   // plan
   int plan_targets = 0;  // consecutive next actions asked for; 0: random 1..3
 };
+
+// Size of mqar's key pool: the most pairs a sample holds. A longer target is padded with filler
+// paragraphs between the pairs and the queries.
+constexpr int kMqarKeyPool = 512;
 
 // The task names: "mqar", "niah", "multifact", "plan".
 std::vector<std::string> task_names();

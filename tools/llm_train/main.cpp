@@ -116,7 +116,7 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_train: train the tiny decoder on the long-context text tasks"};
   std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan";
-  std::string curriculum = "256:1500,512:1500,1024:1500,2048:1500", device = "auto";
+  std::string curriculum = "256:1500,512:1500,1024:1500,2048:1500", device = "auto", split = "gpt2";
   int64_t vocab = 2048, batch_tokens = 8192, warmup = 300, save_every = 250, eval_every = 250, eval_samples = 16;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1;
   uint64_t seed = 1;
@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--vocab", vocab, "vocabulary of the BPE trained when no --tokenizer is given")
       ->capture_default_str()->check(CLI::Range(int64_t{300}, int64_t{65536}));
+  app.add_option("--split", split,
+                 "pre-tokenizer of the BPE trained when no --tokenizer is given: gpt2 (a number with its "
+                 "leading space is one piece, so BPE can learn \" 42\" as one token) or qwen2 (one digit "
+                 "per token)")
+      ->capture_default_str()->check(CLI::IsMember({"gpt2", "qwen2"}));
   app.add_option("--tasks", tasks, "task mix, name[:weight],...")->capture_default_str();
   app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
   app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
@@ -180,7 +185,7 @@ int main(int argc, char** argv) {
                    static_cast<long long>(vocab));
       wm::llm::BpeTrainerOptions bo;
       bo.vocab_size = vocab;
-      bo.style = wm::llm::SplitStyle::Qwen2;
+      bo.style = split == "qwen2" ? wm::llm::SplitStyle::Qwen2 : wm::llm::SplitStyle::Gpt2;
       bo.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
       return wm::llm::BpeTrainer::train(std::vector<std::string>{wm::llmtasks::sample_corpus(seed, 4 << 20)}, bo);
     }();
