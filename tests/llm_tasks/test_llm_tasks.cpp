@@ -692,5 +692,46 @@ TEST(LlmTasks, PrintExamples) {
   }
 }
 
+// ---- copy (training aid) -------------------------------------------------------------------
+
+TEST(LlmTasks, CopyAnswerRepeatsTheList) {
+  EXPECT_EQ(training_aid_names(), std::vector<std::string>{"copy"});
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    for (int64_t len : {128, 1024}) {
+      Sample s = make_sample("copy", seed, opts(len));
+      ASSERT_EQ(s.targets().size(), 1u);
+      const size_t t = s.targets()[0];
+      const std::string& list = s.segments[s.find("list")].text;
+      ASSERT_EQ(list.rfind("List:", 0), 0u);
+      // The answer is the list's items, with the target convention's leading space and newline.
+      EXPECT_EQ(s.segments[t].text, list.substr(5)) << seed;
+      EXPECT_EQ(s.segments[t - 1].text, "Copy:");
+      EXPECT_GT(s.meta["items"].get<int>(), len / 8);
+      EXPECT_NEAR(static_cast<double>(segment_sum(s, bytes_counter(4.0))), static_cast<double>(len), 0.1 * len);
+    }
+  }
+  EXPECT_EQ(make_copy(3, opts(256)).text(), make_copy(3, opts(256)).text());
+  EXPECT_NE(make_copy(3, opts(256)).text(), make_copy(4, opts(256)).text());
+}
+
+TEST(LlmTasks, MqarKeysComeFromTheFixedPool) {
+  const auto& pool = mqar_key_pool();
+  ASSERT_EQ(static_cast<int>(pool.size()), kMqarKeyPool);
+  EXPECT_EQ(std::set<std::string>(pool.begin(), pool.end()).size(), pool.size());
+  const std::set<std::string> in_pool(pool.begin(), pool.end());
+  // A long target uses every key once, and the rest of the length is filler.
+  Sample s = make_mqar(2, opts(4096));
+  EXPECT_EQ(s.meta["pairs"].get<int>(), kMqarKeyPool);
+  int filler = 0;
+  for (const Segment& g : s.segments) {
+    filler += g.kind == "filler";
+    if (g.kind == "pair") EXPECT_TRUE(in_pool.count(g.text.substr(0, g.text.find(':')))) << g.text;
+  }
+  EXPECT_GT(filler, 0);
+  GenOptions o = opts(1024);
+  o.mqar_pairs = kMqarKeyPool + 1;
+  EXPECT_THROW(make_mqar(1, o), wm::Error);
+}
+
 }  // namespace
 }  // namespace wm::llmtasks

@@ -13,10 +13,7 @@ namespace wm::llmtasks {
 
 using namespace detail;
 
-namespace {
-
-// The key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
-const std::vector<std::string>& key_pool() {
+const std::vector<std::string>& mqar_key_pool() {
   static const std::vector<std::string> pool = [] {
     static const char* kCons[] = {"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z"};
     static const char* kVow[] = {"a", "e", "i", "o", "u"};
@@ -32,6 +29,8 @@ const std::vector<std::string>& key_pool() {
   }();
   return pool;
 }
+
+namespace {
 
 int default_queries(const GenOptions& o, int pairs) {
   if (pairs <= 0) return 0;
@@ -65,8 +64,8 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
   std::vector<int64_t> pair_cost, query_cost;
   std::set<std::string> used_keys;
   auto grow = [&] {
-    std::string k = rng.pick(key_pool());
-    while (!used_keys.insert(k).second) k = rng.pick(key_pool());
+    std::string k = rng.pick(mqar_key_pool());
+    while (!used_keys.insert(k).second) k = rng.pick(mqar_key_pool());
     std::string v = std::to_string(rng.uniform_int(10, 99));
     pair_text.push_back(k + ": " + v + "\n");
     pair_cost.push_back(count(pair_text.back()));

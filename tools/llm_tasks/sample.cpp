@@ -58,13 +58,15 @@ Sample Sample::from_json(const nlohmann::json& j) {
 }
 
 std::vector<std::string> task_names() { return {"mqar", "niah", "multifact", "plan"}; }
+std::vector<std::string> training_aid_names() { return {"copy"}; }
 
 Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& options) {
   if (task == "mqar") return make_mqar(seed, options);
   if (task == "niah") return make_niah(seed, options);
   if (task == "multifact") return make_multifact(seed, options);
   if (task == "plan") return make_plan(seed, options);
-  throw Error(str_cat("make_sample: unknown task '", task, "' (expected mqar, niah, multifact or plan)"));
+  if (task == "copy") return make_copy(seed, options);
+  throw Error(str_cat("make_sample: unknown task '", task, "' (expected mqar, niah, multifact, plan or copy)"));
 }
 
 bool is_heldout(uint64_t seed) { return (seed & kHeldoutBit) != 0; }

@@ -151,6 +151,16 @@ Sample make_niah(uint64_t seed, const GenOptions& options);
 Sample make_multifact(uint64_t seed, const GenOptions& options);
 Sample make_plan(uint64_t seed, const GenOptions& options);
 
+// Training aids: generators the trainer may mix in but no evaluation reports. "copy": a list of
+// items (mqar's key words and 2-digit numbers) and, as the target, the same list again; its dense
+// look-back targets make the copying circuit that the tasks need form early. make_sample accepts
+// these names too.
+std::vector<std::string> training_aid_names();
+Sample make_copy(uint64_t seed, const GenOptions& options);
+
+// mqar's key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
+const std::vector<std::string>& mqar_key_pool();
+
 // Seed split. Held out: bit 47 set. Training: bit 47 clear. Both functions take an index below
 // 2^47 (throw wm::Error otherwise) and are injective, so the sets they enumerate are disjoint.
 constexpr uint64_t kHeldoutBit = uint64_t(1) << 47;

@@ -67,7 +67,8 @@ std::vector<Stage> parse_curriculum(const std::string& s) {
 // "mqar:1,niah:1": task:weight.
 std::vector<std::pair<std::string, double>> parse_mix(const std::string& s) {
   std::vector<std::pair<std::string, double>> out;
-  const auto known = wm::llmtasks::task_names();
+  auto known = wm::llmtasks::task_names();
+  for (const auto& a : wm::llmtasks::training_aid_names()) known.push_back(a);
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
                  "leading space is one piece, so BPE can learn \" 42\" as one token) or qwen2 (one digit "
                  "per token)")
       ->capture_default_str()->check(CLI::IsMember({"gpt2", "qwen2"}));
-  app.add_option("--tasks", tasks, "task mix, name[:weight],...")->capture_default_str();
+  app.add_option("--tasks", tasks, "task mix, name[:weight],...; besides the tasks, the training aid 'copy'")->capture_default_str();
   app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
   app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
       ->capture_default_str()->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
