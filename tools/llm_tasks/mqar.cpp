@@ -1,9 +1,12 @@
 // mqar: multi-query associative recall. Distinct keys with 2-digit values, one pair per line, then
 // queries for a random subset of the keys in random order. Keys come from a fixed pool of
 // two-syllable pseudo-words, so that a byte-level BPE trained on the tasks' text learns most of
-// them as single tokens and a value (" 42" under GPT-2-style splitting) is one token too: the task
-// is then the associative recall of the literature (one key token, one value token), not a
-// conjunction over syllables and digits, which a small model on a CPU budget does not learn.
+// them as single tokens and a value (" 42" under GPT-2-style splitting) is one token too. A pair
+// is "simo 42" and a query is the key alone ("simo", answered " 42"): the value follows its key
+// directly in both places, as in the associative recall of the literature. (With "simo: 42" the
+// query's last token is the colon every pair shares, and recall needs a match on the token before
+// it; with multi-token keys and one token per digit, a conjunction over syllables and digits. A
+// 2M-parameter model on a CPU budget learned neither in 400-3,000 steps; it learns this one.)
 #include <algorithm>
 
 #include "runtime/error.h"
@@ -67,9 +70,9 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
     std::string k = rng.pick(mqar_key_pool());
     while (!used_keys.insert(k).second) k = rng.pick(mqar_key_pool());
     std::string v = std::to_string(rng.uniform_int(10, 99));
-    pair_text.push_back(k + ": " + v + "\n");
+    pair_text.push_back(k + " " + v + "\n");
     pair_cost.push_back(count(pair_text.back()));
-    query_cost.push_back(count(k + ":") + count(" " + v + "\n"));
+    query_cost.push_back(count(k) + count(" " + v + "\n"));
     keys.push_back(std::move(k));
     values.push_back(std::move(v));
   };
@@ -118,7 +121,7 @@ Sample make_mqar(uint64_t seed, const GenOptions& o) {
   if (nq > 0) total += add_segment(s, count, "recall", "query_header", "Recall:\n");
   for (int j = 0; j < nq; ++j) {
     int i = order[j];
-    push_segment(s, str_cat("query:", j), "query", keys[i] + ":");
+    push_segment(s, str_cat("query:", j), "query", keys[i]);
     push_segment(s, str_cat("query:", j, ":answer"), "answer", " " + values[i] + "\n", true);
   }
   total += queries_total;

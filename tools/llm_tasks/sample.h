@@ -11,8 +11,8 @@
 // - Targets (target = true, kind "answer", id "<owner>:answer") are the answers. A target's text is
 //   always " <answer>\n": one leading space, the answer (a number, a word, or one action of the
 //   plan grammar, never containing a newline), one newline. The segment before a target ends with
-//   the task's fixed cue ("zuvo:" after "Recall:", "Answer:", "Step 4:"). A trainer puts the loss on the
-//   target tokens; an evaluator feeds text_before(i), decodes greedily until the first "\n" and
+//   the task's fixed cue (the key "zuvo" after "Recall:", "Answer:", "Step 4:"). A trainer puts
+//   the loss on the target tokens; an evaluator feeds text_before(i), decodes greedily until the first "\n" and
 //   compares with the target text exactly.
 // - Length: GenOptions::target_tokens as counted by GenOptions::count, summed per segment (each
 //   segment is counted once, never the whole text again). Generators stop at the segment that
@@ -27,12 +27,12 @@
 //   corpus for the tokenizer (sample_corpus) uses training seeds only.
 //
 // Tasks (examples abbreviated with "..."):
-//   mqar      multi-query associative recall. Pairs "code: number", one line each, then queries.
+//   mqar      multi-query associative recall. Pairs "code number", one line each, then queries.
 //             Keys are distinct within a sample and come from a fixed pool of kMqarKeyPool
 //             two-syllable pseudo-words; values are 2-digit numbers (10..99, may repeat).
 //               system "Each line pairs a code word with a number. ..."
-//               kv:0 "zuvo: 48\n"  kv:1 "pelo: 33\n" ...
-//               recall "Recall:\n"  query:0 "pelo:"  query:0:answer " 33\n" ...
+//               kv:0 "zuvo 48\n"  kv:1 "pelo 33\n" ...
+//               recall "Recall:\n"  query:0 "pelo"  query:0:answer " 33\n" ...
 //   niah      needles in a haystack. Procedural filler paragraphs (a grammar of this library),
 //             1-5 needle sentences at chosen depths, then one question per needle.
 //               filler:0 "The quiet heron waited near the harbour. ..."
@@ -138,7 +138,7 @@ struct GenOptions {
 
 // Size of mqar's key pool: the most pairs a sample holds. A longer target is padded with filler
 // paragraphs between the pairs and the queries.
-constexpr int kMqarKeyPool = 512;
+constexpr int kMqarKeyPool = 128;
 
 // The task names: "mqar", "niah", "multifact", "plan".
 std::vector<std::string> task_names();
