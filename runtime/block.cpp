@@ -1,8 +1,48 @@
 #include "runtime/block.h"
 
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
 #include "runtime/error.h"
 
 namespace wm {
+
+namespace {
+struct PayloadDecoders {
+  std::mutex mu;
+  std::map<std::string, BlockPayloadDecoder> by_type;
+};
+PayloadDecoders& payload_decoders() {
+  static PayloadDecoders d;
+  return d;
+}
+}  // namespace
+
+bool register_block_payload(const std::string& type, BlockPayloadDecoder decode) {
+  WM_CHECK(!type.empty() && decode != nullptr, "a payload type needs a name and a decoder");
+  auto& d = payload_decoders();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto [it, added] = d.by_type.emplace(type, decode);
+  WM_CHECK(added || it->second == decode, "payload type '", type, "' already has another decoder");
+  return true;
+}
+
+std::shared_ptr<const BlockPayload> decode_block_payload(const std::string& type, const nlohmann::json& data) {
+  BlockPayloadDecoder decode = nullptr;
+  std::string known;
+  {
+    auto& d = payload_decoders();
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.by_type.find(type);
+    if (it != d.by_type.end()) decode = it->second;
+    for (auto& [name, f] : d.by_type) known += (known.empty() ? "" : ", ") + name;
+  }
+  if (decode == nullptr)
+    throw Error(str_cat("no decoder for block payload type '", type, "' (registered: ",
+                        known.empty() ? "none" : known, ")"));
+  return decode(data);
+}
 
 size_t Block::nbytes() const {
   size_t n = 0;

@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -23,13 +25,44 @@ struct LayerKv {
   int64_t n_tokens() const { return k.defined() ? k.size(1) : 0; }
 };
 
+// What the owning path keeps with a block beyond the generic metadata (the video path: the
+// chunk's camera pose and first frame, worldkv/chunk_payload.h). Immutable once attached, shared by
+// copies of the metadata. Spill files keep it as {"type": type(), "data": to_json()} and read it
+// back through the decoder registered for its type (register_block_payload); the bank keeps
+// the metadata itself in memory, whatever its tier.
+class BlockPayload {
+ public:
+  virtual ~BlockPayload() = default;
+  // A name for the type, unique over the program ("worldkv.chunk").
+  virtual std::string type() const = 0;
+  // The payload's fields as JSON; decoding it gives an equal payload back.
+  virtual nlohmann::json to_json() const = 0;
+};
+
+using BlockPayloadDecoder = std::shared_ptr<const BlockPayload> (*)(const nlohmann::json& data);
+// Registers how spill files decode payloads of `type` (once per type, e.g. from a static
+// initializer in the file that defines it). Returns true; throws wm::Error if `type` already has
+// another decoder. Thread-safe.
+bool register_block_payload(const std::string& type, BlockPayloadDecoder decode);
+// The payload of `type` decoded from `data`. Throws wm::Error naming the type and the registered
+// ones if none is registered, and whatever the decoder throws on bad data.
+std::shared_ptr<const BlockPayload> decode_block_payload(const std::string& type, const nlohmann::json& data);
+
+// A block's metadata. The block's identity is Block::id; the metadata travels with the block
+// through the window (place, extract, remove), the bank and spill files.
 struct BlockMeta {
   std::string kind;          // "chunk", "file", "tool", "turn", ...
-  std::vector<double> pose;  // free-form pose vector (video: x, y, yaw, ...); may be empty
-  at::Tensor embedding;      // optional retrieval embedding, any shape, CPU
   double priority = 0.0;
   bool pinned = false;       // pinned blocks are demoted last and never dropped
-  int64_t created = 0;       // step at which the block was made
+  int64_t created = 0;       // the owner's step at which the block was made
+  at::Tensor embedding;      // optional retrieval embedding, any shape, CPU
+  std::shared_ptr<const BlockPayload> payload;  // the owning path's data; may be null
+
+  // The payload as T, or null when there is none or it is another type.
+  template <class T>
+  const T* payload_as() const {
+    return dynamic_cast<const T*>(payload.get());
+  }
 };
 
 struct BlockStats {

@@ -68,10 +68,12 @@ size_t write_spill_file(const std::string& path, const Block& block) {
   const bool has_emb = block.meta.embedding.defined();
   if (has_emb) add(block.meta.embedding);
 
+  nlohmann::json payload = nullptr;
+  if (block.meta.payload) payload = {{"type", block.meta.payload->type()}, {"data", block.meta.payload->to_json()}};
   nlohmann::json h = {{"id", block.id},
                       {"n_layers", block.layers.size()},
                       {"kind", block.meta.kind},
-                      {"pose", block.meta.pose},
+                      {"meta_payload", payload},
                       {"priority", block.meta.priority},
                       {"pinned", block.meta.pinned},
                       {"created", block.meta.created},
@@ -194,6 +196,9 @@ Block read_spill_file(const std::string& path) {
   std::vector<TensorSpec> specs;
   bool has_emb = false;
   size_t nl = 0;
+  bool has_payload = false;  // the metadata's BlockPayload, decoded once the checksum holds
+  std::string payload_type;
+  nlohmann::json payload_data;
   try {
     if (!h.is_object()) throw CorruptData(where + ": header is not an object");
     const auto& pj = h.at("payload_bytes");
@@ -234,7 +239,14 @@ Block read_spill_file(const std::string& path) {
       throw CorruptData(str_cat(where, ": ", specs.size(), " tensors for ", nl, " layers"));
     b.id = h.at("id").get<std::string>();
     b.meta.kind = h.at("kind").get<std::string>();
-    b.meta.pose = h.at("pose").get<std::vector<double>>();
+    if (h.contains("meta_payload") && !h["meta_payload"].is_null()) {
+      const auto& pj = h["meta_payload"];
+      if (!pj.is_object() || !pj.contains("type") || !pj["type"].is_string() || !pj.contains("data"))
+        throw CorruptData(where + ": 'meta_payload' needs a type name and data");
+      has_payload = true;
+      payload_type = pj["type"].get<std::string>();
+      payload_data = pj["data"];
+    }
     b.meta.priority = h.at("priority").get<double>();
     b.meta.pinned = h.at("pinned").get<bool>();
     b.meta.created = h.at("created").get<int64_t>();
@@ -251,6 +263,18 @@ Block read_spill_file(const std::string& path) {
   const uint64_t stored = read_u64le(data + payload);
   if (stored != sum.digest())
     throw CorruptData(str_cat(where, ": checksum mismatch (stored ", stored, ", computed ", sum.digest(), ")"));
+
+  if (has_payload) {
+    try {
+      b.meta.payload = decode_block_payload(payload_type, payload_data);
+    } catch (const nlohmann::json::exception& e) {
+      throw CorruptData(str_cat(where, ": malformed '", payload_type, "' payload: ", e.what()));
+    } catch (const CorruptData& e) {
+      throw CorruptData(str_cat(where, ": ", e.what()));
+    } catch (const Error& e) {  // e.g. no decoder registered for the type (the file itself is sound)
+      throw Error(str_cat(where, ": ", e.what()));
+    }
+  }
 
   std::vector<at::Tensor> tensors;
   tensors.reserve(specs.size());

@@ -1,8 +1,11 @@
 #pragma once
 // Spill files: one block per file, checksummed. Layout: the magic "WMKVBLK1", a little-endian
 // u64 header length, a JSON header (identity, metadata, statistics, and per tensor its dtype,
-// shape and byte range), the payload, then a u64 XXH64 of header and payload. A damaged or
-// truncated file is reported (wm::CorruptData naming the file), never loaded as garbage.
+// shape and byte range), the payload, then a u64 XXH64 of header and payload. The metadata's
+// embedding is one more tensor; its BlockPayload, if any, is the header's "meta_payload":
+// {"type", "data"} (BlockPayload::to_json), decoded on reading by the decoder registered for
+// its type (register_block_payload). A damaged or truncated file is reported (wm::CorruptData
+// naming the file), never loaded as garbage.
 #include <string>
 
 #include "runtime/block.h"
@@ -13,8 +16,9 @@ namespace wm {
 // and a rename. Returns the bytes written. Throws wm::Error on an I/O failure.
 size_t write_spill_file(const std::string& path, const Block& block);
 
-// Reads a block back onto the CPU, bit-exact. Throws wm::CorruptData if the magic, sizes or
-// checksum are wrong, wm::Error if the file cannot be read.
+// Reads a block back onto the CPU, bit-exact, metadata included. Throws wm::CorruptData if the
+// magic, sizes, checksum or payload's JSON are wrong, wm::Error if the file cannot be read or no
+// decoder is registered for its payload's type.
 Block read_spill_file(const std::string& path);
 
 }  // namespace wm

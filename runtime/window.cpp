@@ -109,8 +109,10 @@ void KvWindow::append(const std::string& region, const std::string& id, int l, c
   WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == n), "segment '", id, "' layer ", l,
            ": log-weights must be [", n, "], got ", logw.sizes());
   auto [rr, idx] = layout_.find(id);
-  if (rr < 0) layout_.add_segment(r, id);
-  else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
+  if (rr < 0) {
+    layout_.add_segment(r, id);
+    info_[id] = Info{};
+  } else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
   const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id);
   insert_at(l, at, k, v, pos.to(at::kCPU, at::kLong), logw);
   layout_.grow(l, id, n);
@@ -130,11 +132,16 @@ void KvWindow::place(const std::string& region, const Block& block, std::optiona
       append(region, block.id, l, kv.k, kv.v, kv.pos, kv.logw);
     }
   }
+  Info& info = info_.at(block.id);
+  info.meta = block.meta;
+  info.stats = block.stats;
 }
 
 Block KvWindow::extract(const std::string& id) const {
   Block b;
   b.id = id;
+  b.meta = meta(id);
+  b.stats = stats(id);
   for (int l = 0; l < spec_.n_layers; ++l) {
     const int64_t s = layout_.segment_begin(l, id), n = layout_.segment_len(l, id);
     LayerKv kv;
@@ -156,12 +163,13 @@ Block KvWindow::remove(const std::string& id) {
 void KvWindow::drop(const std::string& id) {
   for (int l = 0; l < spec_.n_layers; ++l) erase_at(l, layout_.segment_begin(l, id), layout_.segment_len(l, id));
   layout_.remove(id);
+  info_.erase(id);
 }
 
 void KvWindow::drop_region(const std::string& region) {
   const int r = layout_.region(region);
   for (int l = 0; l < spec_.n_layers; ++l) erase_at(l, layout_.region_begin(l, r), layout_.region_size(l, r));
-  layout_.clear_region(r);
+  for (auto& s : layout_.clear_region(r)) info_.erase(s.id);
 }
 
 void KvWindow::drop_tokens(const std::string& region, int l, int64_t begin, int64_t n) {
@@ -174,6 +182,19 @@ void KvWindow::drop_tokens(const std::string& region, int l, int64_t begin, int6
 
 void KvWindow::clear() {
   for (int r = 0; r < layout_.n_regions(); ++r) layout_.clear_region(r);
+  info_.clear();
+}
+
+const BlockMeta& KvWindow::meta(const std::string& id) const {
+  auto it = info_.find(id);
+  WM_CHECK(it != info_.end(), "no segment '", id, "' in the window");
+  return it->second.meta;
+}
+
+const BlockStats& KvWindow::stats(const std::string& id) const {
+  auto it = info_.find(id);
+  WM_CHECK(it != info_.end(), "no segment '", id, "' in the window");
+  return it->second.stats;
 }
 
 at::Tensor KvWindow::k(int l) const { return k_.at(l).narrow(1, 0, size(l)); }

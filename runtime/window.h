@@ -3,11 +3,13 @@
 // a declared order ([sink | retrieved | recent] for video, [system | blocks | recent] for text).
 // Appends and placements write in place; drops compact. Capacity grows ahead of need, by a
 // factor that differs per layer, so that reallocations of different layers fall on different
-// steps (OpenVINO's staggered growth). Attention reads views of the used prefix.
+// steps (OpenVINO's staggered growth). Attention reads views of the used prefix. Each segment
+// keeps its block's metadata and statistics: what is placed comes back out with them.
 #include <ATen/ATen.h>
 
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/block.h"
@@ -37,15 +39,17 @@ class KvWindow {
   const WindowLayout& layout() const { return layout_; }
 
   // Appends n tokens to layer l of segment `id` at the end of `region` (the segment is created
-  // there if new). k, v [n_kv_heads, n, head_dim] already rotated; pos [n, n_axes] (CPU);
-  // logw [n] or undefined (zeros). Throws wm::Error on a shape mismatch or if `id` sits in
-  // another region.
+  // there if new, with empty metadata). k, v [n_kv_heads, n, head_dim] already rotated; pos
+  // [n, n_axes] (CPU); logw [n] or undefined (zeros). Throws wm::Error on a shape mismatch or if
+  // `id` sits in another region.
   void append(const std::string& region, const std::string& id, int l, const at::Tensor& k, const at::Tensor& v,
               const at::Tensor& pos, const at::Tensor& logw = {});
   // Copies every layer of `block` into a new segment at the end of `region`, optionally
-  // re-anchored (keys rotated, positions shifted; V untouched).
+  // re-anchored (keys rotated, positions shifted; V untouched), and keeps its metadata and
+  // statistics with the segment.
   void place(const std::string& region, const Block& block, std::optional<Reanchor> reanchor = std::nullopt);
-  // A copy of segment `id` as a block (K, V, log-weights on the window's device). Metadata empty.
+  // A copy of segment `id` as a block (K, V, log-weights on the window's device), with the
+  // metadata and statistics it was placed with. Throws wm::Error if absent.
   Block extract(const std::string& id) const;
   // extract() then drop the segment, compacting every layer.
   Block remove(const std::string& id);
@@ -57,6 +61,10 @@ class KvWindow {
   void drop_tokens(const std::string& region, int l, int64_t begin, int64_t n);
   // Every segment, every layer, gone; capacity kept.
   void clear();
+
+  // The metadata and statistics of segment `id`. Throws wm::Error if absent.
+  const BlockMeta& meta(const std::string& id) const;
+  const BlockStats& stats(const std::string& id) const;
 
   // Makes every layer hold at least `tokens` without reallocating later.
   void reserve(int64_t tokens);
@@ -101,6 +109,11 @@ class KvWindow {
   std::vector<at::Tensor> k_, v_, logw_, pos_;
   std::vector<int64_t> cap_;
   std::vector<int64_t> reallocs_;
+  struct Info {
+    BlockMeta meta;
+    BlockStats stats;
+  };
+  std::unordered_map<std::string, Info> info_;  // per segment id, exactly the layout's segments
 };
 
 }  // namespace wm

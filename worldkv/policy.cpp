@@ -1,37 +1,29 @@
 #include "worldkv/policy.h"
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace wm::worldkv {
 
-namespace {
-const std::vector<std::pair<std::string, Policy>>& table() {
-  static const std::vector<std::pair<std::string, Policy>> t = {
-      {"full_kv", Policy::FullKv},   {"sliding_window", Policy::SlidingWindow}, {"sink_recent", Policy::SinkRecent},
-      {"worldkv", Policy::WorldKv}, {"worldkv_c", Policy::WorldKvC},           {"worldkv_attn", Policy::WorldKvAttn}};
-  return t;
-}
-}  // namespace
-
-Policy parse_policy(const std::string& name) {
-  for (auto& [n, p] : table())
-    if (n == name) return p;
+Policy::Policy(std::string name) : name_(std::move(name)) {
+  const std::vector<std::string> names = policy_names();
+  if (std::find(names.begin(), names.end(), name_) != names.end()) return;
   std::string all;
-  for (auto& [n, p] : table()) all += (all.empty() ? "" : ", ") + n;
-  throw Error(str_cat("unknown policy '", name, "' (policies: ", all, ")"));
+  for (auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  throw Error(str_cat("unknown policy '", name_, "' (policies: ", all, ")"));
 }
 
-std::string policy_name(Policy p) {
-  for (auto& [n, q] : table())
-    if (q == p) return n;
-  return "?";
-}
+const Policy Policy::FullKv{"full_kv", Unchecked{}};
+const Policy Policy::SlidingWindow{"sliding_window", Unchecked{}};
+const Policy Policy::SinkRecent{"sink_recent", Unchecked{}};
+const Policy Policy::WorldKv{"worldkv", Unchecked{}};
+const Policy Policy::WorldKvC{"worldkv_c", Unchecked{}};
+const Policy Policy::WorldKvAttn{"worldkv_attn", Unchecked{}};
 
-std::vector<std::string> policy_names() {
-  std::vector<std::string> out;
-  for (auto& [n, p] : table()) out.push_back(n);
-  return out;
-}
+Policy parse_policy(const std::string& name) { return Policy(name); }
+
+std::string policy_name(const Policy& p) { return p.name(); }
 
 Placement parse_placement(const std::string& name) {
   if (name == "original") return Placement::Original;

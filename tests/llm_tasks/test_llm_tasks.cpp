@@ -706,10 +706,17 @@ TEST(LlmTasks, CopyAnswerRepeatsTheList) {
       ASSERT_EQ(s.targets().size(), 1u);
       const size_t t = s.targets()[0];
       const std::string& list = s.segments[s.find("list")].text;
-      ASSERT_EQ(list.rfind("List:", 0), 0u);
-      // The answer is the list's items, with the target convention's leading space and newline.
-      EXPECT_EQ(s.segments[t].text, list.substr(5)) << seed;
-      EXPECT_EQ(s.segments[t - 1].text, "Copy:");
+      ASSERT_EQ(list.rfind("List:\n", 0), 0u);
+      // The answer is the list's lines, each a pair line of mqar's form.
+      EXPECT_EQ(s.segments[t].text, list.substr(6)) << seed;
+      EXPECT_EQ(s.segments[t - 1].text, "Copy:\n");
+      const std::regex line_re("^([a-z]+) ([0-9]{2})$");
+      const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
+      for (const std::string& line : lines_of(s.segments[t].text)) {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_match(line, m, line_re)) << line;
+        EXPECT_TRUE(pool.count(m[1])) << line;
+      }
       EXPECT_GT(s.meta["items"].get<int>(), len / 8);
       EXPECT_NEAR(static_cast<double>(segment_sum(s, bytes_counter(4.0))), static_cast<double>(len), 0.1 * len);
     }

@@ -39,13 +39,44 @@ TEST(SpillFile, RoundTripIsBitExact) {
     Block r = read_spill_file(path);
     EXPECT_TRUE(test::blocks_bit_equal(b, r));
     EXPECT_TRUE(test::bit_equal(b.meta.embedding, r.meta.embedding));
-    EXPECT_EQ(r.meta.pose, b.meta.pose);
+    EXPECT_EQ(test::payload_values(r.meta), (std::vector<double>{1.5, -2.25, 0.125}));
+    EXPECT_NE(r.meta.payload, b.meta.payload);  // decoded from the file, not shared
     EXPECT_EQ(r.meta.kind, "chunk");
     EXPECT_TRUE(r.meta.pinned);
     EXPECT_EQ(r.meta.created, 99);
     EXPECT_EQ(r.stats.attn_ema, b.stats.attn_ema);
     EXPECT_EQ(r.stats.uses, 3);
   }
+  fs::remove_all(dir);
+}
+
+// A payload type nobody registered: the file is sound, so the error is not CorruptData, and it
+// names the file and the type.
+TEST(SpillFile, PayloadOfAnUnregisteredTypeIsANamedError) {
+  struct Unknown final : BlockPayload {
+    std::string type() const override { return "test.unregistered"; }
+    nlohmann::json to_json() const override { return {{"x", 1}}; }
+  };
+  const std::string dir = temp_dir("unknown_payload");
+  Block b = test::random_block("u", 1, 2, 4, 8, at::kFloat);
+  b.meta.payload = std::make_shared<Unknown>();
+  const std::string path = dir + "/u.wmkv";
+  write_spill_file(path, b);
+  try {
+    read_spill_file(path);
+    ADD_FAILURE() << "a payload without a decoder was read";
+  } catch (const CorruptData& e) {
+    ADD_FAILURE() << "CorruptData for a sound file: " << e.what();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find("test.unregistered"), std::string::npos) << what;
+    EXPECT_NE(what.find("test.values"), std::string::npos) << what;  // the registered ones are listed
+  }
+  EXPECT_THROW(register_block_payload("test.values", [](const nlohmann::json&) -> std::shared_ptr<const BlockPayload> {
+                 return nullptr;
+               }),
+               Error);  // one decoder per type
   fs::remove_all(dir);
 }
 
@@ -100,14 +131,17 @@ TEST(SpillFile, LyingHeadersAreCorruptDataBeforeAllocation) {
   const std::string dir = temp_dir("lying");
   const std::string path = dir + "/x.wmkv";
   auto header = [](const std::string& tensor, const std::string& payload_bytes = "16",
-                   const std::string& n_layers = "0") {
-    return R"({"id":"x","n_layers":)" + n_layers + R"(,"kind":"chunk","pose":[],"priority":0,"pinned":false,)" +
-           R"("created":0,"has_embedding":true,"attn_ema":0,"last_use":0,"uses":0,"payload_bytes":)" +
-           payload_bytes + R"(,"tensors":[)" + tensor + "]}";
+                   const std::string& n_layers = "0", const std::string& block_payload = "null") {
+    return R"({"id":"x","n_layers":)" + n_layers + R"(,"kind":"chunk","meta_payload":)" + block_payload +
+           R"(,"priority":0,"pinned":false,"created":0,"has_embedding":true,"attn_ema":0,"last_use":0,"uses":0,)" +
+           R"("payload_bytes":)" + payload_bytes + R"(,"tensors":[)" + tensor + "]}";
   };
   // The frame itself is sound: a well-formed header with the same payload reads back.
-  write_framed(path, header(R"({"dtype":"F32","shape":[4],"offset":0})"), std::string(16, '\0'));
+  const std::string f32x4 = R"({"dtype":"F32","shape":[4],"offset":0})";
+  write_framed(path, header(f32x4), std::string(16, '\0'));
   EXPECT_EQ(read_spill_file(path).meta.embedding.numel(), 4);
+  write_framed(path, header(f32x4, "16", "0", R"({"type":"test.values","data":[0.5,2]})"), std::string(16, '\0'));
+  EXPECT_EQ(test::payload_values(read_spill_file(path).meta), (std::vector<double>{0.5, 2}));
   const std::vector<std::string> lies = {
       header(R"({"dtype":"F32","shape":[8589934592],"offset":0})"),
       header(R"({"dtype":"F32","shape":[-4],"offset":0})"),
@@ -121,6 +155,10 @@ TEST(SpillFile, LyingHeadersAreCorruptDataBeforeAllocation) {
       header(R"({"dtype":"F32","shape":[4],"offset":0})", "16", "4611686018427387904"),
       header(R"({"dtype":"F32","shape":[4],"offset":0})", "16", "-1"),
       header(R"({"dtype":"F32","shape":[2],"offset":0},{"dtype":"F32","shape":[2],"offset":4})"),
+      header(f32x4, "16", "0", R"({"data":[1]})"),
+      header(f32x4, "16", "0", R"({"type":7,"data":[1]})"),
+      header(f32x4, "16", "0", R"([1])"),
+      header(f32x4, "16", "0", R"({"type":"test.values","data":"not numbers"})"),
   };
   for (const auto& h : lies) {
     write_framed(path, h, std::string(16, '\0'));
@@ -152,7 +190,8 @@ TEST(BlockStore, EvictToHostAndDiskThenRestoreBitExact) {
   EXPECT_TRUE(test::blocks_bit_equal(store.get("a"), a));
   EXPECT_TRUE(test::blocks_bit_equal(store.get("b"), b));
   EXPECT_TRUE(test::blocks_bit_equal(store.fetch_async("b").get(), b));
-  EXPECT_EQ(store.meta("b").pose, b.meta.pose);
+  EXPECT_EQ(test::payload_values(store.meta("b")), test::payload_values(b.meta));
+  EXPECT_EQ(test::payload_values(store.get("b").meta), test::payload_values(b.meta));  // from the disk tier
   Block t = store.take("b");
   EXPECT_TRUE(test::blocks_bit_equal(t, b));
   EXPECT_FALSE(store.contains("b"));

@@ -3,11 +3,34 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/block.h"
 
 namespace wm::test {
+
+// A block payload for the core's tests (each path defines its own): a few numbers, readable
+// back from spill files.
+class TestPayload final : public BlockPayload {
+ public:
+  explicit TestPayload(std::vector<double> v) : values(std::move(v)) {}
+  std::vector<double> values;
+  std::string type() const override { return "test.values"; }
+  nlohmann::json to_json() const override { return values; }
+  static std::shared_ptr<const BlockPayload> from_json(const nlohmann::json& j) {
+    return std::make_shared<TestPayload>(j.get<std::vector<double>>());
+  }
+};
+inline const bool kTestPayloadRegistered = register_block_payload("test.values", &TestPayload::from_json);
+
+// The TestPayload's numbers; empty when the metadata has none.
+inline std::vector<double> payload_values(const BlockMeta& m) {
+  const TestPayload* p = m.payload_as<TestPayload>();
+  return p ? p->values : std::vector<double>{};
+}
 
 // True when two tensors have the same dtype, shape and bytes.
 inline bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
@@ -43,7 +66,7 @@ inline Block random_block(const std::string& id, int layers, int heads, int n, i
     b.layers.push_back(kv);
   }
   b.meta.kind = "chunk";
-  b.meta.pose = {1.5, -2.25, 0.125};
+  b.meta.payload = std::make_shared<TestPayload>(std::vector<double>{1.5, -2.25, 0.125});
   b.meta.priority = 0.5;
   b.stats.uses = 3;
   return b;

@@ -109,6 +109,68 @@ TEST(Window, RandomPlaceDropCompactKeepsOrderAndContents) {
   }
 }
 
+// What a block carries besides its tensors comes back out of the window with it: place, then
+// extract and remove give the metadata and statistics it went in with; drops forget them.
+TEST(Window, MetadataTravelsWithTheBlockThroughPlaceExtractRemove) {
+  KvWindow w(small_spec(2), {"sink", "recent"});
+  auto with_meta = [](const std::string& id, double priority) {
+    Block b = test::random_block(id, 2, 2, 5, 12, at::kFloat, 3);
+    b.meta.kind = "turn";
+    b.meta.priority = priority;
+    b.meta.pinned = true;
+    b.meta.created = 41;
+    b.meta.embedding = at::randn({4});
+    b.meta.payload = std::make_shared<test::TestPayload>(std::vector<double>{priority, -1});
+    b.stats.attn_ema = 0.25;
+    b.stats.last_use = 40;
+    b.stats.uses = 7;
+    return b;
+  };
+  auto expect_same_meta = [](const Block& got, const Block& want) {
+    EXPECT_EQ(got.meta.kind, want.meta.kind);
+    EXPECT_EQ(got.meta.priority, want.meta.priority);
+    EXPECT_EQ(got.meta.pinned, want.meta.pinned);
+    EXPECT_EQ(got.meta.created, want.meta.created);
+    EXPECT_TRUE(test::bit_equal(got.meta.embedding, want.meta.embedding));
+    EXPECT_EQ(test::payload_values(got.meta), test::payload_values(want.meta));
+    EXPECT_EQ(got.stats.attn_ema, want.stats.attn_ema);
+    EXPECT_EQ(got.stats.last_use, want.stats.last_use);
+    EXPECT_EQ(got.stats.uses, want.stats.uses);
+  };
+  const Block a = with_meta("a", 1.5), b = with_meta("b", 2.5), c = with_meta("c", 3.5);
+  w.place("sink", a);
+  w.place("recent", b, Reanchor{0, 9});  // re-anchoring moves positions, not metadata
+  w.place("recent", c);
+  EXPECT_EQ(w.meta("b").priority, 2.5);
+  EXPECT_EQ(w.stats("c").uses, 7);
+  expect_same_meta(w.extract("a"), a);
+  expect_same_meta(w.extract("b"), b);
+  // Segments before and after the removed one keep theirs as the window compacts.
+  Block out = w.remove("b");
+  expect_same_meta(out, b);
+  EXPECT_TRUE(out.layers[0].pos.select(1, 0).equal(b.layers[0].pos.select(1, 0) + 9));
+  EXPECT_THROW(w.meta("b"), Error);
+  expect_same_meta(w.extract("a"), a);
+  expect_same_meta(w.extract("c"), c);
+  // Out and back in, elsewhere: the block it came back as still carries it.
+  w.place("sink", out);
+  expect_same_meta(w.extract("b"), b);
+  // Drops forget; a segment built by append starts with empty metadata.
+  w.drop("c");
+  EXPECT_THROW(w.meta("c"), Error);
+  w.drop_region("sink");
+  EXPECT_THROW(w.meta("a"), Error);
+  EXPECT_THROW(w.meta("b"), Error);
+  for (int l = 0; l < 2; ++l)
+    w.append("recent", "fresh", l, at::randn({2, 3, 12}), at::randn({2, 3, 12}), at::zeros({3, 3}, at::kLong));
+  EXPECT_EQ(w.meta("fresh").kind, "");
+  EXPECT_EQ(w.meta("fresh").payload, nullptr);
+  w.place("recent", a);
+  w.clear();
+  EXPECT_THROW(w.meta("a"), Error);
+  EXPECT_THROW(w.meta("fresh"), Error);
+}
+
 TEST(Window, AppendPerLayerBuildsOneSegment) {
   KvWindow w(small_spec(2), {"recent"});
   at::Tensor pos = at::zeros({4, 3}, at::kLong);

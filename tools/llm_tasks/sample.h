@@ -151,10 +151,11 @@ Sample make_niah(uint64_t seed, const GenOptions& options);
 Sample make_multifact(uint64_t seed, const GenOptions& options);
 Sample make_plan(uint64_t seed, const GenOptions& options);
 
-// Training aids: generators the trainer may mix in but no evaluation reports. "copy": a list of
-// items (mqar's key words and 2-digit numbers) and, as the target, the same list again; its dense
-// look-back targets make the copying circuit that the tasks need form early. make_sample accepts
-// these names too.
+// Training aids: generators the trainer may mix in but no evaluation reports. "copy": mqar's pair
+// lines ("simo 42\n" ...) and, as the target, the same lines again; its dense look-back targets
+// make the copying circuit that the tasks need form early, on mqar's own tokens. Its target spans
+// several lines (the one exception to the target convention above). make_sample accepts these
+// names too.
 std::vector<std::string> training_aid_names();
 Sample make_copy(uint64_t seed, const GenOptions& options);
 

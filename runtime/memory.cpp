@@ -1,0 +1,89 @@
+#include "runtime/memory.h"
+
+#include "runtime/error.h"
+
+namespace wm {
+
+MemoryPlan& MemoryPlan::drop(std::string id) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Drop;
+  op.id = std::move(id);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+MemoryPlan& MemoryPlan::bank(std::string id, std::function<Block(const Block&)> transform) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Bank;
+  op.id = std::move(id);
+  op.transform = std::move(transform);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+MemoryPlan& MemoryPlan::fetch(std::string id, std::string region, std::optional<Reanchor> reanchor) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Fetch;
+  op.id = std::move(id);
+  op.region = std::move(region);
+  op.reanchor = reanchor;
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+MemoryPlan& MemoryPlan::insert(std::string region, Block block) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Insert;
+  op.id = block.id;
+  op.region = std::move(region);
+  op.block = std::move(block);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+KvMemory::KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank) {
+  bank.device = spec.device;
+  window_ = std::make_unique<KvWindow>(std::move(spec), std::move(regions));
+  bank_ = std::make_unique<BlockStore>(std::move(bank));
+}
+
+namespace {
+const char* op_name(MemoryOp::Kind k) {
+  switch (k) {
+    case MemoryOp::Kind::Drop: return "drop";
+    case MemoryOp::Kind::Bank: return "bank";
+    case MemoryOp::Kind::Fetch: return "fetch";
+    case MemoryOp::Kind::Insert: return "insert";
+  }
+  return "?";
+}
+}  // namespace
+
+void KvMemory::apply(MemoryPlan plan) {
+  for (auto& op : plan.ops) {
+    try {
+      switch (op.kind) {
+        case MemoryOp::Kind::Drop:
+          window_->drop(op.id);
+          break;
+        case MemoryOp::Kind::Bank: {
+          Block b = window_->remove(op.id);
+          bank_->put(op.transform ? op.transform(b) : std::move(b), Tier::Device);
+          break;
+        }
+        case MemoryOp::Kind::Fetch:
+          window_->place(op.region, bank_->get(op.id), op.reanchor);
+          break;
+        case MemoryOp::Kind::Insert:
+          window_->place(op.region, op.block);
+          break;
+      }
+    } catch (const CorruptData& e) {
+      throw CorruptData(str_cat("memory: ", op_name(op.kind), " '", op.id, "': ", e.what()));
+    } catch (const Error& e) {
+      throw Error(str_cat("memory: ", op_name(op.kind), " '", op.id, "': ", e.what()));
+    }
+  }
+}
+
+}  // namespace wm

@@ -1,0 +1,95 @@
+#pragma once
+// The memory-policy interface of the KV-memory core, after llama.cpp's llama_memory_i and its
+// memory context. The memory is the window and the bank (KvMemory). A policy reads them and
+// prepares a plan: which blocks leave the window (dropped, or banked through a transform such
+// as compression), which come back from the bank into a region (re-anchored or not), and where
+// a new block goes. KvMemory::apply() carries a plan out; it is the only way the window's
+// contents and the bank change. Policies belong to their path (video chunks and camera poses,
+// text turns and files), which registers them by name; this interface knows blocks, regions
+// and ids. One step of a client:
+//
+//   memory.apply(policy.prepare(memory, meta of the next block))  // bring back what it needs
+//   ... the model computes the next block, attending to memory.window() ...
+//   memory.apply(policy.admit(memory, the new block))             // place it, make room
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/block.h"
+#include "runtime/block_store.h"
+#include "runtime/kv_spec.h"
+#include "runtime/window.h"
+
+namespace wm {
+
+// One step of a plan.
+struct MemoryOp {
+  enum class Kind {
+    Drop,    // remove block `id` from the window; gone (a copy in the bank stays there)
+    Bank,    // remove block `id` from the window into the bank's device tier, through `transform`
+    Fetch,   // copy block `id` from the bank to the end of `region`, moved by `reanchor`; the bank keeps it
+    Insert,  // put `block`, a new one, at the end of `region`
+  };
+  Kind kind = Kind::Drop;
+  std::string id;                                   // Insert: block.id
+  std::string region;                               // Fetch, Insert
+  std::optional<Reanchor> reanchor;                 // Fetch
+  std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
+  Block block;                                      // Insert
+};
+
+// Ops, carried out in order. The builders append one op and return the plan.
+struct MemoryPlan {
+  std::vector<MemoryOp> ops;
+
+  MemoryPlan& drop(std::string id);
+  MemoryPlan& bank(std::string id, std::function<Block(const Block&)> transform = {});
+  MemoryPlan& fetch(std::string id, std::string region, std::optional<Reanchor> reanchor = std::nullopt);
+  MemoryPlan& insert(std::string region, Block block);
+  bool empty() const { return ops.empty(); }
+};
+
+// The window and the bank of one client.
+class KvMemory {
+ public:
+  // A window of `regions` (in order) over `spec`, empty, and a bank on spec.device with the
+  // tiers and budgets of `bank` (its device is overridden). Throws wm::Error on a bad spec or
+  // region list.
+  KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank);
+
+  const KvSpec& spec() const { return window_->spec(); }
+  const KvWindow& window() const { return *window_; }
+  // The window for what leaves its contents alone: reserve(), stage() of the current tokens,
+  // views for attention. Its contents change through apply() only.
+  KvWindow& window() { return *window_; }
+  const BlockStore& bank() const { return *bank_; }
+
+  // Carries out the plan's ops in order. Throws wm::Error naming the op and block when one
+  // fails (an absent block, a region unknown to the window, a bank with no room); the ops
+  // before it stay applied.
+  void apply(MemoryPlan plan);
+
+ private:
+  std::unique_ptr<KvWindow> window_;
+  std::unique_ptr<BlockStore> bank_;
+};
+
+// A memory policy: prepares plans, never mutates the memory itself. Implementations are small
+// classes of their path, built by name from the path's registry.
+class MemoryPolicy {
+ public:
+  virtual ~MemoryPolicy() = default;
+
+  // The window's regions, in order, as this policy lays them out (the memory is built with them).
+  virtual std::vector<std::string> regions() const = 0;
+  // The plan before the next block is computed, `next` describing it (its step and the path's
+  // payload: the video path's camera pose): what to bring into the window, what to take out.
+  virtual MemoryPlan prepare(const KvMemory& memory, const BlockMeta& next) = 0;
+  // The plan for a new block (metadata filled in by its path): where it goes and what leaves
+  // the window to make room. The plan takes the block (MemoryPlan::insert).
+  virtual MemoryPlan admit(const KvMemory& memory, Block block) = 0;
+};
+
+}  // namespace wm
