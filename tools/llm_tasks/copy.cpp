@@ -1,10 +1,13 @@
 // copy: a training aid, not one of the evaluated tasks. A list of mqar's pair lines ("simo 42"),
-// then the same lines again as the target. Every token of the repeat is a target that only
+// then the same lines again, shuffled, as the target. Every token of the repeat is a target that only
 // looking back can predict, so the loss is dense where the tasks' answers are sparse, and the
 // look-up-and-copy circuit (an induction head) forms early in training on the very tokens mqar
 // asks about: a key at the start of a line and a value with its leading space. (With items on one
 // line, " simo" is other tokens than a line's "simo": a model learned that copy in 300 steps and
-// mqar not at all.) The target spans several lines, so only a trainer scores it, teacher-forced.
+// mqar not at all. Repeated in order, the lines can be copied by position, one after another, and
+// a model that copied them perfectly still could not recall a single mqar value: shuffled, each
+// value can only be found by its key.) The target spans several lines, so only a trainer scores
+// it, teacher-forced.
 #include "runtime/error.h"
 #include "tools/llm_tasks/text.h"
 
@@ -21,19 +24,23 @@ Sample make_copy(uint64_t seed, const GenOptions& o) {
   s.seed = seed;
   int64_t total = add_segment(s, count, "system", "system", "Copy the list.\n");
   total += count("List:\n") + count("Copy:\n");
-  std::string lines;
+  std::vector<std::string> lines;
   int n = 0;
   while (true) {
     const std::string line = rng.pick(mqar_key_pool()) + " " + std::to_string(rng.uniform_int(10, 99)) + "\n";
     const int64_t c = 2 * count(line);  // once in the list, once in the answer
     if (n > 0 && !closer_with(total, c, o.target_tokens)) break;
-    lines += line;
+    lines.push_back(line);
     total += c;
     ++n;
   }
-  push_segment(s, "list", "list", "List:\n" + lines);
+  std::string list, repeat;
+  for (const auto& l : lines) list += l;
+  rng.shuffle(lines);
+  for (const auto& l : lines) repeat += l;
+  push_segment(s, "list", "list", "List:\n" + list);
   push_segment(s, "cue", "cue", "Copy:\n");
-  push_segment(s, "cue:answer", "answer", lines, true);
+  push_segment(s, "cue:answer", "answer", repeat, true);
   s.meta = {{"items", n}, {"tokens", total}, {"target_tokens", o.target_tokens}};
   return s;
 }

@@ -152,7 +152,7 @@ Sample make_multifact(uint64_t seed, const GenOptions& options);
 Sample make_plan(uint64_t seed, const GenOptions& options);
 
 // Training aids: generators the trainer may mix in but no evaluation reports. "copy": mqar's pair
-// lines ("simo 42\n" ...) and, as the target, the same lines again; its dense look-back targets
+// lines ("simo 42\n" ...) and, as the target, the same lines again, shuffled; its dense look-back targets
 // make the copying circuit that the tasks need form early, on mqar's own tokens. Its target spans
 // several lines (the one exception to the target convention above). make_sample accepts these
 // names too.
