@@ -698,33 +698,48 @@ TEST(LlmTasks, PrintExamples) {
 
 // ---- copy (training aid) -------------------------------------------------------------------
 
-TEST(LlmTasks, CopyAnswerRepeatsTheList) {
+TEST(LlmTasks, CopyRoundsRepeatTheirLists) {
   EXPECT_EQ(training_aid_names(), std::vector<std::string>{"copy"});
+  const std::regex line_re("^([a-z]+) ([0-9]{2})$");
+  const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
   for (uint64_t seed = 0; seed < 20; ++seed) {
     for (int64_t len : {128, 1024}) {
       Sample s = make_sample("copy", seed, opts(len));
-      ASSERT_EQ(s.targets().size(), 1u);
-      const size_t t = s.targets()[0];
-      const std::string& list = s.segments[s.find("list")].text;
-      ASSERT_EQ(list.rfind("List:\n", 0), 0u);
-      // The answer is the list's lines, shuffled, each a pair line of mqar's form.
-      std::vector<std::string> given = lines_of(list.substr(6)), repeated = lines_of(s.segments[t].text);
-      EXPECT_NE(given, repeated) << seed;
-      std::sort(given.begin(), given.end());
-      std::sort(repeated.begin(), repeated.end());
-      EXPECT_EQ(given, repeated) << seed;
-      EXPECT_EQ(s.segments[t - 1].text, "Copy:\n");
-      const std::regex line_re("^([a-z]+) ([0-9]{2})$");
-      const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
-      for (const std::string& line : lines_of(s.segments[t].text)) {
-        std::smatch m;
-        ASSERT_TRUE(std::regex_match(line, m, line_re)) << line;
-        EXPECT_TRUE(pool.count(m[1])) << line;
+      const auto targets = s.targets();
+      ASSERT_EQ(static_cast<int>(targets.size()), s.meta["rounds"].get<int>());
+      ASSERT_GE(targets.size(), 1u);
+      int items = 0;
+      for (size_t t : targets) {
+        ASSERT_GE(t, 2u);
+        const std::string& list = s.segments[t - 2].text;
+        ASSERT_EQ(list.rfind("List:\n", 0), 0u);
+        EXPECT_EQ(s.segments[t - 1].text, "Copy:\n");
+        // The answer is the round's lines (2..8 of them, distinct keys), in some order.
+        std::vector<std::string> given = lines_of(list.substr(6)), repeated = lines_of(s.segments[t].text);
+        EXPECT_GE(given.size(), 2u);
+        EXPECT_LE(given.size(), 8u);
+        items += static_cast<int>(given.size());
+        std::set<std::string> keys;
+        for (const std::string& line : given) {
+          std::smatch m;
+          ASSERT_TRUE(std::regex_match(line, m, line_re)) << line;
+          EXPECT_TRUE(pool.count(m[1])) << line;
+          EXPECT_TRUE(keys.insert(m[1]).second) << "key twice in a round: " << line;
+        }
+        std::sort(given.begin(), given.end());
+        std::sort(repeated.begin(), repeated.end());
+        EXPECT_EQ(given, repeated) << seed;
       }
-      EXPECT_GT(s.meta["items"].get<int>(), len / 8);
-      EXPECT_NEAR(static_cast<double>(segment_sum(s, bytes_counter(4.0))), static_cast<double>(len), 0.1 * len);
+      EXPECT_EQ(items, s.meta["items"].get<int>());
+      // Within about one round (up to ~40 tokens) of the target.
+      EXPECT_NEAR(static_cast<double>(segment_sum(s, bytes_counter(4.0))), static_cast<double>(len), 40.0);
     }
   }
+  // Shuffled: over many rounds, some repeat is not in the list's order.
+  Sample s = make_copy(5, opts(2048));
+  bool reordered = false;
+  for (size_t t : s.targets()) reordered |= lines_of(s.segments[t - 2].text.substr(6)) != lines_of(s.segments[t].text);
+  EXPECT_TRUE(reordered);
   EXPECT_EQ(make_copy(3, opts(256)).text(), make_copy(3, opts(256)).text());
   EXPECT_NE(make_copy(3, opts(256)).text(), make_copy(4, opts(256)).text());
 }

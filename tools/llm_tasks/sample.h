@@ -151,11 +151,11 @@ Sample make_niah(uint64_t seed, const GenOptions& options);
 Sample make_multifact(uint64_t seed, const GenOptions& options);
 Sample make_plan(uint64_t seed, const GenOptions& options);
 
-// Training aids: generators the trainer may mix in but no evaluation reports. "copy": mqar's pair
-// lines ("simo 42\n" ...) and, as the target, the same lines again, shuffled; its dense look-back targets
-// make the copying circuit that the tasks need form early, on mqar's own tokens. Its target spans
-// several lines (the one exception to the target convention above). make_sample accepts these
-// names too.
+// Training aids: generators the trainer may mix in but no evaluation reports. "copy": rounds of
+// 2..8 of mqar's pair lines ("simo 42\n" ...), each followed by the same lines shuffled as a
+// target; its dense look-back targets make the look-up-by-key circuit that the tasks need form
+// early, on mqar's own tokens (copy.cpp tells what did not work). A repeat spans several lines
+// (the one exception to the target convention above). make_sample accepts these names too.
 std::vector<std::string> training_aid_names();
 Sample make_copy(uint64_t seed, const GenOptions& options);
 
