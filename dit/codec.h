@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dit/config.h"
-#include "tools/media/image.h"
+#include "dit/image.h"
 
 namespace wm::dit {
 

@@ -6,6 +6,14 @@
 
 namespace wm::dit {
 
+SamplerConfig sampler_with_steps(int n) {
+  WM_CHECK(n >= 1, "a sampler needs at least one step, got ", n);
+  SamplerConfig sc;
+  sc.timesteps.clear();
+  for (int i = 0; i < n; ++i) sc.timesteps.push_back(1.0 - static_cast<double>(i) / n);
+  return sc;
+}
+
 std::vector<double> flow_schedule(const SamplerConfig& cfg) {
   WM_CHECK(!cfg.timesteps.empty(), "the sampler needs at least one timestep");
   WM_CHECK(cfg.shift > 0, "shift must be > 0, got ", cfg.shift);

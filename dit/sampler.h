@@ -28,6 +28,10 @@ struct SamplerConfig {
                          // do not take the model's own small errors for clean ground truth
 };
 
+// A sampler of n evenly spaced steps: t = 1, 1 - 1/n, ..., 1/n (the rest as default). Throws
+// wm::Error if n < 1.
+SamplerConfig sampler_with_steps(int n);
+
 // The shifted schedule t_0 > t_1 > ... > t_{N-1} > t_N = 0 (N + 1 values). Throws wm::Error on
 // an empty, non-descending or out-of-range list.
 std::vector<double> flow_schedule(const SamplerConfig& cfg);

@@ -19,7 +19,6 @@
 #include "runtime/error.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
-#include "tools/rollout/session.h"
 #include "tools/world/actions.h"
 #include "tools/world/raycaster.h"
 #include "viewer/font.h"
@@ -30,6 +29,7 @@
 #include "viewer/palette.h"
 #include "viewer/script.h"
 #include "viewer/sdl_handles.h"
+#include "worldkv/session.h"
 
 #ifndef WM_VIEWER_SOURCE_DIR
 #define WM_VIEWER_SOURCE_DIR "."
@@ -278,7 +278,7 @@ void Viewer::init() {
   keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
   device_desc_ = describe_device(device_);
   if (device_.is_cpu()) device_desc_ = str_cat("cpu (", threads, " threads)");
-  dit::CausalDit model = rollout::load_world_model(model_path, device_);
+  dit::CausalDit model = worldkv::load_world_model(model_path, device_);
   const auto& mc = model->config();
   frame_w_ = mc.codec.image_width;
   frame_h_ = mc.codec.image_height;
@@ -287,11 +287,11 @@ void Viewer::init() {
   policy_ = worldkv::parse_policy(o_.policy);
   seed_ = o_.seed;
   show_gt_ = o_.ground_truth;
-  rollout::SessionConfig sc;
+  worldkv::SessionConfig sc;
   sc.memory.policy = policy_;
   sc.memory.bank.device = device_;
   sc.seed = seed_;
-  auto session = std::make_unique<rollout::WorldSession>(model, sc, device_);
+  auto session = std::make_unique<worldkv::WorldSession>(model, sc, device_);
 
   // Window.
   SDL_SetHint(SDL_HINT_RENDER_SCALE_QUALITY, "0");

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "runtime/error.h"
+#include "tools/rollout/world_adapter.h"
 
 namespace wm::viewer {
 
@@ -49,7 +50,7 @@ MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index
   return s;
 }
 
-Generator::Generator(std::unique_ptr<rollout::WorldSession> session, std::function<void()> on_result)
+Generator::Generator(std::unique_ptr<worldkv::WorldSession> session, std::function<void()> on_result)
     : session_(std::move(session)), on_result_(std::move(on_result)) {
   WM_CHECK(session_ != nullptr, "no session");
   frames_per_chunk_ = session_->frames_per_chunk();
@@ -118,10 +119,11 @@ ChunkResult Generator::generate(const Job& job) {
   r.index = session_->chunks_done();
   r.poses = job.chunk.poses;
   try {
-    rollout::ChunkOutput out =
-        !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
-            ? session_->prompt(job.chunk.prompt_frames, job.chunk.poses, job.chunk.actions)
-            : session_->next(job.chunk.poses, job.chunk.actions);
+    const std::vector<worldkv::Pose> poses = rollout::model_poses(job.chunk.poses);
+    const std::vector<worldkv::Action> actions = rollout::model_actions(job.chunk.actions);
+    worldkv::ChunkOutput out = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
+                                   ? session_->prompt(job.chunk.prompt_frames, poses, actions)
+                                   : session_->next(poses, actions);
     r.index = out.index;
     r.frames = std::move(out.frames);
     r.ms = out.ms;

@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "tools/rollout/session.h"
 #include "tools/world/actions.h"
 #include "tools/world/pose.h"
 #include "worldkv/policy.h"
 #include "worldkv/pose.h"
+#include "worldkv/session.h"
 
 namespace wm::viewer {
 
@@ -39,6 +39,8 @@ struct MemorySnapshot {
   size_t window_bytes = 0;
 };
 
+// A chunk in the viewer's terms, those of the world it walks in: the worker converts the poses
+// and actions to the model's (tools/rollout/world_adapter.h) as it hands them to the session.
 struct ChunkRequest {
   std::vector<world::Pose> poses;      // frames_per_chunk poses
   std::vector<world::Action> actions;  // the actions that led to them
@@ -60,7 +62,7 @@ class Generator {
  public:
   // Starts the worker, which owns `session`. on_result (optional) is called on the worker thread
   // after each result is queued (e.g. to wake the UI's event loop); it must not block.
-  Generator(std::unique_ptr<rollout::WorldSession> session, std::function<void()> on_result = nullptr);
+  Generator(std::unique_ptr<worldkv::WorldSession> session, std::function<void()> on_result = nullptr);
   // Stops the worker after the chunk it is on (queued requests are dropped) and joins it.
   ~Generator();
   Generator(const Generator&) = delete;
@@ -89,7 +91,7 @@ class Generator {
   void run();
   ChunkResult generate(const Job& job);
 
-  std::unique_ptr<rollout::WorldSession> session_;
+  std::unique_ptr<worldkv::WorldSession> session_;
   std::function<void()> on_result_;
   int frames_per_chunk_ = 0;
   mutable std::mutex mu_;

@@ -1,7 +1,12 @@
 #pragma once
-// Camera poses for retrieval: a position and a rotation (yaw about the vertical axis, then
-// pitch). A chunk's pose is the mean of its frames' poses: mean position, and the chordal mean
-// rotation (the rotation nearest to the mean of the rotation matrices).
+// The camera pose, the one pose type of the library: the session takes one per frame, the DiT
+// is conditioned on it (worldkv/conditioning.h) and the memory retrieves chunks by it. A
+// position and a rotation (yaw about the vertical axis, then pitch), angles in radians. The
+// model's convention: x and y horizontal in the units of the world it was trained on (the tiny
+// model: cells of the procedural world), z up; yaw 0 faces +x and +pi/2 faces +y (a turn to the
+// right); pitch > 0 looks up.
+// A chunk's pose is the mean of its frames' poses: mean position, and the chordal mean rotation
+// (the rotation nearest to the mean of the rotation matrices).
 #include <array>
 #include <vector>
 
@@ -9,11 +14,18 @@ namespace wm::worldkv {
 
 struct Pose {
   double x = 0, y = 0, z = 0;  // position
-  double yaw = 0;              // radians, about the vertical axis
-  double pitch = 0;            // radians, about the camera's horizontal axis
+  double yaw = 0;              // radians, about the vertical axis (+ turns right, towards +y)
+  double pitch = 0;            // radians, about the camera's horizontal axis (+ looks up)
 };
 
 using Rotation = std::array<double, 9>;  // row-major 3x3
+
+// Degrees to radians and back, for the edges that speak degrees (the DiT's inputs, a test world).
+// degrees(radians(d)) is d or one of its neighbouring doubles, so both give the same float32
+// (the DiT's inputs are float32: a pose that went through radians reaches the model unchanged).
+constexpr double kRadiansPerDegree = 3.14159265358979323846 / 180.0;
+inline double radians(double degrees) { return degrees * kRadiansPerDegree; }
+inline double degrees(double radians) { return radians / kRadiansPerDegree; }
 
 // The rotation matrix of a pose's yaw and pitch.
 Rotation rotation_of(const Pose& p);

@@ -7,19 +7,25 @@
 #include "dit/model.h"
 #include "runtime/error.h"
 #include "tools/rollout/episode_runner.h"
-#include "tools/rollout/session.h"
+#include "tools/rollout/world_adapter.h"
+#include "tools/train/data.h"
 #include "tools/world/suite.h"
 #include "tools/world/trajectory.h"
-#include "tools/train/data.h"
+#include "worldkv/conditioning.h"
+#include "worldkv/session.h"
 
 namespace wm::rollout {
 namespace {
+
+using worldkv::ChunkOutput;
+using worldkv::SessionConfig;
+using worldkv::WorldSession;
 
 // The shipped model when present; else the tiny architecture with its own random weights (the
 // properties below are about the runtime, not about what the weights draw).
 dit::CausalDit tiny_model() {
   const std::string shipped = std::string(WM_SOURCE_DIR) + "/assets/models/tiny/model.safetensors";
-  if (std::filesystem::exists(shipped)) return load_world_model(shipped, at::kCPU);
+  if (std::filesystem::exists(shipped)) return worldkv::load_world_model(shipped, at::kCPU);
   dit::CausalDit m(dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json"));
   m->init_weights(3);
   m->eval();
@@ -91,10 +97,55 @@ TEST(Rollout, PoliciesShareTheNoiseUntilTheirWindowsDiffer) {
   for (int f = 0; f < 30; ++f) EXPECT_EQ(rerun.frames[f].rgb, runs[2].frames[f].rgb) << f;
 }
 
-TEST(Rollout, SessionRejectsWrongChunkSizes) {
+TEST(Rollout, TheModelSeesTheWorldsPosesAndActionsUnchanged) {
+  // The world speaks degrees, the session radians, the DiT's float32 inputs degrees again: the
+  // adapter must hand the model exactly the numbers the world integrated, and the memory the
+  // same pose in radians.
+  const world::Suite suite = world::load_or_generate_suite(std::string(WM_SOURCE_DIR) + "/assets/suites/revisit60.json");
+  size_t checked = 0;
+  for (size_t e = 0; e < 10 && e < suite.episodes.size(); ++e) {
+    const world::Episode& ep = suite.episodes[e];
+    const at::Tensor p = worldkv::pose_tensor(model_poses(ep.poses));
+    const at::Tensor a = worldkv::action_tensor(model_actions(ep.actions), 5);
+    auto pa = p.accessor<float, 2>();
+    auto aa = a.accessor<float, 2>();
+    for (size_t f = 0; f < ep.poses.size(); ++f, ++checked) {
+      const world::Pose& wp = ep.poses[f];
+      ASSERT_EQ(pa[f][0], static_cast<float>(wp.x)) << ep.name << " frame " << f;
+      ASSERT_EQ(pa[f][1], static_cast<float>(wp.y)) << ep.name << " frame " << f;
+      ASSERT_EQ(pa[f][2], static_cast<float>(wp.yaw_deg)) << ep.name << " frame " << f;
+      const world::Action& wa = ep.actions[f];
+      ASSERT_EQ(aa[f][0], wa.forward > 0 ? 1.f : 0.f);
+      ASSERT_EQ(aa[f][1], wa.forward < 0 ? 1.f : 0.f);
+      ASSERT_EQ(aa[f][2], wa.strafe < 0 ? 1.f : 0.f);
+      ASSERT_EQ(aa[f][3], wa.strafe > 0 ? 1.f : 0.f);
+      ASSERT_EQ(aa[f][4], static_cast<float>(wa.dyaw_deg)) << ep.name << " frame " << f;
+      const worldkv::Pose mp = model_pose(wp);
+      EXPECT_EQ(mp.yaw, wp.yaw_deg * (3.14159265358979323846 / 180.0));
+      EXPECT_EQ(mp.pitch, wp.pitch_deg * (3.14159265358979323846 / 180.0));
+      EXPECT_EQ(mp.z, 0.0);
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+}
+
+TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
+  // run_episode converts the world's poses at the session's edge: the memory's chunk poses are
+  // the means of the converted poses.
   SessionConfig sc;
+  sc.sampler.timesteps = {1.0};
   WorldSession session(tiny_model(), sc, at::kCPU);
-  EXPECT_THROW(session.next({world::Pose{}}, {world::Action{}}), Error);
+  const world::Episode ep = long_walk(30);
+  run_episode(session, ep, 1, 0);
+  const auto& poses = session.memory().chunk_poses();
+  ASSERT_EQ(poses.size(), 10u);
+  for (int c = 0; c < 10; ++c) {
+    const worldkv::Pose want = worldkv::mean_pose(
+        model_poses(std::vector<world::Pose>(ep.poses.begin() + 3 * c, ep.poses.begin() + 3 * c + 3)));
+    EXPECT_EQ(poses[c].x, want.x);
+    EXPECT_EQ(poses[c].y, want.y);
+    EXPECT_EQ(poses[c].yaw, want.yaw);
+  }
 }
 
 TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "dit/image.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
-#include "tools/media/image.h"
 
 namespace wm::media {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Full-reference fidelity metrics between two RGB8 images of the same size.
+#include "dit/image.h"
 #include "runtime/error.h"
-#include "tools/media/image.h"
 
 namespace wm::media {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dit/image.h"
 #include "runtime/error.h"
-#include "tools/media/image.h"
 
 namespace wm::media {
 

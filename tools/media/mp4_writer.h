@@ -3,8 +3,8 @@
 #include <memory>
 #include <string>
 
+#include "dit/image.h"
 #include "runtime/error.h"
-#include "tools/media/image.h"
 
 namespace wm::media {
 

@@ -2,8 +2,8 @@
 // Still images: PNG output (lossless, exact round trip) and reading any format OpenCV decodes.
 #include <string>
 
+#include "dit/image.h"
 #include "runtime/error.h"
-#include "tools/media/image.h"
 
 namespace wm::media {
 

@@ -18,8 +18,8 @@
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/rollout/cli_options.h"
-#include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
+#include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
 
@@ -105,12 +105,12 @@ int main(int argc, char** argv) {
     }
     const wm::world::Scene scene = wm::world::scene_of(ep);
 
-    wm::rollout::SessionConfig sc;
+    wm::worldkv::SessionConfig sc;
     sc.memory.policy = wm::worldkv::parse_policy(policy);
     ro.apply(sc);
     sc.seed = noise_seed;
     sc.sampler.context_t = context_t;
-    wm::rollout::WorldSession session(wm::rollout::load_world_model(model_path, dev), sc, dev);
+    wm::worldkv::WorldSession session(wm::worldkv::load_world_model(model_path, dev), sc, dev);
     const int F = session.frames_per_chunk();
     const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);
     const int n_chunks = n / F;
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     double memory_ms = 0;
     wm::cli::ProgressLine progress;
-    auto on_chunk = [&](const wm::rollout::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
+    auto on_chunk = [&](const wm::worldkv::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
       if (!c.prompt) ms.push_back(c.ms), memory_ms += c.memory_ms;
       const auto& mem = session.memory();
       std::vector<std::string> in_window;

@@ -24,9 +24,9 @@
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
 #include "tools/rollout/cli_options.h"
-#include "tools/rollout/conditioning.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/plot.h"
+#include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
 
@@ -121,10 +121,10 @@ int main(int argc, char** argv) {
     std::vector<wm::worldkv::Policy> pols;
     for (auto& p : policies) pols.push_back(wm::worldkv::parse_policy(p));
 
-    wm::dit::CausalDit model = wm::rollout::load_world_model(model_path, dev);
+    wm::dit::CausalDit model = wm::worldkv::load_world_model(model_path, dev);
     const auto& mc = model->config();
     const wm::world::RenderSpec rs = wm::rollout::render_spec_of(mc);
-    wm::rollout::SessionConfig sc;
+    wm::worldkv::SessionConfig sc;
     ro.apply(sc);
 
     int total_frames = 0;
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
         if (p.revisit < n) pairs.push_back(p);
       for (size_t pi = 0; pi < pols.size(); ++pi) {
         sc.memory.policy = pols[pi];
-        wm::rollout::WorldSession session(model, sc, dev);
+        wm::worldkv::WorldSession session(model, sc, dev);
         auto run = wm::rollout::run_episode(session, ep, noise_seed, n, [&](const auto& c, const auto&) {
           done_frames += mc.frames_per_chunk;
           if (c.index % 20 == 0 || done_frames == all_frames) {

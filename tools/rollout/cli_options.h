@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "dit/sampler.h"
 #include "tools/cli/validators.h"
-#include "tools/rollout/conditioning.h"
-#include "tools/rollout/session.h"
 #include "worldkv/policy.h"
+#include "worldkv/session.h"
 
 namespace wm::rollout {
 
@@ -46,13 +46,13 @@ struct RolloutOptions {
   }
 
   // Sets sc's placement, compression and sampler (the policy and the seed stay the caller's).
-  void apply(SessionConfig& sc) const {
+  void apply(worldkv::SessionConfig& sc) const {
     sc.memory.placement = worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
     sc.memory.fill_by_tokens = fill_by_tokens;
     sc.memory.compression.merge = worldkv::parse_merge_mode(merge);
-    sc.sampler = sampler_with_steps(steps);
+    sc.sampler = dit::sampler_with_steps(steps);
     sc.sampler.renoise = renoise;
   }
 };

@@ -1,7 +1,7 @@
 #include "tools/rollout/episode_runner.h"
 
 #include "runtime/error.h"
-#include "tools/rollout/conditioning.h"
+#include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
 
@@ -13,8 +13,9 @@ int covered_frames(const world::Episode& ep, int fpc, int max_frames) {
   return n / fpc * fpc;
 }
 
-EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames,
-                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk, bool prompt) {
+EpisodeRun run_episode(worldkv::WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames,
+                       const std::function<void(const worldkv::ChunkOutput&, const EpisodeRun&)>& on_chunk,
+                       bool prompt) {
   const int F = session.frames_per_chunk();
   const int n = covered_frames(ep, F, max_frames);
   WM_CHECK(n >= F, "episode '", ep.name, "' has ", ep.frames(), " frames, fewer than one chunk of ", F);
@@ -22,14 +23,16 @@ EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t
   EpisodeRun run;
   run.frames.reserve(n);
   for (int f0 = 0; f0 < n; f0 += F) {
-    std::vector<world::Pose> poses(ep.poses.begin() + f0, ep.poses.begin() + f0 + F);
-    std::vector<world::Action> actions(ep.actions.begin() + f0, ep.actions.begin() + f0 + F);
-    ChunkOutput out;
+    const std::vector<world::Pose> world_poses(ep.poses.begin() + f0, ep.poses.begin() + f0 + F);
+    const std::vector<worldkv::Pose> poses = model_poses(world_poses);
+    const std::vector<worldkv::Action> actions =
+        model_actions(std::vector<world::Action>(ep.actions.begin() + f0, ep.actions.begin() + f0 + F));
+    worldkv::ChunkOutput out;
     if (prompt && f0 == 0) {
       const world::Scene scene = world::scene_of(ep);
       world::Raycaster ray(scene, render_spec_of(session.model()->config()));
       std::vector<Image> frames;
-      for (auto& p : poses) frames.push_back(ray.render(p));
+      for (auto& p : world_poses) frames.push_back(ray.render(p));
       out = session.prompt(frames, poses, actions);
       run.prompt_frames = F;
     } else {

@@ -1,14 +1,14 @@
 #pragma once
-// Rolling a session through a scene-trajectory pair: the trajectory's poses and actions drive
-// the model chunk by chunk; the generated frames, the chunk timings and the memory's state per
+// Rolling a session through a scene-trajectory pair: the trajectory's poses and actions,
+// converted to the model's (world_adapter.h), drive the model chunk by chunk; the generated frames, the chunk timings and the memory's state per
 // chunk are kept for the programs that render, score and plot them.
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "tools/media/image.h"
-#include "tools/rollout/session.h"
+#include "dit/image.h"
 #include "tools/world/trajectory.h"
+#include "worldkv/session.h"
 
 namespace wm::rollout {
 
@@ -37,8 +37,9 @@ int covered_frames(const world::Episode& ep, int frames_per_chunk, int max_frame
 // calling on_chunk after each chunk (may be empty). With prompt (the default) the first chunk is
 // the ground truth rendered at its poses, given to the model as its starting view; the rest is
 // generated.
-EpisodeRun run_episode(WorldSession& session, const world::Episode& ep, uint64_t seed, int max_frames = 0,
-                       const std::function<void(const ChunkOutput&, const EpisodeRun&)>& on_chunk = {},
+EpisodeRun run_episode(worldkv::WorldSession& session, const world::Episode& ep, uint64_t seed,
+                       int max_frames = 0,
+                       const std::function<void(const worldkv::ChunkOutput&, const EpisodeRun&)>& on_chunk = {},
                        bool prompt = true);
 
 }  // namespace wm::rollout

@@ -4,11 +4,12 @@
 #include <limits>
 
 #include "runtime/error.h"
-#include "tools/rollout/conditioning.h"
+#include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/rng.h"
 #include "tools/world/suite.h"
 #include "worldkv/compression.h"
+#include "worldkv/conditioning.h"
 #include "worldkv/pose_index.h"
 
 namespace wm::train {
@@ -45,7 +46,7 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
   // Mean memory pose per chunk, for retrieval as worldkv does it.
   auto chunk_pose = [&](int c) {
     std::vector<world::Pose> p(ep.poses.begin() + c * F, ep.poses.begin() + (c + 1) * F);
-    return worldkv::mean_pose(rollout::memory_poses(p));
+    return worldkv::mean_pose(rollout::model_poses(p));
   };
   std::vector<int> chunks;
   const bool sliding = opt.sliding_prob > 0 && rng.uniform() < opt.sliding_prob;
@@ -96,8 +97,8 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
     }
   s.latents = codec.encode_images(frames, at::kCPU);
   s.frame_index = at::tensor(fidx, at::kLong);
-  s.pose = rollout::pose_tensor(poses);
-  s.action = rollout::action_tensor(actions, cfg.cond.action_dim);
+  s.pose = worldkv::pose_tensor(rollout::model_poses(poses));
+  s.action = worldkv::action_tensor(rollout::model_actions(actions), cfg.cond.action_dim);
   s.chunks = chunks;
   return s;
 }

@@ -2,7 +2,7 @@
 // First-person grid raycaster (Wolfenstein style) for a Scene: textured walls by DDA, textured
 // floor and ceiling by per-row floor casting, distance fog, face shading, optional pitch as a
 // horizon shift. Pure C++; deterministic; safe to call from several threads at once.
-#include "tools/media/image.h"
+#include "dit/image.h"
 #include "tools/world/pose.h"
 #include "tools/world/scene.h"
 

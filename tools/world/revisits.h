@@ -3,7 +3,7 @@
 // (within tolerance) at least min_gap_frames later, after having looked or walked away in between.
 #include <vector>
 
-#include "tools/media/image.h"
+#include "dit/image.h"
 #include "tools/world/pose.h"
 
 namespace wm::world {

@@ -3,7 +3,9 @@
 // poses and actions it is given, over the window the world memory assembles. Per chunk:
 // memory.prepare -> sampler (N steps over the window) -> refill K/V -> memory.commit -> decode.
 // The generation is the model's alone: nothing of the past frames or the ground truth is copied
-// into the output.
+// into the output. This is what programs and the viewer drive; poses and actions are in the
+// model's terms (worldkv/pose.h, worldkv/action.h), so a source of camera motion with its own
+// types (a test world, a game engine) converts at its edge.
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -11,20 +13,20 @@
 #include <vector>
 
 #include "dit/codec.h"
+#include "dit/image.h"
 #include "dit/model.h"
 #include "dit/sampler.h"
-#include "tools/media/image.h"
-#include "tools/world/actions.h"
-#include "tools/world/pose.h"
+#include "worldkv/action.h"
+#include "worldkv/pose.h"
 #include "worldkv/world_memory.h"
 
-namespace wm::rollout {
+namespace wm::worldkv {
 
 struct SessionConfig {
-  worldkv::MemoryConfig memory;  // policy, region sizes, compression, bank tiers (tokens_per_frame
-                                 // and frames_per_chunk are taken from the model)
+  MemoryConfig memory;       // policy, region sizes, compression, bank tiers (tokens_per_frame
+                             // and frames_per_chunk are taken from the model)
   dit::SamplerConfig sampler;
-  uint64_t seed = 0;             // noise of every chunk is drawn from this
+  uint64_t seed = 0;         // noise of every chunk is drawn from this
 };
 
 struct ChunkOutput {
@@ -39,22 +41,25 @@ struct ChunkOutput {
 class WorldSession {
  public:
   // The model is shared (sessions of several policies may use one), the codec is the model's.
+  // Throws wm::Error on a bad memory config or an unknown policy.
   WorldSession(dit::CausalDit model, SessionConfig cfg, at::Device device);
 
   // Generates the next chunk for frames with these poses and actions (frames_per_chunk each).
-  ChunkOutput next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions);
+  // Throws wm::Error on a wrong count.
+  ChunkOutput next(const std::vector<Pose>& poses, const std::vector<Action>& actions);
   // Starts the rollout from given frames, as image-to-video world models start from an image:
-  // the frames (one chunk) are encoded and their K/V written into the window as chunk 0 by the
-  // refill pass. Must come first. The output holds the prompt frames themselves (prompt = true).
-  ChunkOutput prompt(const std::vector<Image>& frames, const std::vector<world::Pose>& poses,
-                     const std::vector<world::Action>& actions);
+  // the frames (one chunk, the codec's size) are encoded and their K/V written into the window
+  // as chunk 0 by the refill pass. Must come first (else wm::Error). The output holds the
+  // prompt frames themselves (prompt = true).
+  ChunkOutput prompt(const std::vector<Image>& frames, const std::vector<Pose>& poses,
+                     const std::vector<Action>& actions);
   // Back to an empty memory and chunk 0, with a new noise seed and optionally another policy.
   void reset(uint64_t seed);
-  void reset(uint64_t seed, worldkv::Policy policy);
+  void reset(uint64_t seed, Policy policy);
 
   int frames_per_chunk() const;
   int64_t chunks_done() const { return next_index_; }
-  const worldkv::WorldMemory& memory() const { return *memory_; }
+  const WorldMemory& memory() const { return *memory_; }
   const dit::CausalDit& model() const { return model_; }
   const SessionConfig& config() const { return cfg_; }
   at::Device device() const { return device_; }
@@ -64,13 +69,13 @@ class WorldSession {
   std::unique_ptr<dit::Codec> codec_;
   SessionConfig cfg_;
   at::Device device_;
-  std::unique_ptr<worldkv::WorldMemory> memory_;
+  std::unique_ptr<WorldMemory> memory_;
   at::Generator gen_;
   int64_t next_index_ = 0;
 };
 
 // Loads a model saved by the trainer (config in its metadata) onto `device`, in eval mode.
+// Throws wm::Error (or wm::CorruptData) naming the file.
 dit::CausalDit load_world_model(const std::string& path, at::Device device);
 
-
-}  // namespace wm::rollout
+}  // namespace wm::worldkv

@@ -1,4 +1,4 @@
-#include "tools/rollout/session.h"
+#include "worldkv/session.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -6,9 +6,9 @@
 
 #include "dit/weights.h"
 #include "runtime/error.h"
-#include "tools/rollout/conditioning.h"
+#include "worldkv/conditioning.h"
 
-namespace wm::rollout {
+namespace wm::worldkv {
 
 dit::CausalDit load_world_model(const std::string& path, at::Device device) {
   dit::CausalDit m = dit::load_model(path, device);
@@ -30,16 +30,16 @@ int WorldSession::frames_per_chunk() const { return model_->config().frames_per_
 
 void WorldSession::reset(uint64_t seed) { reset(seed, cfg_.memory.policy); }
 
-void WorldSession::reset(uint64_t seed, worldkv::Policy policy) {
+void WorldSession::reset(uint64_t seed, Policy policy) {
   cfg_.seed = seed;
   cfg_.memory.policy = policy;
-  memory_ = std::make_unique<worldkv::WorldMemory>(model_->kv_spec(device_), cfg_.memory);
+  memory_ = std::make_unique<WorldMemory>(model_->kv_spec(device_), cfg_.memory);
   gen_ = at::detail::createCPUGenerator(seed);
   next_index_ = 0;
 }
 
-ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<world::Pose>& poses,
-                                const std::vector<world::Action>& actions) {
+ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<Pose>& poses,
+                                const std::vector<Action>& actions) {
   const int F = frames_per_chunk();
   WM_CHECK(next_index_ == 0, "a prompt starts the rollout; ", next_index_, " chunks are already made");
   WM_CHECK(static_cast<int>(frames.size()) == F && static_cast<int>(poses.size()) == F &&
@@ -48,14 +48,12 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
            actions.size(), " actions");
   const auto t0 = std::chrono::steady_clock::now();
   at::NoGradGuard ng;
-  const auto mposes = memory_poses(poses);
-  memory_->prepare(0, mposes);
-  dit::FrameCond cond{pose_tensor(poses).to(device_),
-                      action_tensor(actions, model_->config().cond.action_dim).to(device_)};
+  memory_->prepare(0, poses);
+  const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
   std::vector<LayerKv> kv;
   model_->forward_chunk(codec_->encode_images(frames, device_), at::scalar_tensor(0.0, at::kFloat), cond, 0,
                         &memory_->window(), &kv);
-  memory_->commit(0, std::move(kv), mposes);
+  memory_->commit(0, std::move(kv), poses);
   ChunkOutput out;
   out.index = 0;
   out.frames = frames;
@@ -65,25 +63,22 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
   return out;
 }
 
-ChunkOutput WorldSession::next(const std::vector<world::Pose>& poses, const std::vector<world::Action>& actions) {
+ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector<Action>& actions) {
   const int F = frames_per_chunk();
   WM_CHECK(static_cast<int>(poses.size()) == F && static_cast<int>(actions.size()) == F, "a chunk is ", F,
            " frames: got ", poses.size(), " poses and ", actions.size(), " actions");
   const auto t0 = std::chrono::steady_clock::now();
   ChunkOutput out;
   out.index = next_index_;
-  const auto mposes = memory_poses(poses);
   using Clock = std::chrono::steady_clock;
   auto t_mem = Clock::now();
-  memory_->prepare(out.index, mposes);
+  memory_->prepare(out.index, poses);
   out.memory_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
-  if (worldkv::banks(cfg_.memory.policy)) out.retrieved = memory_->region_ids("retrieved");
-  dit::FrameCond cond{pose_tensor(poses).to(device_),
-                      action_tensor(actions, model_->config().cond.action_dim).to(device_)};
-  dit::ChunkResult r =
-      dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
+  if (banks(cfg_.memory.policy)) out.retrieved = memory_->region_ids("retrieved");
+  const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
+  dit::ChunkResult r = dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
   t_mem = Clock::now();
-  memory_->commit(out.index, std::move(r.kv), mposes);
+  memory_->commit(out.index, std::move(r.kv), poses);
   out.memory_ms += std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
   out.frames = codec_->decode_images(r.latents);
   ++next_index_;
@@ -91,4 +86,4 @@ ChunkOutput WorldSession::next(const std::vector<world::Pose>& poses, const std:
   return out;
 }
 
-}  // namespace wm::rollout
+}  // namespace wm::worldkv

@@ -1,0 +1,125 @@
+// The streaming session in the model's own terms (poses in radians, worldkv::Action) and the
+// conversion of those to the DiT's conditioning tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dit/config.h"
+#include "dit/model.h"
+#include "runtime/error.h"
+#include "worldkv/conditioning.h"
+#include "worldkv/session.h"
+
+namespace wm::worldkv {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// The tiny architecture with random weights: these tests are about the session, not the weights.
+dit::CausalDit random_tiny_model() {
+  dit::CausalDit m(dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json"));
+  m->init_weights(3);
+  m->eval();
+  return m;
+}
+
+SessionConfig one_step_config() {
+  SessionConfig sc;
+  sc.sampler.timesteps = {1.0};
+  return sc;
+}
+
+// Frames [f0, f0 + n) of a walk along +x that turns by `turn` radians per frame.
+std::vector<Pose> walk(int f0, int n, double turn) {
+  std::vector<Pose> out;
+  for (int f = f0; f < f0 + n; ++f) out.push_back(Pose{2.0 + 0.125 * f, 3.5, 0.0, turn * f, 0.0});
+  return out;
+}
+
+TEST(WorldKvConditioning, PosesAndActionsReachTheModelInItsDegrees) {
+  const at::Tensor p = pose_tensor({Pose{1.5, -2.25, 7.0, kPi / 2, 0.3}, Pose{0, 0, 0, -kPi, 0}});
+  ASSERT_EQ(p.sizes(), (at::IntArrayRef{2, 3}));
+  EXPECT_EQ(p.scalar_type(), at::kFloat);
+  EXPECT_TRUE(p.equal(at::tensor({1.5f, -2.25f, 90.0f, 0.0f, 0.0f, -180.0f}).view({2, 3})));
+
+  const at::Tensor a = action_tensor({Action{1, -1, radians(7.5)}, Action{-1, 1, -radians(2.5)}, Action{}}, 5);
+  EXPECT_TRUE(a.equal(at::tensor({1.f, 0.f, 1.f, 0.f, 7.5f,  //
+                                  0.f, 1.f, 0.f, 1.f, -2.5f,  //
+                                  0.f, 0.f, 0.f, 0.f, 0.f})
+                          .view({3, 5})));
+  EXPECT_THROW(action_tensor({Action{}}, 4), Error);
+
+  dit::CondConfig c;
+  const dit::FrameCond cond = frame_cond(walk(0, 3, 0.1), std::vector<Action>(3), c, at::kCPU);
+  EXPECT_EQ(cond.pose.sizes(), (at::IntArrayRef{3, 3}));
+  EXPECT_EQ(cond.action.sizes(), (at::IntArrayRef{3, 5}));
+  EXPECT_THROW(frame_cond(walk(0, 3, 0.1), std::vector<Action>(2), c, at::kCPU), Error);
+}
+
+TEST(WorldKvConditioning, DegreesThroughRadiansGiveTheSameFloat) {
+  // A source that speaks degrees (the procedural world turns by multiples of 2^-k degrees)
+  // converts to radians at its edge; the DiT's float32 input must be the degrees it started from.
+  int64_t checked = 0;
+  for (int k = 0; k <= 7; ++k) {
+    const double step = std::ldexp(1.0, -k);
+    for (double d = -720.0; d <= 720.0; d += step, ++checked)
+      ASSERT_EQ(static_cast<float>(degrees(radians(d))), static_cast<float>(d)) << d << " degrees";
+  }
+  EXPECT_GT(checked, 300000);
+}
+
+TEST(WorldSession, RejectsWrongChunkSizesAndALatePrompt) {
+  WorldSession session(random_tiny_model(), one_step_config(), at::kCPU);
+  ASSERT_EQ(session.frames_per_chunk(), 3);
+  EXPECT_THROW(session.next({Pose{}}, {Action{}}), Error);
+  EXPECT_THROW(session.next(walk(0, 3, 0), std::vector<Action>(2)), Error);
+  EXPECT_EQ(session.chunks_done(), 0);
+  const std::vector<Image> frames(3, Image(64, 64));
+  EXPECT_THROW(session.prompt({Image(64, 64)}, walk(0, 3, 0), std::vector<Action>(3)), Error);
+  session.next(walk(0, 3, 0), std::vector<Action>(3));
+  EXPECT_THROW(session.prompt(frames, walk(3, 3, 0), std::vector<Action>(3)), Error);
+}
+
+TEST(WorldSession, DeterministicInItsSeedAndSteeredByThePose) {
+  dit::CausalDit model = random_tiny_model();
+  auto roll = [&](WorldSession& s, double turn) {
+    std::vector<Image> out;
+    const std::vector<Image> prompt(3, Image(64, 64));
+    for (int c = 0; c < 5; ++c) {
+      std::vector<Action> actions(3, Action{1, 0, turn});
+      ChunkOutput o = c == 0 ? s.prompt(prompt, walk(0, 3, turn), actions) : s.next(walk(3 * c, 3, turn), actions);
+      EXPECT_EQ(o.index, c);
+      EXPECT_EQ(o.prompt, c == 0);
+      EXPECT_EQ(o.frames.size(), 3u);
+      out.insert(out.end(), o.frames.begin(), o.frames.end());
+    }
+    return out;
+  };
+  SessionConfig sc = one_step_config();
+  sc.seed = 4;
+  WorldSession a(model, sc, at::kCPU), b(model, sc, at::kCPU);
+  const std::vector<Image> first = roll(a, 0.2);
+  const std::vector<Image> second = roll(b, 0.2);
+  ASSERT_EQ(first.size(), 15u);
+  for (size_t f = 0; f < first.size(); ++f) EXPECT_EQ(first[f].rgb, second[f].rgb) << "frame " << f;
+  EXPECT_EQ(a.chunks_done(), 5);
+  EXPECT_EQ(a.memory().chunk_poses().size(), 5u);
+  EXPECT_NEAR(a.memory().chunk_poses()[1].yaw, 0.2 * 4, 1e-12);  // mean of frames 3, 4, 5
+
+  a.reset(4);
+  EXPECT_EQ(a.chunks_done(), 0);
+  const std::vector<Image> again = roll(a, 0.2);
+  for (size_t f = 0; f < first.size(); ++f) EXPECT_EQ(again[f].rgb, first[f].rgb) << "frame " << f;
+
+  // Another turn is another conditioning: the generated frames (after the prompt) change.
+  b.reset(4);
+  const std::vector<Image> turned = roll(b, -0.3);
+  int differing = 0;
+  for (size_t f = 3; f < first.size(); ++f) differing += turned[f].rgb != first[f].rgb;
+  EXPECT_GT(differing, 0);
+}
+
+}  // namespace
+}  // namespace wm::worldkv
