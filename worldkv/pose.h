@@ -3,8 +3,8 @@
 // is conditioned on it (worldkv/conditioning.h) and the memory retrieves chunks by it. A
 // position and a rotation (yaw about the vertical axis, then pitch), angles in radians. The
 // model's convention: x and y horizontal in the units of the world it was trained on (the tiny
-// model: cells of the procedural world), z up; yaw 0 faces +x and +pi/2 faces +y (a turn to the
-// right); pitch > 0 looks up.
+// model: cells of the procedural world, whose y grows southward), z vertical (0 there); yaw 0
+// faces +x and +pi/2 faces +y (there, a turn to the right); pitch > 0 looks up.
 // A chunk's pose is the mean of its frames' poses: mean position, and the chordal mean rotation
 // (the rotation nearest to the mean of the rotation matrices).
 #include <array>
@@ -21,8 +21,9 @@ struct Pose {
 using Rotation = std::array<double, 9>;  // row-major 3x3
 
 // Degrees to radians and back, for the edges that speak degrees (the DiT's inputs, a test world).
-// degrees(radians(d)) is d or one of its neighbouring doubles, so both give the same float32
-// (the DiT's inputs are float32: a pose that went through radians reaches the model unchanged).
+// degrees(radians(d)) is d or a neighbouring double; for the angles a camera turns by (the test
+// world's multiples of 2^-k degrees) both round to the same float32, the DiT's input type, so a
+// pose that went through radians reaches the model unchanged (tests/worldkv/test_session.cpp).
 constexpr double kRadiansPerDegree = 3.14159265358979323846 / 180.0;
 inline double radians(double degrees) { return degrees * kRadiansPerDegree; }
 inline double degrees(double radians) { return radians / kRadiansPerDegree; }
