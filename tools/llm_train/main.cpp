@@ -116,10 +116,10 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_train: train the tiny decoder on the long-context text tasks"};
-  std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan";
-  std::string curriculum = "256:1500,512:1500,1024:1500,2048:1500", device = "auto", split = "gpt2";
-  int64_t vocab = 2048, batch_tokens = 8192, warmup = 300, save_every = 250, eval_every = 250, eval_samples = 16;
-  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1;
+  std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan,copy";
+  std::string curriculum = "256:600,512:600,1024:600", device = "auto", split = "gpt2";
+  int64_t vocab = 2048, batch_tokens = 8192, warmup = 100, save_every = 250, eval_every = 250, eval_samples = 16;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1;
   uint64_t seed = 1;
   int threads = 0;
   bool resume = false;
