@@ -18,13 +18,9 @@ using namespace detail;
 
 const std::vector<std::string>& mqar_key_pool() {
   static const std::vector<std::string> pool = [] {
-    static const char* kCons[] = {"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z"};
-    static const char* kVow[] = {"a", "e", "i", "o", "u"};
     std::vector<std::string> all;
-    for (const char* c1 : kCons)
-      for (const char* v1 : kVow)
-        for (const char* c2 : kCons)
-          for (const char* v2 : kVow) all.push_back(std::string(c1) + v1 + c2 + v2);
+    for (const std::string& a : syllables())
+      for (const std::string& b : syllables()) all.push_back(a + b);
     Rng rng(hash_string("mqar key pool"));
     rng.shuffle(all);
     all.resize(kMqarKeyPool);

@@ -52,14 +52,22 @@ std::string fresh_number(Rng& rng, int lo, int hi, std::set<std::string>& used) 
   throw Error(str_cat("fresh_number: no unused number left in [", lo, ", ", hi, "]"));
 }
 
+const std::vector<std::string>& syllables() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const char* c : {"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z"})
+      for (const char* w : {"a", "e", "i", "o", "u"}) out.push_back(std::string(c) + w);
+    return out;
+  }();
+  return v;
+}
+
 std::string pseudo_word(Rng& rng) {
-  static const char* kCons[] = {"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z"};
-  static const char* kVow[] = {"a", "e", "i", "o", "u"};
   int syll = static_cast<int>(rng.uniform_int(2, 3));
   std::string w;
   for (int i = 0; i < syll; ++i) {
-    w += kCons[rng.index(14)];
-    w += kVow[rng.index(5)];
+    const size_t c = rng.index(14);  // consonant, then vowel: two draws, as the texts were made
+    w += syllables()[c * 5 + rng.index(5)];
   }
   return w;
 }

@@ -36,6 +36,8 @@ std::string capitalize(std::string s);
 // Decimal digits of a number in [lo, hi] not in `used`; inserts it. Throws when the range is full.
 std::string fresh_number(Rng& rng, int lo, int hi, std::set<std::string>& used);
 
+// The 70 consonant-vowel syllables of pseudo-words ("ba", "be", ..., "zu"), consonant-major.
+const std::vector<std::string>& syllables();
 // A pronounceable pseudo-word of consonant-vowel syllables ("zuvo", "pelika"), 2..3 syllables.
 std::string pseudo_word(Rng& rng);
 // n distinct pseudo-words not in `avoid`.
