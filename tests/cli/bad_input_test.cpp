@@ -257,6 +257,10 @@ TEST_F(BadInput, LlmTrain) {
                {{"--eval-samples", "-3", "-o", run}, "--eval-samples", {run}},
                {{"--save-every", "0", "-o", run}, "--save-every", {run}},
                {{"--curriculum", "garbage", "-o", run}, "--curriculum", {run}},
+               {{"--curriculum", "300-64:10", "-o", run}, "--curriculum", {run}},
+               {{"--curriculum", "64-9x:10", "-o", run}, "--curriculum", {run}},
+               {{"--curriculum", "64:10s", "-o", run}, "--curriculum", {run}},
+               {{"--qk-init", "-0.1", "-o", run}, "--qk-init", {run}},
                {{"--tasks", "mqar:nan", "-o", run}, "--tasks", {run}},
                {{"--config", "{dir}/missing.json", "-o", run}, "missing.json", {run}},
                {{"-o", "/proc/x/run", "--threads", "1"}, "/proc/x/run"}});
