@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan,copy";
   std::string curriculum = "256:600,512:600,1024:600", device = "auto", split = "gpt2";
   int64_t vocab = 2048, batch_tokens = 8192, warmup = 100, save_every = 250, eval_every = 250, eval_samples = 16;
-  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1, qk_init = 0.0;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1, qk_init = 0.0, beta2 = 0.95;
   uint64_t seed = 1;
   int threads = 0;
   bool resume = false, all_queries = false;
@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-lr", min_lr, "final learning rate (cosine)")->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--warmup", warmup, "warm-up steps")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--beta2", beta2, "AdamW's second-moment decay")->capture_default_str()->check(wm::cli::FiniteRange(0.0, 0.999999));
   app.add_option("--clip", clip, "gradient norm clip")->capture_default_str()->check(wm::cli::FiniteRange(1e-6, 1e6));
   app.add_option("--context-weight", context_weight, "loss weight of non-answer tokens (answers weigh 1)")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
@@ -252,9 +253,9 @@ int main(int argc, char** argv) {
     for (const auto& p : model->parameters()) (p.dim() >= 2 ? decayed : plain).push_back(p);
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(weight_decay)));
+                                     torch::optim::AdamWOptions(lr).betas({0.9, beta2}).weight_decay(weight_decay)));
     groups.emplace_back(plain, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.0)));
+                                   torch::optim::AdamWOptions(lr).betas({0.9, beta2}).weight_decay(0.0)));
     torch::optim::AdamW opt(std::move(groups));
     int64_t step = 0;
     if (resume) {
