@@ -42,11 +42,19 @@ def main():
     p.add_argument("--clip", type=float, default=0.0, help="gradient norm clip (0: none)")
     p.add_argument("--context-weight", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix", type=int, default=0,
+                   help="a fixed line of this many tokens before every sequence (as mqar's instruction)")
+    p.add_argument("--newlines", action="store_true",
+                   help="a newline token after every value, in the list and in the answers (as mqar's lines)")
     a = p.parse_args()
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
-    nk, vocab = a.keys, 2 * a.keys
+    nk = a.keys
+    newline, prefix_base = 2 * nk, 2 * nk + 1  # extra tokens: the newline, then the prefix's
+    vocab = prefix_base + a.prefix
+    prefix = torch.arange(prefix_base, prefix_base + a.prefix)
+    width = 3 if a.newlines else 2  # tokens per pair
     cfg = Qwen2Config(vocab_size=vocab, hidden_size=a.hidden, intermediate_size=a.intermediate or 2 * a.hidden,
                       num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
                       head_dim=a.hidden // a.heads, tie_word_embeddings=True, rope_theta=10000.0,
@@ -68,12 +76,15 @@ def main():
         keys = torch.rand(n, nk).argsort(1)[:, :pairs]
         vals = torch.randint(nk, (n, pairs)) + nk
         order = torch.rand(n, pairs).argsort(1)
-        listed = torch.stack([keys, vals], 2).reshape(n, -1)
-        asked = torch.stack([keys.gather(1, order), vals.gather(1, order)], 2).reshape(n, -1)
-        return torch.cat([listed, asked], 1)
+        parts = [[keys, vals], [keys.gather(1, order), vals.gather(1, order)]]
+        if a.newlines:
+            for part in parts:
+                part.append(torch.full((n, pairs), newline))
+        listed, asked = (torch.stack(part, 2).reshape(n, -1) for part in parts)
+        return torch.cat([prefix.expand(n, -1), listed, asked], 1)
 
     def answer_positions(pairs):
-        return torch.arange(2 * pairs + 1, 4 * pairs, 2)
+        return a.prefix + torch.arange(width * pairs + 1, 2 * width * pairs, width)
 
     def accuracy(pairs):
         if pairs > nk:
