@@ -44,6 +44,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prefix", type=int, default=0,
                    help="a fixed line of this many tokens before every sequence (as mqar's instruction)")
+    p.add_argument("--prefix-random", action="store_true",
+                   help="draw the prefix line's tokens afresh for every sequence (from its own N tokens)")
     p.add_argument("--newlines", action="store_true",
                    help="a newline token after every value, in the list and in the answers (as mqar's lines)")
     a = p.parse_args()
@@ -81,7 +83,10 @@ def main():
             for part in parts:
                 part.append(torch.full((n, pairs), newline))
         listed, asked = (torch.stack(part, 2).reshape(n, -1) for part in parts)
-        return torch.cat([prefix.expand(n, -1), listed, asked], 1)
+        pre = prefix.expand(n, -1)
+        if a.prefix_random and a.prefix > 0:
+            pre = torch.randint(prefix_base, prefix_base + a.prefix, (n, a.prefix))
+        return torch.cat([pre, listed, asked], 1)
 
     def answer_positions(pairs):
         return a.prefix + torch.arange(width * pairs + 1, 2 * width * pairs, width)
