@@ -74,7 +74,7 @@ ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector
   auto t_mem = Clock::now();
   memory_->prepare(out.index, poses);
   out.memory_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
-  if (banks(cfg_.memory.policy)) out.retrieved = memory_->region_ids("retrieved");
+  if (memory_->policy().banks()) out.retrieved = memory_->region_ids("retrieved");
   const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
   dit::ChunkResult r = dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
   t_mem = Clock::now();

@@ -127,16 +127,15 @@ uint64_t train_seed(uint64_t run, int64_t step, int i) {
 void mimetic_qk_init(wm::llm::LlmModelImpl& model, const wm::llm::LlmConfig& cfg, double scale) {
   at::NoGradGuard ng;
   const int64_t hd = cfg.head_dim, group = cfg.num_attention_heads / cfg.num_key_value_heads;
+  auto params = model.named_parameters(true);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string pre = wm::str_cat("model.layers.", l, ".self_attn.");
-    at::Tensor q, k;
-    for (auto& item : model.named_parameters(true)) {
-      if (item.key() == pre + "q_proj.weight") q = item.value();
-      if (item.key() == pre + "k_proj.weight") k = item.value();
-    }
-    if (!q.defined() || !k.defined()) throw wm::Error(wm::str_cat("--qk-init: no ", pre, "{q,k}_proj.weight"));
-    k.mul_(scale / cfg.initializer_range);
-    for (int64_t h = 0; h < cfg.num_attention_heads; ++h) q.narrow(0, h * hd, hd).copy_(k.narrow(0, (h / group) * hd, hd));
+    at::Tensor* q = params.find(pre + "q_proj.weight");
+    at::Tensor* k = params.find(pre + "k_proj.weight");
+    if (q == nullptr || k == nullptr) throw wm::Error(wm::str_cat("--qk-init: no ", pre, "{q,k}_proj.weight"));
+    k->mul_(scale / cfg.initializer_range);
+    for (int64_t h = 0; h < cfg.num_attention_heads; ++h)
+      q->narrow(0, h * hd, hd).copy_(k->narrow(0, (h / group) * hd, hd));
   }
 }
 
