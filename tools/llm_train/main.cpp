@@ -431,8 +431,8 @@ int main(int argc, char** argv) {
         const auto acc = evaluate(stage.context);
         progress.finish();
         std::fprintf(stderr, "wm_llm_train: step %lld held-out answer accuracy at %lld tokens: %s\n",
-                     static_cast<long long>(step), static_cast<long long>(context), acc.dump().c_str());
-        log << nlohmann::json{{"step", step}, {"context", context}, {"heldout_accuracy", acc}}.dump() << "\n";
+                     static_cast<long long>(step), static_cast<long long>(stage.context), acc.dump().c_str());
+        log << nlohmann::json{{"step", step}, {"context", stage.context}, {"heldout_accuracy", acc}}.dump() << "\n";
       }
       log.flush();
       if (step % save_every == 0 || step == total_steps) checkpoint();
