@@ -258,6 +258,7 @@ TEST_F(BadInput, LlmTrain) {
                {{"--save-every", "0", "-o", run}, "--save-every", {run}},
                {{"--curriculum", "garbage", "-o", run}, "--curriculum", {run}},
                {{"--curriculum", "300-64:10", "-o", run}, "--curriculum", {run}},
+               {{"--curriculum", "48-64:10", "-o", run}, "--curriculum", {run}},
                {{"--curriculum", "64-9x:10", "-o", run}, "--curriculum", {run}},
                {{"--curriculum", "64:10s", "-o", run}, "--curriculum", {run}},
                {{"--qk-init", "-0.1", "-o", run}, "--qk-init", {run}},

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
   app.add_option("--contexts", contexts, "context lengths in tokens")->capture_default_str()
-      ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
+      ->check(CLI::Range(wm::llmtasks::kMinTargetTokens, int64_t{1} << 20));
   app.add_option("--samples", samples, "held-out samples per task and context")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   app.add_option("--prefill-chunk", prefill_chunk, "tokens per forward pass")->capture_default_str()

@@ -140,6 +140,9 @@ struct GenOptions {
 // paragraphs between the pairs and the queries.
 constexpr int kMqarKeyPool = 128;
 
+// The shortest GenOptions::target_tokens any generator accepts.
+constexpr int64_t kMinTargetTokens = 64;
+
 // The task names: "mqar", "niah", "multifact", "plan".
 std::vector<std::string> task_names();
 

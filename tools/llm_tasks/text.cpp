@@ -23,8 +23,8 @@ TokenCounter counter_of(const GenOptions& options) {
 }
 
 void check_common(const GenOptions& options, const char* task) {
-  if (options.target_tokens < 64)
-    throw Error(str_cat(task, ": target_tokens must be at least 64, got ", options.target_tokens));
+  if (options.target_tokens < kMinTargetTokens)
+    throw Error(str_cat(task, ": target_tokens must be at least ", kMinTargetTokens, ", got ", options.target_tokens));
 }
 
 int64_t add_segment(Sample& s, const TokenCounter& count, std::string id, std::string kind,

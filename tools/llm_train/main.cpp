@@ -68,9 +68,10 @@ std::vector<Stage> parse_curriculum(const std::string& s) {
     } catch (const std::exception&) {
       throw wm::Error(wm::str_cat("--curriculum: '", item, "' is not context:steps or min-max:steps"));
     }
-    if (st.min_context < 32 || st.context > 65536 || st.min_context > st.context || st.steps <= 0)
-      throw wm::Error(wm::str_cat("--curriculum: '", item,
-                                  "' needs 32 <= context (min <= max of a range) <= 65536 and steps > 0"));
+    if (st.min_context < wm::llmtasks::kMinTargetTokens || st.context > 65536 || st.min_context > st.context ||
+        st.steps <= 0)
+      throw wm::Error(wm::str_cat("--curriculum: '", item, "' needs ", wm::llmtasks::kMinTargetTokens,
+                                  " <= context (min <= max of a range) <= 65536 and steps > 0"));
     out.push_back(st);
   }
   if (out.empty()) throw wm::Error("--curriculum is empty");
