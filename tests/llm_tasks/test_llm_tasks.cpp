@@ -699,7 +699,7 @@ TEST(LlmTasks, PrintExamples) {
 // ---- copy (training aid) -------------------------------------------------------------------
 
 TEST(LlmTasks, CopyRoundsRepeatTheirLists) {
-  EXPECT_EQ(training_aid_names(), std::vector<std::string>{"copy"});
+  EXPECT_EQ(training_aid_names(), (std::vector<std::string>{"copy", "recall"}));
   const std::regex line_re("^([a-z]+) ([0-9]{2})$");
   const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
   for (uint64_t seed = 0; seed < 20; ++seed) {
@@ -742,6 +742,48 @@ TEST(LlmTasks, CopyRoundsRepeatTheirLists) {
   EXPECT_TRUE(reordered);
   EXPECT_EQ(make_copy(3, opts(256)).text(), make_copy(3, opts(256)).text());
   EXPECT_NE(make_copy(3, opts(256)).text(), make_copy(4, opts(256)).text());
+}
+
+// ---- recall (training aid) -----------------------------------------------------------------
+
+TEST(LlmTasks, RecallQueriesEveryPairOfABareList) {
+  const std::regex line_re("^([a-z]+) ([0-9]{2})\n$");
+  std::set<int> sizes;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Sample s = make_sample("recall", seed, opts(1024));  // the length is not followed
+    const int n = s.meta["pairs"].get<int>();
+    sizes.insert(n);
+    ASSERT_GE(n, 2);
+    ASSERT_LE(n, 8);
+    // n pairs first (nothing before them), the header, then n query/answer pairs.
+    ASSERT_EQ(s.segments.size(), static_cast<size_t>(3 * n + 1));
+    std::map<std::string, std::string> value_of;
+    for (int i = 0; i < n; ++i) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(s.segments[i].text, m, line_re)) << s.segments[i].text;
+      EXPECT_EQ(s.segments[i].kind, "pair");
+      EXPECT_TRUE(value_of.emplace(m[1], m[2]).second) << "key twice: " << m[1];
+    }
+    EXPECT_EQ(s.segments[n].text, "Recall:\n");
+    std::set<std::string> asked;
+    for (int j = 0; j < n; ++j) {
+      const Segment& q = s.segments[n + 1 + 2 * j];
+      const Segment& a = s.segments[n + 2 + 2 * j];
+      ASSERT_TRUE(value_of.count(q.text)) << q.text;
+      EXPECT_TRUE(asked.insert(q.text).second);
+      EXPECT_TRUE(a.target);
+      EXPECT_EQ(a.text, " " + value_of[q.text] + "\n");
+    }
+    EXPECT_EQ(s.targets().size(), static_cast<size_t>(n));
+  }
+  EXPECT_EQ(sizes.size(), 7u);  // every size 2..8 drawn in 40 samples
+  GenOptions o = opts(64);
+  o.mqar_pairs = 5;
+  EXPECT_EQ(make_recall(9, o).meta["pairs"].get<int>(), 5);
+  o.mqar_pairs = kMqarKeyPool + 1;
+  EXPECT_THROW(make_recall(9, o), wm::Error);
+  EXPECT_EQ(make_recall(3, opts(256)).text(), make_recall(3, opts(256)).text());
+  EXPECT_NE(make_recall(3, opts(256)).text(), make_recall(4, opts(256)).text());
 }
 
 TEST(LlmTasks, MqarKeysComeFromTheFixedPool) {

@@ -158,9 +158,13 @@ Sample make_plan(uint64_t seed, const GenOptions& options);
 // 2..8 of mqar's pair lines ("simo 42\n" ...), each followed by the same lines shuffled as a
 // target; its dense look-back targets make the look-up-by-key circuit that the tasks need form
 // early, on mqar's own tokens (copy.cpp tells what did not work). A repeat spans several lines
-// (the one exception to the target convention above). make_sample accepts these names too.
+// (the one exception to the target convention above). "recall": mqar at its shortest, 2..8 pair
+// lines with no instruction before them (mqar_pairs sets the count), "Recall:\n", every key
+// queried; its length ignores target_tokens (recall.cpp tells why it exists). make_sample accepts
+// these names too.
 std::vector<std::string> training_aid_names();
 Sample make_copy(uint64_t seed, const GenOptions& options);
+Sample make_recall(uint64_t seed, const GenOptions& options);
 
 // mqar's key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
 const std::vector<std::string>& mqar_key_pool();

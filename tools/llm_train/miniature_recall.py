@@ -8,7 +8,8 @@ A sequence is `k1 v1 k2 v2 ... kn vn` then the same keys in a shuffled order, ea
 value; keys are distinct tokens of [0, nk), values tokens of [nk, 2 nk). The loss is on the
 queried values (or, with --context-weight w > 0, on every next token, values weighing 1 and the
 rest w, as wm_llm_train weighs them). Prints, every 100 steps: step, pairs, loss, and the recall
-accuracy of fresh sequences of 6, 24 and 48 pairs (-1 where nk is too small for them).
+accuracy of fresh sequences of 6, 24 and 48 pairs (-1 where nk is too small for them), with the
+--prefix line, and with --prefix also that of 6 pairs without it.
 
   python3 tools/llm_train/miniature_recall.py                          # 2 layers of 64, 6 pairs
   python3 tools/llm_train/miniature_recall.py --qk-init 0.05            # mimetic attention init
@@ -26,7 +27,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="6:1500",
-                   help="pairs:steps,... in order; pairs may be a range lo-hi drawn per step")
+                   help="pairs:steps[:prefix],... in order; pairs may be a range lo-hi drawn per step; "
+                        "prefix (default --prefix) is the stage's prefix length, at most --prefix, or "
+                        "lengths joined by + (0+20: half the batch without, half with a 20-token prefix)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch", type=int, default=128, help="sequences per step")
     p.add_argument("--keys", type=int, default=64, help="distinct keys (and values): nk")
@@ -74,7 +77,8 @@ def main():
                     att.q_proj.weight[h * hd:(h + 1) * hd] = att.k_proj.weight[g * hd:(g + 1) * hd]
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, betas=(0.9, a.beta2))
 
-    def sequences(pairs, n):
+    def sequences(pairs, n, plen=None):
+        plen = a.prefix if plen is None else plen
         keys = torch.rand(n, nk).argsort(1)[:, :pairs]
         vals = torch.randint(nk, (n, pairs)) + nk
         order = torch.rand(n, pairs).argsort(1)
@@ -83,40 +87,46 @@ def main():
             for part in parts:
                 part.append(torch.full((n, pairs), newline))
         listed, asked = (torch.stack(part, 2).reshape(n, -1) for part in parts)
-        pre = prefix.expand(n, -1)
-        if a.prefix_random and a.prefix > 0:
-            pre = torch.randint(prefix_base, prefix_base + a.prefix, (n, a.prefix))
+        pre = prefix[:plen].expand(n, -1)
+        if a.prefix_random and plen > 0:
+            pre = torch.randint(prefix_base, prefix_base + a.prefix, (n, plen))
         return torch.cat([pre, listed, asked], 1)
 
-    def answer_positions(pairs):
-        return a.prefix + torch.arange(width * pairs + 1, 2 * width * pairs, width)
+    def answer_positions(pairs, plen=None):
+        return (a.prefix if plen is None else plen) + torch.arange(width * pairs + 1, 2 * width * pairs, width)
 
-    def accuracy(pairs):
+    def accuracy(pairs, plen=None):
         if pairs > nk:
             return -1
         with torch.no_grad():
-            tok = sequences(pairs, 64)
-            i = answer_positions(pairs)
+            tok = sequences(pairs, 64, plen)
+            i = answer_positions(pairs, plen)
             logits = model(tok).logits
             return round((logits[:, i - 1].argmax(-1) == tok[:, i]).float().mean().item(), 3)
 
     t0, step = time.time(), 0
     for stage in a.stages.split(","):
-        pr, n = stage.split(":")
+        pr, n, *rest = stage.split(":")
+        plens = [int(x) for x in rest[0].split("+")] if rest else [a.prefix]
+        if max(plens) > a.prefix:
+            p.error(f"stage {stage}: a prefix is longer than --prefix {a.prefix}")
         lo, hi = map(int, pr.split("-")) if "-" in pr else (int(pr), int(pr))
         for k in range(int(n)):
             pairs = int(torch.randint(lo, hi + 1, (1,)))
-            tok = sequences(pairs, a.batch)
-            i = answer_positions(pairs)
-            logits = model(tok).logits
-            if a.context_weight > 0:
-                w = torch.full((tok.shape[1] - 1,), a.context_weight)
-                w[i - 1] = 1.0
-                nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tok[:, 1:].reshape(-1),
-                                                        reduction="none").view(tok.shape[0], -1)
-                loss = (nll * w).sum() / (w.sum() * tok.shape[0])
-            else:
-                loss = torch.nn.functional.cross_entropy(logits[:, i - 1].reshape(-1, vocab), tok[:, i].reshape(-1))
+            loss = 0.0
+            for plen in plens:  # the batch split evenly between the stage's prefix lengths
+                tok = sequences(pairs, a.batch // len(plens), plen)
+                i = answer_positions(pairs, plen)
+                logits = model(tok).logits
+                if a.context_weight > 0:
+                    w = torch.full((tok.shape[1] - 1,), a.context_weight)
+                    w[i - 1] = 1.0
+                    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tok[:, 1:].reshape(-1),
+                                                            reduction="none").view(tok.shape[0], -1)
+                    part = (nll * w).sum() / (w.sum() * tok.shape[0])
+                else:
+                    part = torch.nn.functional.cross_entropy(logits[:, i - 1].reshape(-1, vocab), tok[:, i].reshape(-1))
+                loss = loss + part / len(plens)
             opt.zero_grad()
             loss.backward()
             if a.clip > 0:
@@ -124,8 +134,9 @@ def main():
             opt.step()
             step += 1
             if k % 100 == 0 or k == int(n) - 1:
+                bare = f" acc@6 without prefix {accuracy(6, 0)}" if a.prefix > 0 else ""
                 print(step, pairs, round(loss.item(), 3), "acc@6", accuracy(6), "@24", accuracy(24), "@48",
-                      accuracy(48), f"{time.time() - t0:.0f}s", flush=True)
+                      accuracy(48), bare, f"{time.time() - t0:.0f}s", flush=True)
 
 
 if __name__ == "__main__":
