@@ -262,6 +262,9 @@ TEST_F(BadInput, LlmTrain) {
                {{"--curriculum", "64-9x:10", "-o", run}, "--curriculum", {run}},
                {{"--curriculum", "64:10s", "-o", run}, "--curriculum", {run}},
                {{"--qk-init", "-0.1", "-o", run}, "--qk-init", {run}},
+               {{"--init-from", "{dir}/missing", "-o", run}, "--init-from", {run}},
+               {{"--init-from", "{dir}", "--resume", "-o", run}, "--resume", {run}},
+               {{"--init-from", "{dir}", "--qk-init", "0.05", "-o", run}, "--init-from", {run}},
                {{"--tasks", "mqar:nan", "-o", run}, "--tasks", {run}},
                {{"--config", "{dir}/missing.json", "-o", run}, "missing.json", {run}},
                {{"-o", "/proc/x/run", "--threads", "1"}, "/proc/x/run"}});

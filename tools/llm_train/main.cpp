@@ -150,7 +150,7 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_train: train the tiny decoder on the long-context text tasks"};
-  std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, tasks = "mqar,niah,multifact,plan,copy";
+  std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, init_from, tasks = "mqar,niah,multifact,plan,copy";
   std::string curriculum = "256:600,512:600,1024:600", device = "auto", split = "gpt2";
   int64_t vocab = 2048, batch_tokens = 8192, warmup = 100, save_every = 250, eval_every = 250, eval_samples = 16;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1, qk_init = 0.0, beta2 = 0.95;
@@ -195,7 +195,13 @@ int main(int argc, char** argv) {
   app.add_flag("--all-queries", all_queries,
                "mqar samples for training query every pair, not half of them as the task does by default (and "
                "as evaluation does): twice the answers per token");
-  app.add_flag("--resume", resume, "continue from <out>/checkpoint");
+  auto* resume_opt = app.add_flag("--resume", resume, "continue from <out>/checkpoint");
+  app.add_option("--init-from", init_from,
+                 "start from this model folder's weights, config and tokenizer (a run of its own: a fresh "
+                 "optimizer at step 0, the data of --seed): to go on with other tasks or settings than a "
+                 "finished run's")
+      ->check(CLI::ExistingDirectory)
+      ->excludes(resume_opt);
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
@@ -208,6 +214,9 @@ int main(int argc, char** argv) {
     if (min_lr > lr) throw wm::Error("--min-lr must not exceed --lr");
     const auto stages = parse_curriculum(curriculum);
     const auto mix = parse_mix(tasks);
+    if (!init_from.empty() && (!tokenizer_path.empty() || qk_init > 0 || app.count("--config") > 0))
+      throw wm::Error("--init-from takes the model's own config and tokenizer, and its weights as they are: "
+                      "leave out --config, --tokenizer and --qk-init");
     int64_t total_steps = 0;
     for (const auto& s : stages) total_steps += s.steps;
     {
@@ -220,9 +229,10 @@ int main(int argc, char** argv) {
     if (resume && !fs::exists(ckpt + "/trainer_state.json"))
       throw wm::Error(wm::str_cat("--resume: no checkpoint in ", ckpt));
 
-    // Tokenizer: given, resumed, or trained on the tasks' own text.
+    // Tokenizer: given, resumed, taken over, or trained on the tasks' own text.
     wm::llm::Tokenizer tok = [&] {
       if (resume) return wm::llm::Tokenizer::load(ckpt + "/tokenizer.json");
+      if (!init_from.empty()) return wm::llm::Tokenizer::load(init_from + "/tokenizer.json");
       if (!tokenizer_path.empty()) return wm::llm::Tokenizer::load(tokenizer_path);
       std::fprintf(stderr, "wm_llm_train: training a byte-level BPE of %lld tokens on the tasks' text\n",
                    static_cast<long long>(vocab));
@@ -233,15 +243,16 @@ int main(int argc, char** argv) {
       return wm::llm::BpeTrainer::train(std::vector<std::string>{wm::llmtasks::sample_corpus(seed, 4 << 20)}, bo);
     }();
 
-    wm::llm::LlmConfig cfg = resume ? wm::llm::LlmConfig::load(ckpt + "/config.json") : wm::llm::LlmConfig::load(config_path);
-    if (!resume) {
+    const std::string from = resume ? ckpt : init_from;  // a folder the model comes from, or none
+    wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(from.empty() ? config_path : from + "/config.json");
+    if (from.empty()) {
       cfg.vocab_size = tok.vocab_size();
       cfg.eos_token_ids.clear();
       if (auto e = tok.token_to_id("<|endoftext|>")) cfg.eos_token_ids.push_back(*e);
       cfg.validate();
     }
-    wm::llm::LlmModel model = resume ? wm::llm::load_llm(ckpt, dev, at::kFloat) : wm::llm::LlmModel(cfg);
-    if (!resume) {
+    wm::llm::LlmModel model = from.empty() ? wm::llm::LlmModel(cfg) : wm::llm::load_llm(from, dev, at::kFloat);
+    if (from.empty()) {
       model->init_weights(seed);
       if (qk_init > 0) mimetic_qk_init(*model, cfg, qk_init);
       model->to(dev);
@@ -283,7 +294,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(params), static_cast<long long>(cfg.vocab_size),
                  static_cast<int>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
                  wm::describe_device(dev).c_str(), static_cast<long long>(total_steps),
-                 resume ? wm::str_cat(", resuming at ", step).c_str() : "");
+                 resume ? wm::str_cat(", resuming at ", step).c_str()
+                        : init_from.empty() ? "" : wm::str_cat(", starting from ", init_from).c_str());
 
     std::ofstream log(out + "/train.log", std::ios::app);
     double wsum = 0;
@@ -303,7 +315,8 @@ int main(int argc, char** argv) {
       torch::save(opt, next + "/optimizer.pt");
       wm::cli::OutputFile st(next + "/trainer_state.json");
       st.stream() << nlohmann::json{{"step", step}, {"seed", seed}, {"tasks", tasks}, {"batch_tokens", batch_tokens},
-                                    {"context_weight", context_weight}, {"curriculum", curriculum}}.dump()
+                                    {"context_weight", context_weight}, {"curriculum", curriculum},
+                                    {"init_from", init_from}}.dump()
                   << "\n";
       st.commit();
       fs::remove_all(old);
