@@ -12,6 +12,7 @@
 #include "tools/media/mp4_reader.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
+#include "tools/media/upscale.h"
 
 namespace fs = std::filesystem;
 using wm::Image;
@@ -157,6 +158,28 @@ TEST(Mp4, ClearErrors) {
   msg = what_of([&] { writer.write(pattern(32, 32, 2)); });
   EXPECT_TRUE(contains(msg, "close")) << msg;
   EXPECT_EQ(wm::media::VideoReader::count_frames(dir.file("b.mp4")), 2);
+}
+
+// upscale_into (the writer's upscale, and the programs' side-by-side canvases): each pixel an
+// s x s block at the offset, the rest of the canvas untouched; a block that does not fit throws.
+TEST(Mp4, UpscaleIntoPlacesBlocksAtTheOffset) {
+  const Image src = pattern(5, 3, 2);
+  Image canvas(20, 12);
+  for (auto& b : canvas.rgb) b = 7;
+  wm::media::upscale_into(src, 3, canvas, 4, 2);
+  for (int y = 0; y < canvas.height; ++y)
+    for (int x = 0; x < canvas.width; ++x) {
+      const bool inside = x >= 4 && x < 4 + 15 && y >= 2 && y < 2 + 9;
+      const uint8_t* q = canvas.pixel(x, y);
+      for (int c = 0; c < 3; ++c) {
+        const int want = inside ? src.pixel((x - 4) / 3, (y - 2) / 3)[c] : 7;
+        ASSERT_EQ(q[c], want) << x << "," << y << " channel " << c;
+      }
+    }
+  std::string msg = what_of([&] { wm::media::upscale_into(src, 3, canvas, 6, 2); });
+  EXPECT_TRUE(contains(msg, "does not fit in 20x12")) << msg;
+  msg = what_of([&] { wm::media::upscale_into(src, 0, canvas); });
+  EXPECT_TRUE(contains(msg, "scale")) << msg;
 }
 
 TEST(VideoReaderTest, ClearErrors) {

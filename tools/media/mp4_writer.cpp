@@ -6,6 +6,7 @@
 
 #include "tools/cli/output_file.h"
 #include "tools/media/ffmpeg_util.h"
+#include "tools/media/upscale.h"
 
 extern "C" {
 #include <libavutil/opt.h>
@@ -53,7 +54,7 @@ struct Mp4Writer::Impl {
   FramePtr yuv;
   PacketPtr packet;
   SwsPtr sws;
-  std::vector<uint8_t> scaled;  // [out_h, out_w, 3] RGB after upscale + even padding
+  wm::Image scaled;  // out_w x out_h: the frame after upscale + even padding
 
   ~Impl() {
     codec.reset();
@@ -171,7 +172,7 @@ Mp4Writer::Mp4Writer(const std::string& path, int width, int height, int fps, in
   m.sws.reset(sws_getContext(m.out_w, m.out_h, AV_PIX_FMT_RGB24, m.out_w, m.out_h, AV_PIX_FMT_YUV420P,
                              SWS_BILINEAR, nullptr, nullptr, nullptr));
   if (!m.sws) throw wm::Error(where(path) + ": could not create the RGB->YUV converter");
-  m.scaled.resize(static_cast<size_t>(m.out_w) * m.out_h * 3);
+  m.scaled = wm::Image(m.out_w, m.out_h);
   m.open = true;
 }
 
@@ -187,25 +188,16 @@ void Mp4Writer::write(const wm::Image& frame) {
                                 std::to_string(m.width) + "x" + std::to_string(m.height));
   }
   // Nearest-neighbour integer upscale; the odd padding column/row repeats the last one.
-  const int s = m.upscale;
+  upscale_into(frame, m.upscale, m.scaled);
   const size_t row_bytes = static_cast<size_t>(m.out_w) * 3;
-  for (int y = 0; y < m.height; ++y) {
-    uint8_t* dst = m.scaled.data() + static_cast<size_t>(y) * s * row_bytes;
-    const uint8_t* src = frame.pixel(0, y);
-    uint8_t* d = dst;
-    for (int x = 0; x < m.width; ++x, src += 3) {
-      for (int k = 0; k < s; ++k, d += 3) std::memcpy(d, src, 3);
-    }
-    if (m.width * s < m.out_w) std::memcpy(d, d - 3, 3);
-    for (int k = 1; k < s; ++k) std::memcpy(dst + k * row_bytes, dst, row_bytes);
+  if (m.width * m.upscale < m.out_w) {
+    for (int y = 0; y < m.height * m.upscale; ++y)
+      std::memcpy(m.scaled.pixel(m.out_w - 1, y), m.scaled.pixel(m.out_w - 2, y), 3);
   }
-  if (m.height * s < m.out_h) {
-    std::memcpy(m.scaled.data() + (m.out_h - 1) * row_bytes, m.scaled.data() + (m.out_h - 2) * row_bytes,
-                row_bytes);
-  }
+  if (m.height * m.upscale < m.out_h) std::memcpy(m.scaled.pixel(0, m.out_h - 1), m.scaled.pixel(0, m.out_h - 2), row_bytes);
 
   av_check(av_frame_make_writable(m.yuv.get()), where(m.path) + ": making the frame writable");
-  const uint8_t* src_planes[1] = {m.scaled.data()};
+  const uint8_t* src_planes[1] = {m.scaled.rgb.data()};
   const int src_stride[1] = {static_cast<int>(row_bytes)};
   sws_scale(m.sws.get(), src_planes, src_stride, 0, m.out_h, m.yuv->data, m.yuv->linesize);
   m.yuv->pts = m.frames;

@@ -17,6 +17,7 @@
 #include "tools/cli/validators.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
+#include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/world_adapter.h"
@@ -24,16 +25,6 @@
 #include "tools/world/suite.h"
 
 namespace {
-
-// Nearest-neighbour upscale of src into dst at (x0, y0).
-void blit(const wm::Image& src, int s, wm::Image& dst, int x0, int y0) {
-  for (int y = 0; y < src.height * s; ++y)
-    for (int x = 0; x < src.width * s; ++x) {
-      const uint8_t* p = src.pixel(x / s, y / s);
-      uint8_t* q = dst.pixel(x0 + x, y0 + y);
-      q[0] = p[0], q[1] = p[1], q[2] = p[2];
-    }
-}
 
 void fill(wm::Image& im, int x0, int y0, int x1, int y1, uint8_t r, uint8_t g, uint8_t b) {
   for (int y = std::max(0, y0); y < std::min(im.height, y1); ++y)
@@ -144,8 +135,8 @@ int main(int argc, char** argv) {
       for (int f = 0; f < F; ++f) {
         const int frame = static_cast<int>(c.index) * F + f;
         wm::Image canvas(W, H);
-        blit(c.frames[f], upscale, canvas, 0, 0);
-        if (side_by_side) blit(ray.render(ep.poses[frame]), upscale, canvas, fw, 0);
+        wm::media::upscale_into(c.frames[f], upscale, canvas, 0, 0);
+        if (side_by_side) wm::media::upscale_into(ray.render(ep.poses[frame]), upscale, canvas, fw, 0);
         if (strip) {
           // One cell per chunk of the whole rollout: in the window green, retrieved orange, the
           // current chunk white, past chunks grey.

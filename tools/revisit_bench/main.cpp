@@ -23,6 +23,7 @@
 #include "tools/cli/progress.h"
 #include "tools/media/metrics.h"
 #include "tools/media/png.h"
+#include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/plot.h"
@@ -65,13 +66,7 @@ struct PolicyScore {
 wm::Image side_by_side(const std::vector<const wm::Image*>& ims, int scale) {
   const int w = ims[0]->width, h = ims[0]->height;
   wm::Image out(w * scale * static_cast<int>(ims.size()), h * scale);
-  for (size_t k = 0; k < ims.size(); ++k)
-    for (int y = 0; y < h * scale; ++y)
-      for (int x = 0; x < w * scale; ++x) {
-        const uint8_t* p = ims[k]->pixel(x / scale, y / scale);
-        uint8_t* q = out.pixel(static_cast<int>(k) * w * scale + x, y);
-        q[0] = p[0], q[1] = p[1], q[2] = p[2];
-      }
+  for (size_t k = 0; k < ims.size(); ++k) wm::media::upscale_into(*ims[k], scale, out, static_cast<int>(k) * w * scale, 0);
   return out;
 }
 
