@@ -132,6 +132,15 @@ TEST(Metrics, IdenticalImagesGiveInfinityAndOne) {
   EXPECT_EQ(wm::media::ssim(a, a), 1.0);  // exactly: numerator and denominator are bitwise equal
 }
 
+// The programs' means use capped_psnr: identical frames count kPsnrCap (60 dB), others their PSNR.
+TEST(Metrics, CappedPsnrCapsOnlyAboveTheCap) {
+  EXPECT_EQ(wm::media::kPsnrCap, 60.0);
+  Image a = random_image(64, 48, 5), b = random_image(64, 48, 6);
+  EXPECT_EQ(wm::media::capped_psnr(a, a), wm::media::kPsnrCap);
+  EXPECT_EQ(wm::media::capped_psnr(a, b), wm::media::psnr(a, b));
+  EXPECT_THROW(wm::media::capped_psnr(a, random_image(32, 48, 7)), wm::Error);
+}
+
 TEST(Metrics, UniformOffsetGivesKnownPsnr) {
   for (int d : {1, 3, 10, 50}) {
     Image a(40, 30), b(40, 30);

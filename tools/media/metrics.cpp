@@ -1,5 +1,6 @@
 #include "tools/media/metrics.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -56,6 +57,8 @@ double psnr_from_mse(double m) {
 }
 
 double psnr(const wm::Image& a, const wm::Image& b) { return psnr_from_mse(mse(a, b)); }
+
+double capped_psnr(const wm::Image& a, const wm::Image& b) { return std::min(kPsnrCap, psnr(a, b)); }
 
 double ssim(const wm::Image& a, const wm::Image& b) {
   check_pair("ssim", a, b);

@@ -17,6 +17,13 @@ double psnr(const wm::Image& a, const wm::Image& b);
 // PSNR of a given MSE (data range 255); +infinity when mse == 0.
 double psnr_from_mse(double mse);
 
+// The cap on PSNR where the programs average it (wm_revisit_bench, wm_train's evaluation):
+// identical frames give +infinity, which would swamp every mean.
+inline constexpr double kPsnrCap = 60.0;
+
+// min(kPsnrCap, psnr(a, b)). Throws wm::Error when the sizes differ.
+double capped_psnr(const wm::Image& a, const wm::Image& b);
+
 // Structural similarity (Wang et al. 2004) as scikit-image computes it with
 // structural_similarity(a, b, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
 // data_range=255, channel_axis=-1): Gaussian window sigma 1.5 truncated at 3.5 sigma (11 taps),

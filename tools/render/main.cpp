@@ -86,13 +86,17 @@ int main(int argc, char** argv) {
     if (!std::filesystem::exists(model_path))
       throw wm::Error("no model at '" + model_path + "' (train one with wm_train, or pass --model)");
     wm::world::Episode ep;
+    int episode_fps = 0;  // the trajectory's frame rate: the suite's, or the generator's default
     if (seed >= 0) {
-      ep = wm::world::generate_episode(static_cast<uint64_t>(seed));
+      const wm::world::TrajectoryOptions generated;
+      ep = wm::world::generate_episode(static_cast<uint64_t>(seed), generated);
+      episode_fps = generated.fps;
     } else {
       wm::world::Suite s = wm::world::load_or_generate_suite(suite);
       if (index < 0 || index >= static_cast<int>(s.episodes.size()))
         throw wm::Error(wm::str_cat("--index ", index, " out of range: the suite has ", s.episodes.size(), " episodes"));
       ep = s.episodes[index];
+      episode_fps = s.fps;
     }
     const wm::world::Scene scene = wm::world::scene_of(ep);
 
@@ -103,7 +107,7 @@ int main(int argc, char** argv) {
     sc.sampler.context_t = context_t;
     wm::worldkv::WorldSession session(wm::worldkv::load_world_model(model_path, dev), sc, dev);
     const int F = session.frames_per_chunk();
-    const int n = wm::rollout::covered_frames(ep, F, max_seconds * 16);
+    const int n = wm::rollout::covered_frames(ep, F, max_seconds * episode_fps);
     const int n_chunks = n / F;
 
     const wm::world::RenderSpec rs = wm::rollout::render_spec_of(session.model()->config());

@@ -35,10 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kPsnrCap = 60.0;  // identical frames would give +inf; capped for the means
-
-double capped_psnr(const wm::Image& a, const wm::Image& b) { return std::min(kPsnrCap, wm::media::psnr(a, b)); }
-
 struct EpisodeScore {
   std::string name;
   int frames = 0, pairs = 0;
@@ -123,7 +119,7 @@ int main(int argc, char** argv) {
     ro.apply(sc);
 
     int total_frames = 0;
-    for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * 16);
+    for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * suite.fps);
     std::fprintf(stderr, "wm_revisit_bench: %zu episodes, %d frames each policy, %zu policies, %s\n",
                  suite.episodes.size(), total_frames, pols.size(), wm::describe_device(dev).c_str());
 
@@ -137,7 +133,7 @@ int main(int argc, char** argv) {
       const auto& ep = suite.episodes[e];
       const wm::world::Scene scene = wm::world::scene_of(ep);
       wm::world::Raycaster ray(scene, rs);
-      const int n = wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * 16);
+      const int n = wm::rollout::covered_frames(ep, mc.frames_per_chunk, max_seconds * suite.fps);
       std::vector<wm::Image> gt;
       for (int f = 0; f < n; ++f) gt.push_back(ray.render(ep.poses[f]));
       std::vector<wm::world::RevisitPair> pairs;
@@ -166,9 +162,9 @@ int main(int argc, char** argv) {
         int dumped = 0;
         for (auto& p : scored) {
           const wm::Image &a = run.frames[p.first], &b = run.frames[p.revisit];
-          s.revisit_psnr += capped_psnr(b, a) / scored.size();
+          s.revisit_psnr += wm::media::capped_psnr(b, a) / scored.size();
           s.revisit_ssim += wm::media::ssim(b, a) / scored.size();
-          s.gt_psnr += capped_psnr(b, gt[p.revisit]) / scored.size();
+          s.gt_psnr += wm::media::capped_psnr(b, gt[p.revisit]) / scored.size();
           s.gt_ssim += wm::media::ssim(b, gt[p.revisit]) / scored.size();
           if (!dump_dir.empty() && dumped < dump_max && (scored.size() <= static_cast<size_t>(dump_max) ||
                                                         (&p - &scored[0]) % (scored.size() / dump_max) == 0)) {
@@ -180,7 +176,7 @@ int main(int argc, char** argv) {
           }
         }
         for (int f = run.prompt_frames; f < n; ++f)
-          s.gt_psnr_all += capped_psnr(run.frames[f], gt[f]) / std::max(1, n - run.prompt_frames);
+          s.gt_psnr_all += wm::media::capped_psnr(run.frames[f], gt[f]) / std::max(1, n - run.prompt_frames);
         // Speed of generated chunks only (the prompt chunk is an encode and one pass).
         double sum = 0;
         for (auto& c : run.chunks)
@@ -203,7 +199,7 @@ int main(int argc, char** argv) {
 
     // Table.
     std::printf("\nRevisit fidelity on %zu episodes (%d frames each policy; PSNR capped at %.0f dB)\n",
-                suite.episodes.size(), total_frames, kPsnrCap);
+                suite.episodes.size(), total_frames, wm::media::kPsnrCap);
     std::printf("%-15s %9s %8s | %9s %8s %9s | %8s %8s | %10s %10s %9s %9s\n", "policy", "rev PSNR", "rev SSIM",
                 "GT PSNR", "GT SSIM", "GT all", "FPS last", "FPS mean", "window KiB", "dev KiB", "host KiB",
                 "disk KiB");
@@ -255,7 +251,7 @@ int main(int argc, char** argv) {
         int cnt = 0;
         for (auto& e : ps.eps)
           for (size_t d = (c >= 2 ? c - 2 : 0); d <= c + 2 && d < e.chunk_ms.size(); ++d) sum += e.chunk_ms[d], ++cnt;
-        if (cnt) s.points.push_back({(c + 2) * mc.frames_per_chunk / 16.0, 1000.0 * mc.frames_per_chunk / (sum / cnt)});
+        if (cnt) s.points.push_back({(c + 2) * mc.frames_per_chunk / static_cast<double>(suite.fps), 1000.0 * mc.frames_per_chunk / (sum / cnt)});
       }
       fps_series.push_back(s);
     }
