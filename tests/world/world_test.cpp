@@ -184,6 +184,32 @@ TEST(WorldTrajectory, DeterministicBySeed) {
   EXPECT_TRUE(a.actions != c.actions || a.world.seed != c.world.seed);
 }
 
+// No plan with a revisit (the gap can never be met): the scene's generator says so after its
+// attempts; the seed's tries four scenes and names the seed and the last scene's reason.
+TEST(WorldTrajectory, NoRevisitNamesTheAttempts) {
+  TrajectoryOptions o;
+  o.min_seconds = 1;
+  o.max_seconds = 1;
+  o.max_attempts = 2;
+  o.criteria.min_gap_frames = 1 << 20;
+  const Scene scene = generate_scene(random_world_params(7));
+  try {
+    generate_episode(scene, 3, o);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "no trajectory with a revisit after 2 attempts in scene seed " + std::to_string(scene.params.seed));
+  }
+  try {
+    generate_episode(5, o);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("generate_episode(seed 5): no trajectory with a revisit after 2 attempts", 0),
+              0u)
+        << e.what();
+  }
+}
+
 TEST(WorldTrajectory, SuiteHasRealRevisits) {
   const Suite& s = small_suite();
   ASSERT_EQ(s.episodes.size(), 6u);

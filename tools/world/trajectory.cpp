@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 
@@ -226,11 +227,11 @@ std::vector<Loop> find_loops(const Scene& s, int max_side) {
   return out;
 }
 
-// Builds one plan of about `target` frames; returns the actions and segments.
-void plan(const Scene& scene, const MotionParams& motion, Rng& rng, int target, Episode& ep) {
+// Builds one plan of about `target` frames; returns the actions and segments. cells: the
+// scene's free cells, not empty.
+void plan(const Scene& scene, const std::vector<Cell>& cells, const MotionParams& motion, Rng& rng, int target,
+          Episode& ep) {
   Planner pl(scene, motion, rng);
-  auto cells = scene.free_cells();
-  if (cells.empty()) throw std::runtime_error("scene has no free cell");
   Cell c0 = cells[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(cells.size()) - 1))];
   pl.pose = Pose{c0.first + 0.5, c0.second + 0.5, wrap_deg(15.0 * rng.uniform_int(0, 23)), 0.0};
   ep.start = pl.pose;
@@ -422,32 +423,21 @@ void plan(const Scene& scene, const MotionParams& motion, Rng& rng, int target, 
   ep.segments = std::move(segs);
 }
 
-}  // namespace
-
-Episode generate_episode(uint64_t seed, const TrajectoryOptions& options) {
-  validate(options);
-  Rng rng(hash_combine(seed, 0x7A7));
-  // Try a few scenes: a scene might be too cramped for any loop closure of the drawn kinds.
-  std::string last_error;
-  for (int s = 0; s < 4; ++s) {
-    Scene scene = generate_scene(random_world_params(s == 0 ? seed : json_safe_seed(hash_combine(seed, 1000 + s))));
-    try {
-      return generate_episode(scene, rng.fork(), options);
-    } catch (const std::runtime_error& e) {
-      last_error = e.what();
-    }
-  }
-  throw std::runtime_error("generate_episode(seed " + std::to_string(seed) + "): " + last_error);
-}
-
-Episode generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOptions& options) {
-  validate(options);
+// An episode in `scene` (options valid), or nullopt with *why set when there is none: the scene
+// has no free cell, or none of options.max_attempts plans has a revisit.
+std::optional<Episode> try_generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOptions& options,
+                                            std::string* why) {
   Rng rng(hash_combine(seed, 0x9A7));
+  const std::vector<Cell> cells = scene.free_cells();
+  if (cells.empty()) {
+    *why = "scene has no free cell";
+    return std::nullopt;
+  }
   for (int attempt = 0; attempt < options.max_attempts; ++attempt) {
     Episode ep;
     ep.world = scene.params;
     int target = options.fps * rng.uniform_int(options.min_seconds, options.max_seconds);
-    plan(scene, ep.motion, rng, target, ep);
+    plan(scene, cells, ep.motion, rng, target, ep);
     derive_poses(ep, scene);
     ep.revisits = detect_revisits(ep.poses, options.criteria);
     if (options.verify_psnr && !ep.revisits.empty()) {
@@ -459,8 +449,30 @@ Episode generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOpti
     }
     if (!ep.revisits.empty()) return ep;
   }
-  throw std::runtime_error("no trajectory with a revisit after " + std::to_string(options.max_attempts) +
-                           " attempts in scene seed " + std::to_string(scene.params.seed));
+  *why = "no trajectory with a revisit after " + std::to_string(options.max_attempts) + " attempts in scene seed " +
+         std::to_string(scene.params.seed);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Episode generate_episode(uint64_t seed, const TrajectoryOptions& options) {
+  validate(options);
+  Rng rng(hash_combine(seed, 0x7A7));
+  // Try a few scenes: a scene might be too cramped for any loop closure of the drawn kinds.
+  std::string why;
+  for (int s = 0; s < 4; ++s) {
+    Scene scene = generate_scene(random_world_params(s == 0 ? seed : json_safe_seed(hash_combine(seed, 1000 + s))));
+    if (std::optional<Episode> ep = try_generate_episode(scene, rng.fork(), options, &why)) return std::move(*ep);
+  }
+  throw std::runtime_error("generate_episode(seed " + std::to_string(seed) + "): " + why);
+}
+
+Episode generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOptions& options) {
+  validate(options);
+  std::string why;
+  if (std::optional<Episode> ep = try_generate_episode(scene, seed, options, &why)) return std::move(*ep);
+  throw std::runtime_error(why);
 }
 
 }  // namespace wm::world
