@@ -19,9 +19,10 @@
 namespace wm {
 
 struct WindowGrowth {
-  double factor = 1.5;    // a layer that must grow takes need * factor * (1 + stagger * l / L)
+  double factor = 1.5;    // a layer that must grow takes need * factor * (1 + stagger * l / L),
+                          // rounded up to the granule, plus l granules when stagger > 0
   double stagger = 0.5;   // 0: all layers grow alike (and reallocate on the same step)
-  int64_t granule = 16;   // capacities are multiples of this
+  int64_t granule = 16;   // grown capacities are multiples of this (a reserve() is exact)
 };
 
 // A shift of a placed block's positions on one RoPE axis, keys rotated to match.
@@ -66,7 +67,8 @@ class KvWindow {
   const BlockMeta& meta(const std::string& id) const;
   const BlockStats& stats(const std::string& id) const;
 
-  // Makes every layer hold at least `tokens` without reallocating later.
+  // Grows the capacity of every layer below `tokens` to exactly `tokens` (no factor, no
+  // stagger), so that filling a layer up to `tokens` reallocates no more.
   void reserve(int64_t tokens);
 
   // Views of layer l's used prefix: K, V [n_kv_heads, n, head_dim]; logw [n]; pos [n, n_axes] (CPU).
@@ -87,7 +89,8 @@ class KvWindow {
   };
   Staged stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur);
 
-  // Reallocations so far of layer l, and the total count of mutations (the "step" clock).
+  // How many times layer l's buffers were reallocated to grow (a reserve() that grows it
+  // included; the constructor's allocation not).
   int64_t reallocations(int l) const { return reallocs_.at(l); }
   // Bytes allocated (capacity) and used, over all layers, K+V+log-weights.
   size_t bytes_allocated() const;
