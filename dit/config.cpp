@@ -91,6 +91,14 @@ void field_check(bool ok, const std::string& where, const char* field, F&& msg) 
 
 }  // namespace
 
+const char* prediction_name(Prediction p) { return p == Prediction::X0 ? "x0" : "v"; }
+
+std::optional<Prediction> parse_prediction(const std::string& name) {
+  if (name == "v") return Prediction::V;
+  if (name == "x0") return Prediction::X0;
+  return std::nullopt;
+}
+
 void DitConfig::validate() const {
   const std::string w = str_cat("DitConfig '", name, "'");
   // Upper bounds far above any real model keep every product the code forms (tokens x dim,
@@ -130,8 +138,8 @@ void DitConfig::validate() const {
                 return str_cat("latent ", latent_height, "x", latent_width, " is not divisible by patch ", patch_h,
                                "x", patch_w);
               });
-  field_check(prediction == "v" || prediction == "x0", w, "prediction",
-              [&] { return str_cat("must be \"v\" or \"x0\", got \"", prediction, "\""); });
+  field_check(prediction == Prediction::V || prediction == Prediction::X0, w, "prediction",
+              [&] { return str_cat("must be \"v\" or \"x0\", got value ", static_cast<int>(prediction)); });
   field_check(eps > 0, w, "eps", [&] { return str_cat("must be > 0, got ", eps); });
   field_check(rope.n_axes() == 3, w, "rope",
               [&] { return str_cat("needs 3 axes (t, h, w), got ", rope.n_axes()); });
@@ -195,7 +203,8 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
   r.get("timestep_scale", c.timestep_scale);
   r.get("eps", c.eps);
   r.get("qk_norm", c.qk_norm);
-  r.get("prediction", c.prediction);
+  std::string prediction = prediction_name(c.prediction);
+  r.get("prediction", prediction);
   int tpf = -1;
   r.get("tokens_per_frame", tpf);  // optional cross-check
 
@@ -242,6 +251,9 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
   }
   r.finish();
   try {
+    if (std::optional<Prediction> p = parse_prediction(prediction)) c.prediction = *p;
+    else throw Error(str_cat("DitConfig '", c.name, "': field 'prediction': must be \"v\" or \"x0\", got \"",
+                             prediction, "\""));
     c.validate();
   } catch (const Error& e) {
     throw Error(str_cat(where, ": ", e.what()));
@@ -281,7 +293,7 @@ nlohmann::json config_to_json(const DitConfig& c) {
   j["timestep_scale"] = c.timestep_scale;
   j["eps"] = c.eps;
   j["qk_norm"] = c.qk_norm;
-  j["prediction"] = c.prediction;
+  j["prediction"] = prediction_name(c.prediction);
   j["rope"] = {{"theta", c.rope.axes.empty() ? 10000.0 : c.rope.axes[0].theta},
                {"split", {c.rope.axes.at(0).channels, c.rope.axes.at(1).channels, c.rope.axes.at(2).channels}}};
   j["conditioning"] = {{"pose", c.cond.pose},

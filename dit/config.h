@@ -11,6 +11,7 @@
 //   action     per frame [action_dim] floats (by default W, S, A, D as 0/1 and the yaw delta in
 //              degrees this frame)
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 
 #include "runtime/kv_spec.h"
@@ -44,6 +45,17 @@ struct CondConfig {
 // frames and the refill pass run at t = 0; their velocity is not used).
 inline constexpr double kMinPredictionT = 1e-3;
 
+// What the DiT's head outputs (the config's "prediction").
+enum class Prediction {
+  V,   // "v": the velocity, as Wan
+  X0,  // "x0": the clean latents; forward_* then return the velocity (x_t - x0) / max(t, kMinPredictionT).
+       // x0 suits a head as narrow as the patch (the noise need not pass through it)
+};
+// The config file's name of a prediction: "v" or "x0".
+const char* prediction_name(Prediction p);
+// The prediction the config file calls `name`; nullopt unless it is "v" or "x0".
+std::optional<Prediction> parse_prediction(const std::string& name);
+
 struct DitConfig {
   std::string name = "dit";
   int dim = 128;
@@ -59,10 +71,7 @@ struct DitConfig {
   double timestep_scale = 1000.0;  // the embedding sees t * timestep_scale (Wan: t in [0, 1000])
   double eps = 1e-6;               // LayerNorm / RMSNorm epsilon
   bool qk_norm = true;             // RMSNorm over q and k (over the full dim, as Wan)
-  std::string prediction = "v";    // what the head outputs: "v" (the velocity, as Wan) or "x0"
-                                   // (the clean latents; forward_* then return the velocity
-                                   // (x_t - x0) / max(t, kMinPredictionT)). x0 suits a head as
-                                   // narrow as the patch (the noise need not pass through it)
+  Prediction prediction = Prediction::V;  // what the head outputs (JSON: "v" or "x0")
   RopeSpec rope;                   // (t, h, w) split; default RopeSpec::video3d(head_dim, 10000)
   CondConfig cond;
   CodecConfig codec;

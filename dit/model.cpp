@@ -252,7 +252,7 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
   at::Tensor y = modulate(h, mh.select(2, 0).unsqueeze(2), mh.select(2, 1).unsqueeze(2));
   at::Tensor out = head->head->forward(y);  // [B, n, ph*pw*C]
   out = out.view({B, T, gh, gw, ph, pw, C}).permute({0, 1, 6, 2, 4, 3, 5}).reshape({B, T, C, gh * ph, gw * pw});
-  if (c.prediction == "v") return out;
+  if (c.prediction == Prediction::V) return out;
   // x0 head: the velocity that takes x_t to that x0, v = (x_t - x0) / t.
   at::Tensor tt = t.to(at::kFloat).clamp_min(kMinPredictionT).view({B, T, 1, 1, 1});
   return (x.to(at::kFloat) - out.to(at::kFloat)) / tt;

@@ -87,6 +87,11 @@ TEST(DitConfig, ParsesShippedConfigs) {
   // Round trip through JSON.
   DitConfig back = config_from_json(config_to_json(tiny), "round trip");
   EXPECT_EQ(config_to_json(back), config_to_json(tiny));
+  // The head's prediction: tiny.json's "x0", tiny-v.json's "v", written back as given.
+  EXPECT_EQ(tiny.prediction, Prediction::X0);
+  EXPECT_EQ(back.prediction, Prediction::X0);
+  EXPECT_EQ(config_to_json(tiny)["prediction"], "x0");
+  EXPECT_EQ(load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny-v.json").prediction, Prediction::V);
 }
 
 TEST(DitConfig, ErrorsNameFileAndField) {
@@ -114,7 +119,8 @@ TEST(DitConfig, ErrorsNameFileAndField) {
   j = config_to_json(small_config());
   j["prediction"] = "eps";
   m = message_of([&] { config_from_json(j, "bad.json"); });
-  EXPECT_NE(m.find("prediction"), std::string::npos) << m;
+  EXPECT_NE(m.find("bad.json: DitConfig '"), std::string::npos) << m;
+  EXPECT_NE(m.find("field 'prediction': must be \"v\" or \"x0\", got \"eps\""), std::string::npos) << m;
 
   // Integers are range-checked, never truncated: 2^32 + 64 is not read as 64.
   j = config_to_json(small_config());
@@ -153,7 +159,7 @@ TEST(DitConfig, ErrorsNameFileAndField) {
 TEST(DitModel, X0HeadReturnsTheVelocityOfItsOutput) {
   at::NoGradGuard ng;
   DitConfig cv = small_config(), cx = small_config();
-  cx.prediction = "x0";
+  cx.prediction = Prediction::X0;
   CausalDit mv(cv), mx(cx);
   mv->init_weights(21);
   mx->init_weights(21);

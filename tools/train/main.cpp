@@ -347,13 +347,13 @@ int main(int argc, char** argv) {
       if (!init.empty()) {
         wm::dit::load_weights(*model, init);
         std::cerr << "wm_train: starting from " << init << "\n";
-        const std::string from = wm::dit::config_from_weights(init).prediction;
+        const wm::dit::Prediction from = wm::dit::config_from_weights(init).prediction;
         if (from != cfg.prediction) {
           // The head's output changes meaning: start it from zero, as a fresh model does.
           at::NoGradGuard ng;
           for (auto& p : model->head->head->parameters()) p.zero_();
-          std::cerr << "wm_train: " << init << " predicts " << from << ", " << a.config << " " << cfg.prediction
-                    << ": head.head starts from zero\n";
+          std::cerr << "wm_train: " << init << " predicts " << wm::dit::prediction_name(from) << ", " << a.config
+                    << " " << wm::dit::prediction_name(cfg.prediction) << ": head.head starts from zero\n";
         }
       }
       at::NoGradGuard ng;
@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
       data_s += std::chrono::duration<double>(t_model - t_data).count();
       at::Tensor v = forward(model, b);
       at::Tensor err = v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target;
-      if (cfg.prediction == "x0") {
+      if (cfg.prediction == wm::dit::Prediction::X0) {
         // Velocity loss, its weight 1 / t^2 on the x0 error capped at t = 0.25 (the sampler's
         // last step): below that it would dwarf every other t.
         at::Tensor tn = b.t.narrow(0, b.noisy_from, err.size(0)).to(at::kFloat);
