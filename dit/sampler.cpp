@@ -36,10 +36,10 @@ at::Tensor flow_step(const at::Tensor& x, const at::Tensor& v, double t, double 
 }
 
 FlowPair make_flow_pair(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
-  TORCH_CHECK(noise.sizes() == x0.sizes(), "make_flow_pair: noise ", noise.sizes(), " differs from x0 ", x0.sizes());
+  WM_CHECK(noise.sizes() == x0.sizes(), "noise ", noise.sizes(), " differs from x0 ", x0.sizes());
   at::Tensor tt = t.to(x0.device(), x0.scalar_type());
-  TORCH_CHECK(tt.dim() == 0 || (tt.dim() + 3 == x0.dim() && x0.sizes().slice(0, tt.dim()) == tt.sizes()),
-              "make_flow_pair: t must be a scalar or [..., T] matching x0 ", x0.sizes(), ", got ", t.sizes());
+  WM_CHECK(tt.dim() == 0 || (tt.dim() + 3 == x0.dim() && x0.sizes().slice(0, tt.dim()) == tt.sizes()),
+           "t must be a scalar or [..., T] matching x0 ", x0.sizes(), ", got ", t.sizes());
   if (tt.dim() > 0) tt = tt.view(tt.sizes().vec()).unsqueeze(-1).unsqueeze(-1).unsqueeze(-1);
   return {(1 - tt) * x0 + tt * noise, noise - x0};
 }
@@ -55,7 +55,7 @@ at::Tensor sample_flow(const at::Tensor& noise, const SamplerConfig& cfg, const 
   at::Tensor x = noise;
   for (size_t i = 0; i + 1 < s.size(); ++i) {
     at::Tensor v = denoise(x, s[i]);
-    TORCH_CHECK(v.sizes() == x.sizes(), "sample_flow: velocity ", v.sizes(), " differs from x ", x.sizes());
+    WM_CHECK(v.sizes() == x.sizes(), "velocity ", v.sizes(), " differs from x ", x.sizes());
     const bool last = i + 2 == s.size();
     at::Tensor fresh = cfg.renoise && !last ? seeded_noise(x.sizes(), *gen, x.device()) : at::Tensor();
     x = flow_step(x, v.to(x.scalar_type()), s[i], s[i + 1], fresh);

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "dit/codec.h"
@@ -123,6 +124,25 @@ TEST(DitSampler, AnalyticVelocityReachesTarget) {
     EXPECT_LT((flow_step(fp.x_t[f], fp.v[f], tf[f].item<double>(), 0.0) - x0[f]).abs().max().item<float>(), 1e-5);
   // One Euler step from t = 1 with a constant velocity is x - v.
   EXPECT_TRUE(at::allclose(flow_step(noise, x0, 1.0, 0.0), noise - x0));
+}
+
+// Shape mismatches are wm::Error naming the function and both shapes.
+TEST(DitSampler, ShapeMismatchesAreErrors) {
+  auto what = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no wm::Error";
+  };
+  const at::Tensor x0 = at::zeros({3, 4, 5, 6});
+  std::string m = what([&] { make_flow_pair(x0, at::zeros({3}), at::zeros({3, 4, 5, 7})); });
+  EXPECT_EQ(m, "make_flow_pair: noise [3, 4, 5, 7] differs from x0 [3, 4, 5, 6]");
+  m = what([&] { make_flow_pair(x0, at::zeros({2}), at::zeros({3, 4, 5, 6})); });
+  EXPECT_EQ(m, "make_flow_pair: t must be a scalar or [..., T] matching x0 [3, 4, 5, 6], got [2]");
+  m = what([&] { sample_flow(x0, SamplerConfig{}, [](const at::Tensor&, double) { return at::zeros({1}); }); });
+  EXPECT_EQ(m, "sample_flow: velocity [1] differs from x [3, 4, 5, 6]");
 }
 
 // A 2-layer model of dim 32 (2 heads, 4 x 4 latent, 12 channels) with seeded weights.

@@ -2,9 +2,8 @@
 // Shared by the fuzz targets: the readers under test take file paths, so each input is written
 // to one scratch file per process (on /dev/shm when it exists) and read back through the same
 // entry point the programs use. Errors the readers are meant to raise (wm::Error and its
-// CorruptData, std::runtime_error from the suite reader) are the expected outcome of a bad
-// input; anything else escaping, a crash, a sanitizer report or an allocation over the
-// fuzzer's -malloc_limit_mb is a finding.
+// CorruptData) are the expected outcome of a bad input; anything else escaping, a crash, a
+// sanitizer report or an allocation over the fuzzer's -malloc_limit_mb is a finding.
 #include <unistd.h>
 
 #include <cstdint>

@@ -1,7 +1,6 @@
 // libFuzzer target: the suite / trajectory JSON reader (suite_from_json, with the pose and
 // revisit checks on, as the programs load suites).
-#include <stdexcept>
-
+#include "runtime/error.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tools/world/suite.h"
 
@@ -12,8 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     wm::world::Suite s = wm::world::load_suite(path);
     (void)s;
-  } catch (const std::runtime_error&) {
-  } catch (const std::invalid_argument&) {
+  } catch (const wm::Error&) {
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "runtime/error.h"
 #include "tools/world/actions.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/revisits.h"
@@ -44,7 +45,7 @@ const Suite& small_suite() {
 std::string expect_error(const std::string& text) {
   try {
     suite_from_json(text, "bad.json");
-  } catch (const std::runtime_error& e) {
+  } catch (const wm::Error& e) {
     return e.what();
   }
   ADD_FAILURE() << "no error for: " << text.substr(0, 200);
@@ -84,12 +85,12 @@ TEST(WorldScene, BadParamsNameTheField) {
   try {
     generate_scene(p);
     FAIL() << "no error";
-  } catch (const std::invalid_argument& e) {
+  } catch (const wm::Error& e) {
     EXPECT_NE(std::string(e.what()).find("width"), std::string::npos) << e.what();
   }
   p = WorldParams{};
   p.layout = "maze";
-  EXPECT_THROW(generate_scene(p), std::invalid_argument);
+  EXPECT_THROW(generate_scene(p), wm::Error);
 }
 
 TEST(WorldRender, SizeAndFovAreConfigurable) {
@@ -102,7 +103,7 @@ TEST(WorldRender, SizeAndFovAreConfigurable) {
   EXPECT_EQ(im.height, 48);
   Raycaster r2(s, RenderSpec{96, 48, 110, 1});
   EXPECT_NE(im.rgb, r2.render(pose).rgb);
-  EXPECT_THROW(Raycaster(s, RenderSpec{64, 64, 200, 1}), std::invalid_argument);
+  EXPECT_THROW(Raycaster(s, RenderSpec{64, 64, 200, 1}), wm::Error);
   // The image is not flat: walls, floor and ceiling differ.
   std::set<int> colours;
   for (size_t i = 0; i < im.rgb.size(); i += 3) colours.insert(im.rgb[i] << 16 | im.rgb[i + 1] << 8 | im.rgb[i + 2]);
@@ -160,8 +161,8 @@ TEST(WorldMotion, KeysAndRuns) {
   EXPECT_EQ(a.forward, 1);
   EXPECT_EQ(a.strafe, 1);
   EXPECT_EQ(keys_of(a), "WD");
-  EXPECT_THROW(parse_keys("WS", a), std::invalid_argument);
-  EXPECT_THROW(parse_keys("Q", a), std::invalid_argument);
+  EXPECT_THROW(parse_keys("WS", a), wm::Error);
+  EXPECT_THROW(parse_keys("Q", a), wm::Error);
   std::vector<Action> acts(5, a);
   acts.push_back(Action{});
   EXPECT_EQ(encode_runs(acts).size(), 2u);
@@ -196,14 +197,14 @@ TEST(WorldTrajectory, NoRevisitNamesTheAttempts) {
   try {
     generate_episode(scene, 3, o);
     FAIL() << "no error";
-  } catch (const std::runtime_error& e) {
+  } catch (const wm::Error& e) {
     EXPECT_EQ(std::string(e.what()),
               "no trajectory with a revisit after 2 attempts in scene seed " + std::to_string(scene.params.seed));
   }
   try {
     generate_episode(5, o);
     FAIL() << "no error";
-  } catch (const std::runtime_error& e) {
+  } catch (const wm::Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("generate_episode(seed 5): no trajectory with a revisit after 2 attempts", 0),
               0u)
         << e.what();
@@ -288,13 +289,13 @@ TEST(WorldSuite, LoadOrGenerate) {
   EXPECT_EQ(a.source, "gen:5:2");
   Suite b = load_or_generate_suite("gen:5:2");
   EXPECT_EQ(a.episodes[1].actions, b.episodes[1].actions);
-  EXPECT_THROW(load_or_generate_suite("gen:5"), std::invalid_argument);
-  EXPECT_THROW(load_or_generate_suite("gen:x:2"), std::invalid_argument);
-  EXPECT_THROW(load_or_generate_suite("gen:5:0"), std::invalid_argument);
+  EXPECT_THROW(load_or_generate_suite("gen:5"), wm::Error);
+  EXPECT_THROW(load_or_generate_suite("gen:x:2"), wm::Error);
+  EXPECT_THROW(load_or_generate_suite("gen:5:0"), wm::Error);
   try {
     load_or_generate_suite("/nonexistent/suite.json");
     FAIL();
-  } catch (const std::runtime_error& e) {
+  } catch (const wm::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/suite.json"), std::string::npos);
   }
 }
@@ -337,7 +338,7 @@ TEST(WorldSuite, BadJsonGivesClearErrors) {
   try {
     load_suite("/tmp/definitely-not-here.json");
     FAIL();
-  } catch (const std::runtime_error& err) {
+  } catch (const wm::Error& err) {
     has(err.what(), "/tmp/definitely-not-here.json: cannot open");
   }
 }

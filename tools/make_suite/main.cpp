@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 
+#include "runtime/error.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
   wm::cli::remove_temporaries_on_signal();
 
   try {
-    if (min_s > max_s) throw std::invalid_argument("--min-seconds " + std::to_string(min_s) + " > --max-seconds " + std::to_string(max_s));
+    if (min_s > max_s) throw wm::Error("--min-seconds " + std::to_string(min_s) + " > --max-seconds " + std::to_string(max_s));
     wm::cli::OutputFile file(out);  // opened first: a bad path fails before the work
     SuiteOptions so;
     if (name.empty()) {
@@ -123,10 +124,10 @@ int main(int argc, char** argv) {
     const std::string text = suite_to_json(s, save);
     if (!no_check) {
       Suite back = suite_from_json(text, out);
-      if (back.episodes.size() != s.episodes.size()) throw std::runtime_error(out + ": re-load gave a different episode count");
+      if (back.episodes.size() != s.episodes.size()) throw wm::Error(out + ": re-load gave a different episode count");
       for (size_t i = 0; i < s.episodes.size(); ++i)
         if (back.episodes[i].actions != s.episodes[i].actions || !(back.episodes[i].revisits == s.episodes[i].revisits))
-          throw std::runtime_error(out + ": re-load of episode " + std::to_string(i) + " differs");
+          throw wm::Error(out + ": re-load of episode " + std::to_string(i) + " differs");
     }
     file.stream() << text;
     file.commit();

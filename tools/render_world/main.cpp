@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "runtime/error.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_folder.h"
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
 
   try {
     if (suite_spec.empty() == (seed < 0))
-      throw std::invalid_argument("give exactly one of --suite SPEC or --seed N (see --help)");
+      throw wm::Error("give exactly one of --suite SPEC or --seed N (see --help)");
     Suite suite;
     if (seed >= 0) {
       suite.name = "seed-" + std::to_string(seed);
@@ -99,9 +100,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (index < 0 || index >= static_cast<int>(suite.episodes.size()))
-      throw std::invalid_argument("--index " + std::to_string(index) + ": expected 0.." + std::to_string(suite.episodes.size() - 1));
+      throw wm::Error("--index " + std::to_string(index) + ": expected 0.." + std::to_string(suite.episodes.size() - 1));
     if (out.empty() && png_dir.empty() && pairs_dir.empty() && bench_frames == 0)
-      throw std::invalid_argument("nothing to do: give --out FILE.mp4, --png-dir DIR, --pairs-dir DIR or --bench N");
+      throw wm::Error("nothing to do: give --out FILE.mp4, --png-dir DIR, --pairs-dir DIR or --bench N");
     const Episode& ep = suite.episodes[static_cast<size_t>(index)];
     RenderSpec spec = suite.render;
     if (width) spec.width = width;

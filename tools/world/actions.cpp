@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
+
+#include "runtime/error.h"
 
 namespace wm::world {
 
@@ -28,19 +29,19 @@ void parse_keys(const std::string& keys, Action& out) {
       case 'A': case 'a': i = 2; a.strafe -= 1; break;
       case 'D': case 'd': i = 3; a.strafe += 1; break;
       default:
-        throw std::invalid_argument("keys \"" + keys + "\": expected letters from W A S D, got '" + std::string(1, c) + "'");
+        throw wm::Error("keys \"" + keys + "\": expected letters from W A S D, got '" + std::string(1, c) + "'");
     }
-    if (seen[i]) throw std::invalid_argument("keys \"" + keys + "\": letter '" + std::string(1, c) + "' repeated");
+    if (seen[i]) throw wm::Error("keys \"" + keys + "\": letter '" + std::string(1, c) + "' repeated");
     seen[i] = true;
   }
   if ((seen[0] && seen[1]) || (seen[2] && seen[3]))
-    throw std::invalid_argument("keys \"" + keys + "\": opposite keys (W+S or A+D) held together");
+    throw wm::Error("keys \"" + keys + "\": opposite keys (W+S or A+D) held together");
   out = a;
 }
 
 void validate(const MotionParams& m) {
   auto bad = [](const std::string& field, const std::string& expected, double got) {
-    throw std::invalid_argument("MotionParams." + field + ": expected " + expected + ", got " + std::to_string(got));
+    throw wm::Error("MotionParams." + field + ": expected " + expected + ", got " + std::to_string(got));
   };
   if (!(m.speed > 0 && m.speed <= 1)) bad("speed", "(0, 1] cells per frame", m.speed);
   if (!(m.radius >= 0 && m.radius < 0.5)) bad("radius", "[0, 0.5) cells", m.radius);

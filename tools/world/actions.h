@@ -27,7 +27,7 @@ struct Action {
 // Key letters held in an action: "", "W", "WD", "SA", ... (W/S first, then A/D).
 std::string keys_of(const Action& a);
 // Parses key letters (any order, each of W A S D at most once, W+S or A+D together not allowed);
-// throws std::invalid_argument with the offending text (leaving `a` unchanged).
+// throws wm::Error with the offending text (leaving `a` unchanged).
 void parse_keys(const std::string& keys, Action& a);
 
 struct MotionParams {
@@ -36,7 +36,7 @@ struct MotionParams {
   double max_pitch_deg = 60.0;
 };
 
-// Validates; throws std::invalid_argument naming the field, expected and got.
+// Validates; throws wm::Error naming the field, expected and got.
 void validate(const MotionParams& m);
 
 // One frame: turn by the mouse deltas, then move along the new heading (forward + strafe, diagonal

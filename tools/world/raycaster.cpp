@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <vector>
+
+#include "runtime/error.h"
 
 namespace wm::world {
 
 void validate(const RenderSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
-    throw std::invalid_argument("RenderSpec." + field + ": expected " + expected + ", got " + got);
+    throw wm::Error("RenderSpec." + field + ": expected " + expected + ", got " + got);
   };
   if (s.width < 1 || s.width > 8192) bad("width", "1..8192", std::to_string(s.width));
   if (s.height < 1 || s.height > 8192) bad("height", "1..8192", std::to_string(s.height));
@@ -20,7 +21,7 @@ void validate(const RenderSpec& s) {
 Raycaster::Raycaster(const Scene& scene, RenderSpec spec) : scene_(scene), spec_(spec) {
   validate(spec_);
   if (scene_.width <= 0 || scene_.solid.size() != static_cast<size_t>(scene_.width) * scene_.height)
-    throw std::invalid_argument("Raycaster: scene is empty or inconsistent");
+    throw wm::Error("Raycaster: scene is empty or inconsistent");
 }
 
 wm::Image Raycaster::render(const Pose& pose) const {

@@ -15,7 +15,7 @@ struct RenderSpec {
   int supersample = 2;    // s x s samples per output pixel, box-filtered (1 = off)
 };
 
-// Validates the spec; throws std::invalid_argument naming the field, expected and got.
+// Validates the spec; throws wm::Error naming the field, expected and got.
 void validate(const RenderSpec& spec);
 
 class Raycaster {

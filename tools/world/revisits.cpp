@@ -2,14 +2,15 @@
 
 #include <cmath>
 #include <limits>
-#include <stdexcept>
 #include <string>
+
+#include "runtime/error.h"
 
 namespace wm::world {
 
 void validate(const RevisitCriteria& c) {
   auto bad = [](const std::string& field, const std::string& expected, double got) {
-    throw std::invalid_argument("RevisitCriteria." + field + ": expected " + expected + ", got " + std::to_string(got));
+    throw wm::Error("RevisitCriteria." + field + ": expected " + expected + ", got " + std::to_string(got));
   };
   if (!(c.pos_tol >= 0 && c.pos_tol < 1)) bad("pos_tol", "[0, 1) cells", c.pos_tol);
   if (!(c.yaw_tol_deg >= 0 && c.yaw_tol_deg < 45)) bad("yaw_tol_deg", "[0, 45)", c.yaw_tol_deg);
@@ -60,8 +61,8 @@ bool is_revisit(const std::vector<Pose>& poses, const RevisitPair& pr, const Rev
 
 double image_psnr(const wm::Image& a, const wm::Image& b) {
   if (a.width != b.width || a.height != b.height || a.rgb.size() != b.rgb.size())
-    throw std::invalid_argument("image_psnr: size mismatch " + std::to_string(a.width) + "x" + std::to_string(a.height) +
-                                " vs " + std::to_string(b.width) + "x" + std::to_string(b.height));
+    throw wm::Error("image_psnr: size mismatch " + std::to_string(a.width) + "x" + std::to_string(a.height) +
+                    " vs " + std::to_string(b.width) + "x" + std::to_string(b.height));
   double se = 0;
   for (size_t i = 0; i < a.rgb.size(); ++i) {
     double d = static_cast<double>(a.rgb[i]) - b.rgb[i];

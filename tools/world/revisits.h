@@ -18,7 +18,7 @@ struct RevisitCriteria {
   double away_yaw_deg = 90.0;   // ... or "looked away": its yaw differs from pose i's by at least this
 };
 
-// Validates; throws std::invalid_argument naming the field, expected and got.
+// Validates; throws wm::Error naming the field, expected and got.
 void validate(const RevisitCriteria& c);
 
 // One loop closure: frame `revisit` shows again the view of the earlier frame `first`.
@@ -40,7 +40,7 @@ std::vector<RevisitPair> detect_revisits(const std::vector<Pose>& poses, const R
 bool is_revisit(const std::vector<Pose>& poses, const RevisitPair& pair, const RevisitCriteria& c);
 
 // PSNR in dB between two same-size RGB8 images (infinity when identical); throws
-// std::invalid_argument on size mismatch. A small local helper used to check ground-truth revisits.
+// wm::Error on size mismatch. A small local helper used to check ground-truth revisits.
 double image_psnr(const wm::Image& a, const wm::Image& b);
 
 }  // namespace wm::world

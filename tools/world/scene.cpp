@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <stdexcept>
 
+#include "runtime/error.h"
 #include "tools/world/rng.h"
 
 namespace wm::world {
@@ -183,7 +183,7 @@ void keep_largest_region(Grid& g) {
 
 void validate(const WorldParams& p) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
-    throw std::invalid_argument("WorldParams." + field + ": expected " + expected + ", got " + got);
+    throw wm::Error("WorldParams." + field + ": expected " + expected + ", got " + got);
   };
   if (p.layout != "rooms" && p.layout != "blocks") bad("layout", "\"rooms\" or \"blocks\"", "\"" + p.layout + "\"");
   if (p.width < 8 || p.width > 128) bad("width", "8..128", std::to_string(p.width));

@@ -27,7 +27,7 @@ struct WorldParams {
   int landmarks = 6;             // landmark wall tiles, each with its own shape/colour (0..32)
 };
 
-// Validates ranges; throws std::invalid_argument naming the field, expected and got.
+// Validates ranges; throws wm::Error naming the field, expected and got.
 void validate(const WorldParams& p);
 
 // Diverse world params drawn from a seed (layout, size, room counts, pillars, landmarks).
@@ -65,7 +65,7 @@ struct Scene {
   std::string ascii() const;
 };
 
-// Builds the scene for these params (deterministic). Throws std::invalid_argument on bad params.
+// Builds the scene for these params (deterministic). Throws wm::Error on bad params.
 Scene generate_scene(const WorldParams& params);
 
 }  // namespace wm::world

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <stdexcept>
 
+#include "runtime/error.h"
 #include "tools/world/rng.h"
 
 namespace wm::world {
@@ -14,7 +14,7 @@ using nlohmann::json;
 
 Suite generate_suite(uint64_t seed, int count, const SuiteOptions& options, const std::function<void(int, int)>& progress) {
   if (count < 1 || count > 100000)
-    throw std::invalid_argument("generate_suite: count: expected 1..100000, got " + std::to_string(count));
+    throw wm::Error("generate_suite: count: expected 1..100000, got " + std::to_string(count));
   validate(options.trajectory);
   Suite s;
   s.name = options.name;
@@ -96,9 +96,9 @@ std::string episode_text(const Episode& ep, const SaveOptions& o, const std::str
 }  // namespace
 
 std::string suite_to_json(const Suite& suite, const SaveOptions& o) {
-  if (o.pose_every < 0) throw std::invalid_argument("SaveOptions.pose_every: expected >= 0, got " + std::to_string(o.pose_every));
+  if (o.pose_every < 0) throw wm::Error("SaveOptions.pose_every: expected >= 0, got " + std::to_string(o.pose_every));
   if (o.pose_decimals < 0 || o.pose_decimals > 12)
-    throw std::invalid_argument("SaveOptions.pose_decimals: expected 0..12, got " + std::to_string(o.pose_decimals));
+    throw wm::Error("SaveOptions.pose_decimals: expected 0..12, got " + std::to_string(o.pose_decimals));
   using oj = nlohmann::ordered_json;
   std::ostringstream s;
   s << "{\"format\": \"wm.world.suite\", \"version\": 1, \"name\": " << json(suite.name).dump() << ",\n";
@@ -125,10 +125,10 @@ std::string suite_to_json(const Suite& suite, const SaveOptions& o) {
 void save_suite(const Suite& suite, const std::string& path, const SaveOptions& options) {
   std::string text = suite_to_json(suite, options);
   std::ofstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open for writing");
+  if (!f) throw wm::Error(path + ": cannot open for writing");
   f << text;
   f.close();
-  if (!f) throw std::runtime_error(path + ": write failed");
+  if (!f) throw wm::Error(path + ": write failed");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ struct Node {
   std::string src, path;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error(src + ": " + (path.empty() ? std::string("(top level)") : path) + ": " + what);
+    throw wm::Error(src + ": " + (path.empty() ? std::string("(top level)") : path) + ": " + what);
   }
   [[noreturn]] void expected(const std::string& what) const { fail("expected " + what + ", got " + type_name(v)); }
   bool has(const std::string& key) const { return v.is_object() && v.contains(key); }
@@ -199,12 +199,12 @@ struct Node {
   }
 };
 
-// Wraps an std::invalid_argument from a validate() call with the location.
+// Wraps the wm::Error of a validate() call with the location.
 template <typename F>
 void at(const Node& n, F&& f) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
+  } catch (const wm::Error& e) {
     n.fail(e.what());
   }
 }
@@ -278,9 +278,10 @@ Episode read_episode(const Node& n, const Suite& suite, const LoadOptions& o) {
     ActionRun run;
     run.count = static_cast<int>(r[0].integer(1, 1 << 24));
     Node keys = r[1];
+    const std::string& key_text = keys.str();  // not a string: fails with its own location
     try {
-      parse_keys(keys.str(), run.action);
-    } catch (const std::invalid_argument& e) {
+      parse_keys(key_text, run.action);
+    } catch (const wm::Error& e) {
       keys.fail(e.what());
     }
     run.action.dyaw_deg = r[2].num(-180, 180);
@@ -356,7 +357,7 @@ Suite suite_from_json(const std::string& text, const std::string& source, const 
   try {
     doc = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1E99999
-    throw std::runtime_error(source + ": not valid JSON: " + e.what());
+    throw wm::Error(source + ": not valid JSON: " + e.what());
   }
   Node top{doc, source, ""};
   if (!doc.is_object()) top.expected("a JSON object (a suite or an episode)");
@@ -387,7 +388,7 @@ Suite suite_from_json(const std::string& text, const std::string& source, const 
 
 Suite load_suite(const std::string& path, const LoadOptions& options) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open suite file");
+  if (!f) throw wm::Error(path + ": cannot open suite file");
   std::stringstream ss;
   ss << f.rdbuf();
   return suite_from_json(ss.str(), path, options);
@@ -396,7 +397,7 @@ Suite load_suite(const std::string& path, const LoadOptions& options) {
 Suite load_or_generate_suite(const std::string& spec, const LoadOptions& options) {
   if (spec.rfind("gen:", 0) == 0) {
     auto fail = [&](const std::string& why) {
-      throw std::invalid_argument("suite spec \"" + spec + "\": " + why + " (expected gen:SEED:COUNT, e.g. gen:7:10)");
+      throw wm::Error("suite spec \"" + spec + "\": " + why + " (expected gen:SEED:COUNT, e.g. gen:7:10)");
     };
     std::string rest = spec.substr(4);
     size_t colon = rest.find(':');

@@ -69,16 +69,16 @@ struct LoadOptions {
 
 // Serialises a suite to JSON text (one line per episode field, compact arrays).
 std::string suite_to_json(const Suite& suite, const SaveOptions& options = {});
-// Writes suite_to_json to a file; throws std::runtime_error naming the file on failure.
+// Writes suite_to_json to a file; throws wm::Error naming the file on failure.
 void save_suite(const Suite& suite, const std::string& path, const SaveOptions& options = {});
-// Parses JSON text (suite or single episode); `source` names it in errors. Throws std::runtime_error
+// Parses JSON text (suite or single episode); `source` names it in errors. Throws wm::Error
 // with "source: field: expected ..., got ..." on bad input.
 Suite suite_from_json(const std::string& text, const std::string& source, const LoadOptions& options = {});
 // Reads and parses a suite file.
 Suite load_suite(const std::string& path, const LoadOptions& options = {});
 
 // The one entry point for programs: spec is a file path, or "gen:SEED:COUNT" to generate on the fly
-// (with default SuiteOptions, named "gen-SEED"). Throws std::runtime_error / invalid_argument.
+// (with default SuiteOptions, named "gen-SEED"). Throws wm::Error.
 Suite load_or_generate_suite(const std::string& spec, const LoadOptions& options = {});
 
 // The scene of an episode (generate_scene(ep.world)).

@@ -5,15 +5,15 @@
 #include <limits>
 #include <optional>
 #include <queue>
-#include <stdexcept>
 
+#include "runtime/error.h"
 #include "tools/world/rng.h"
 
 namespace wm::world {
 
 void validate(const TrajectoryOptions& o) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
-    throw std::invalid_argument("TrajectoryOptions." + field + ": expected " + expected + ", got " + got);
+    throw wm::Error("TrajectoryOptions." + field + ": expected " + expected + ", got " + got);
   };
   if (o.fps < 1 || o.fps > 240) bad("fps", "1..240", std::to_string(o.fps));
   if (o.min_seconds < 1 || o.max_seconds < o.min_seconds || o.max_seconds > 3600)
@@ -31,8 +31,8 @@ std::vector<double> revisit_psnrs(const Episode& ep, const Scene& scene, const R
   wm::Image a, b;
   for (const RevisitPair& p : ep.revisits) {
     if (p.first < 0 || p.revisit >= static_cast<int>(ep.poses.size()) || p.first >= p.revisit)
-      throw std::invalid_argument("revisit_psnrs: pair (" + std::to_string(p.first) + ", " + std::to_string(p.revisit) +
-                                  ") out of range for " + std::to_string(ep.poses.size()) + " poses");
+      throw wm::Error("revisit_psnrs: pair (" + std::to_string(p.first) + ", " + std::to_string(p.revisit) +
+                      ") out of range for " + std::to_string(ep.poses.size()) + " poses");
     rc.render(ep.poses[p.first], a);
     rc.render(ep.poses[p.revisit], b);
     out.push_back(image_psnr(a, b));
@@ -97,7 +97,7 @@ class Planner {
   static int dir_between(Cell a, Cell b) {
     for (int d = 0; d < 4; ++d)
       if (a.first + kDir[d][0] == b.first && a.second + kDir[d][1] == b.second) return d;
-    throw std::logic_error("planner: path cells not adjacent");
+    throw wm::Error("planner: path cells not adjacent");
   }
 
   // Cheapest path with few turns: Dijkstra over (cell, heading) with a turn penalty.
@@ -465,14 +465,14 @@ Episode generate_episode(uint64_t seed, const TrajectoryOptions& options) {
     Scene scene = generate_scene(random_world_params(s == 0 ? seed : json_safe_seed(hash_combine(seed, 1000 + s))));
     if (std::optional<Episode> ep = try_generate_episode(scene, rng.fork(), options, &why)) return std::move(*ep);
   }
-  throw std::runtime_error("generate_episode(seed " + std::to_string(seed) + "): " + why);
+  throw wm::Error("generate_episode(seed " + std::to_string(seed) + "): " + why);
 }
 
 Episode generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOptions& options) {
   validate(options);
   std::string why;
   if (std::optional<Episode> ep = try_generate_episode(scene, seed, options, &why)) return std::move(*ep);
-  throw std::runtime_error(why);
+  throw wm::Error(why);
 }
 
 }  // namespace wm::world

@@ -48,14 +48,14 @@ struct TrajectoryOptions {
   int max_attempts = 20;       // plans tried until one has a revisit
 };
 
-// Validates options; throws std::invalid_argument naming the field.
+// Validates options; throws wm::Error naming the field.
 void validate(const TrajectoryOptions& o);
 
 // Re-derives ep.poses from ep.start and ep.actions in `scene`.
 void derive_poses(Episode& ep, const Scene& scene);
 
 // Generates an episode in a scene drawn from the seed (random_world_params). Deterministic in
-// (seed, options). Throws std::runtime_error if no plan with a revisit is found.
+// (seed, options). Throws wm::Error if no plan with a revisit is found.
 Episode generate_episode(uint64_t seed, const TrajectoryOptions& options = {});
 
 // Generates a trajectory in the given scene (its params are stored in the episode).
