@@ -265,6 +265,8 @@ TEST_F(BadInput, LlmTrain) {
                {{"--init-from", "{dir}/missing", "-o", run}, "--init-from", {run}},
                {{"--init-from", "{dir}", "--resume", "-o", run}, "--resume", {run}},
                {{"--init-from", "{dir}", "--qk-init", "0.05", "-o", run}, "--init-from", {run}},
+               {{"--rope-theta", "nan", "-o", run}, "--rope-theta", {run}},
+               {{"--rope-theta", "1e5", "--resume", "-o", run}, "--resume", {run}},
                {{"--tasks", "mqar:nan", "-o", run}, "--tasks", {run}},
                {{"--config", "{dir}/missing.json", "-o", run}, "missing.json", {run}},
                {{"-o", "/proc/x/run", "--threads", "1"}, "/proc/x/run"}});

@@ -1,6 +1,6 @@
 // wm_llm_train end to end on a model small enough for seconds: a run writes a model folder that
 // loads, and --init-from starts a new run from that folder's weights (not a fresh
-// initialisation), recorded in its trainer state. Skipped when the program is not built.
+// initialisation), recorded in its trainer state, at the folder's RoPE base or at --rope-theta's. Skipped when the program is not built.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,7 +48,8 @@ TEST(LlmTrainRun, InitFromStartsFromTheFolderWeights) {
     argv.insert(argv.end(), common.begin(), common.end());
     return run_program(argv, dir, WM_SOURCE_DIR, 120);
   };
-  const std::string a = (dir / "a").string(), b = (dir / "b").string(), c = (dir / "c").string();
+  const std::string a = (dir / "a").string(), b = (dir / "b").string(), c = (dir / "c").string(),
+                    d = (dir / "d").string();
   RunResult ra = run({"-o", a, "--config", cfg.string(), "--tokenizer", tok, "--tasks", "recall", "--qk-init", "0.05"});
   ASSERT_TRUE(ra.exited && ra.code == 0) << ra.err;
   // A new run from a's weights at a learning rate too small to move them measurably, and one
@@ -58,6 +59,10 @@ TEST(LlmTrainRun, InitFromStartsFromTheFolderWeights) {
   RunResult rc = run({"-o", c, "--config", cfg.string(), "--tokenizer", tok, "--tasks", "recall", "--seed", "9",
                       "--lr", "1e-7", "--min-lr", "0"});
   ASSERT_TRUE(rc.exited && rc.code == 0) << rc.err;
+  // The same from a's weights at another RoPE base: the saved model carries the new base.
+  RunResult rd = run({"-o", d, "--init-from", a, "--tasks", "recall", "--rope-theta", "100000", "--lr", "1e-7",
+                      "--min-lr", "0"});
+  ASSERT_TRUE(rd.exited && rd.code == 0) << rd.err;
 
   const at::Device cpu(at::kCPU);
   llm::LlmModel ma = llm::load_llm(a, cpu), mb = llm::load_llm(b, cpu), mc = llm::load_llm(c, cpu);
@@ -69,6 +74,12 @@ TEST(LlmTrainRun, InitFromStartsFromTheFolderWeights) {
   EXPECT_EQ(state.at("init_from"), a);
   EXPECT_EQ(state.at("step"), 2);
   EXPECT_EQ(state.at("tasks"), "recall,mqar");
+  EXPECT_EQ(state.at("rope_theta"), 10000.0);
+  llm::LlmModel md = llm::load_llm(d, cpu);
+  EXPECT_EQ(md->config().rope_theta, 100000.0);
+  EXPECT_EQ(ma->config().rope_theta, 10000.0);
+  EXPECT_LT(max_param_diff(*ma, *md), 1e-5);
+  EXPECT_EQ(nlohmann::json::parse(read_text(fs::path(d) / "checkpoint/trainer_state.json")).at("rope_theta"), 100000.0);
   fs::remove_all(dir);
 }
 

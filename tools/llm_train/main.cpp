@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "llmkv/bpe_trainer.h"
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
   std::string out = "out/llm-train", config_path = "configs/tiny-llm.json", tokenizer_path, init_from, tasks = "mqar,niah,multifact,plan,copy";
   std::string curriculum = "256:600,512:600,1024:600", device = "auto", split = "gpt2";
   int64_t vocab = 2048, batch_tokens = 8192, warmup = 100, save_every = 250, eval_every = 250, eval_samples = 16;
+  double rope_theta = 0.0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1, qk_init = 0.0, beta2 = 0.95;
   uint64_t seed = 1;
   int threads = 0;
@@ -202,6 +204,11 @@ int main(int argc, char** argv) {
                  "finished run's")
       ->check(CLI::ExistingDirectory)
       ->excludes(resume_opt);
+  app.add_option("--rope-theta", rope_theta,
+                 "RoPE base instead of the config's (or the --init-from model's: a model goes on at a larger "
+                 "base, as long-context extension does, its weights unchanged); 0: the config's")
+      ->check(wm::cli::FiniteRange(0.0, 1e12))
+      ->excludes(resume_opt);
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
@@ -244,15 +251,22 @@ int main(int argc, char** argv) {
     }();
 
     const std::string from = resume ? ckpt : init_from;  // a folder the model comes from, or none
-    wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(from.empty() ? config_path : from + "/config.json");
+    std::optional<wm::llm::HfFolder> folder;
+    if (!from.empty()) folder = wm::llm::HfFolder::open(from);
+    wm::llm::LlmConfig cfg = folder ? folder->config : wm::llm::LlmConfig::load(config_path);
+    if (rope_theta > 0) cfg.rope_theta = rope_theta;
     if (from.empty()) {
       cfg.vocab_size = tok.vocab_size();
       cfg.eos_token_ids.clear();
       if (auto e = tok.token_to_id("<|endoftext|>")) cfg.eos_token_ids.push_back(*e);
       cfg.validate();
     }
-    wm::llm::LlmModel model = from.empty() ? wm::llm::LlmModel(cfg) : wm::llm::load_llm(from, dev, at::kFloat);
-    if (from.empty()) {
+    // The folder's weights into a model of cfg (the folder's config, but for --rope-theta).
+    wm::llm::LlmModel model(cfg);
+    if (folder) {
+      wm::llm::load_llm_weights(*model, *folder);
+      model->to(dev);
+    } else {
       model->init_weights(seed);
       if (qk_init > 0) mimetic_qk_init(*model, cfg, qk_init);
       model->to(dev);
@@ -316,7 +330,7 @@ int main(int argc, char** argv) {
       wm::cli::OutputFile st(next + "/trainer_state.json");
       st.stream() << nlohmann::json{{"step", step}, {"seed", seed}, {"tasks", tasks}, {"batch_tokens", batch_tokens},
                                     {"context_weight", context_weight}, {"curriculum", curriculum},
-                                    {"init_from", init_from}}.dump()
+                                    {"init_from", init_from}, {"rope_theta", cfg.rope_theta}}.dump()
                   << "\n";
       st.commit();
       fs::remove_all(old);
