@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The recipe of the shipped tiny LLM (assets/models/tiny-llm): set-up and build, then five runs
+# of wm_llm_train, each starting from the weights of the one before (--init-from).
+#   1. recall: the training aid alone (2..8 bare pair lines, every key queried), from a mimetic
+#      initialisation, until the look-up by key has formed (it jumps from chance at ~1,200 steps).
+#   2. mqar at 64-128 tokens beside recall: the instruction line and up to ~20 pairs.
+#   3. mqar at 128-256 tokens beside recall: up to ~50 pairs (it levels off near 67% at 256).
+#   4. the same at RoPE base 1e5 instead of 1e4 (--rope-theta): more of each head's dimensions turn
+#      slowly enough over 256 tokens to match a key by content wherever it stands.
+#   5. the same with the learning rate decaying to 1e-4.
+# A model of 2 layers of 128 (configs/tiny-llm-small.json); the loss on the answers only, AdamW
+# (0.9, 0.999) without weight decay or clipping at a constant 1e-3: the settings under which
+# the look-up forms at all (README, "Where training stands"). Each run's folder holds its model,
+# checkpoint/ and train.log; the last one's model is what ships.
+#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 1.5 hours on 2 cores
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${1:-out/tiny-llm}"
+bash tools/build.sh
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+train="${WM_BUILD_DIR:-$root/build}/tools/llm_train/wm_llm_train"
+common=(--weight-decay 0 --clip 1e6 --context-weight 0 --beta2 0.999 --lr 1e-3 --warmup 50
+        --batch-tokens 8192 --eval-every 250 --save-every 250 --eval-samples 32)
+"$train" -o "$out/1-recall" --config configs/tiny-llm-small.json --qk-init 0.05 --tasks recall \
+  --curriculum 64:1500 --seed 1 --min-lr 1e-3 "${common[@]}"
+"$train" -o "$out/2-mqar128" --init-from "$out/1-recall" --tasks recall:1,mqar:2 --all-queries \
+  --curriculum 64-128:750 --seed 1 --min-lr 1e-3 "${common[@]}"
+"$train" -o "$out/3-mqar256" --init-from "$out/2-mqar128" --tasks recall:1,mqar:3 --all-queries \
+  --curriculum 128-256:1500 --seed 4 --min-lr 1e-3 "${common[@]}"
+"$train" -o "$out/4-theta1e5" --init-from "$out/3-mqar256" --rope-theta 1e5 --tasks recall:1,mqar:3 --all-queries \
+  --curriculum 128-256:1250 --seed 7 --min-lr 1e-3 "${common[@]}"
+"$train" -o "$out/5-anneal" --init-from "$out/4-theta1e5" --tasks recall:1,mqar:3 --all-queries \
+  --curriculum 128-256:1500 --seed 9 "${common[@]}" --min-lr 1e-4  # cosine decay
+echo "train_tiny_llm.sh: the model is in $out/5-anneal"
