@@ -283,12 +283,23 @@ TEST(BlockStore, FullStoreThrowsAndCorruptSpillIsReported) {
   EXPECT_THROW(store.put(test::random_block("c", 1, 1, 8, 8, at::kFloat)), Error);
   EXPECT_TRUE(store.contains("a"));
   EXPECT_TRUE(store.contains("b"));
-  // Damage a's spill file: get() reports it instead of returning garbage.
+  // Damage a's spill file (every bit of one payload byte flipped, and checked to be written):
+  // get() reports it instead of returning garbage.
+  int damaged = 0;
   for (auto& e : fs::directory_iterator(dir)) {
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(e.path()) - 20));
-    f.put('\x7f');
+    const auto at = static_cast<std::streamoff>(fs::file_size(e.path()) - 20);
+    char before = 0, after = 0;
+    {
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      ASSERT_TRUE(f.seekg(at).get(before)) << e.path();
+      ASSERT_TRUE(f.seekp(at).put(static_cast<char>(~before))) << e.path();
+    }
+    std::ifstream g(e.path(), std::ios::binary);
+    ASSERT_TRUE(g.seekg(at).get(after)) << e.path();
+    ASSERT_EQ(after, static_cast<char>(~before)) << e.path();
+    ++damaged;
   }
+  ASSERT_EQ(damaged, 1) << "a's spill file should be the only file in " << dir;
   EXPECT_THROW(store.get("a"), CorruptData);
   fs::remove_all(dir);
 }
