@@ -5,7 +5,6 @@
 // 2-layer decoder learns the look-up in ~800 steps on bare lists, but a 20-token line before every
 // list (mqar's instruction is about that long) stalls it past 2,500 steps; trained on bare lists
 // first (or beside them), the look-up it forms there carries over to the prefixed form.
-#include <algorithm>
 #include <set>
 
 #include "runtime/error.h"

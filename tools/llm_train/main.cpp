@@ -161,9 +161,9 @@ int main(int argc, char** argv) {
   bool resume = false, all_queries = false;
   app.add_option("-o,--out", out, "output folder: the model (Hugging Face layout), checkpoint/ and train.log")
       ->capture_default_str();
-  app.add_option("--config", config_path, "model shape (config.json fields; vocab_size comes from the tokenizer)")
+  auto* config_opt = app.add_option("--config", config_path, "model shape (config.json fields; vocab_size comes from the tokenizer)")
       ->capture_default_str()->check(CLI::ExistingFile);
-  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json to use (default: train a byte-level BPE on the tasks' text)")
+  auto* tokenizer_opt = app.add_option("--tokenizer", tokenizer_path, "tokenizer.json to use (default: train a byte-level BPE on the tasks' text)")
       ->check(CLI::ExistingFile);
   app.add_option("--vocab", vocab, "vocabulary of the BPE trained when no --tokenizer is given")
       ->capture_default_str()->check(CLI::Range(int64_t{300}, int64_t{65536}));
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   app.add_option("--clip", clip, "gradient norm clip")->capture_default_str()->check(wm::cli::FiniteRange(1e-6, 1e6));
   app.add_option("--context-weight", context_weight, "loss weight of non-answer tokens (answers weigh 1)")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
-  app.add_option("--qk-init", qk_init,
+  auto* qk_init_opt = app.add_option("--qk-init", qk_init,
                  "mimetic attention initialisation: queries start equal to their group's keys, both with this "
                  "standard deviation (0: off, every matrix drawn with the config's initializer_range)")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
@@ -201,9 +201,13 @@ int main(int argc, char** argv) {
   app.add_option("--init-from", init_from,
                  "start from this model folder's weights, config and tokenizer (a run of its own: a fresh "
                  "optimizer at step 0, the data of --seed): to go on with other tasks or settings than a "
-                 "finished run's")
+                 "finished run's; its config, tokenizer and weights as they are (so not with --config, "
+                 "--tokenizer or --qk-init)")
       ->check(CLI::ExistingDirectory)
-      ->excludes(resume_opt);
+      ->excludes(resume_opt)
+      ->excludes(config_opt)
+      ->excludes(tokenizer_opt)
+      ->excludes(qk_init_opt);
   app.add_option("--rope-theta", rope_theta,
                  "RoPE base instead of the config's (or the --init-from model's: a model goes on at a larger "
                  "base, as long-context extension does, its weights unchanged); 0: the config's")
@@ -221,9 +225,6 @@ int main(int argc, char** argv) {
     if (min_lr > lr) throw wm::Error("--min-lr must not exceed --lr");
     const auto stages = parse_curriculum(curriculum);
     const auto mix = parse_mix(tasks);
-    if (!init_from.empty() && (!tokenizer_path.empty() || qk_init > 0 || app.count("--config") > 0))
-      throw wm::Error("--init-from takes the model's own config and tokenizer, and its weights as they are: "
-                      "leave out --config, --tokenizer and --qk-init");
     int64_t total_steps = 0;
     for (const auto& s : stages) total_steps += s.steps;
     {
