@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/rope.h"
 
 namespace wm::dit {
 namespace {
@@ -74,20 +75,11 @@ at::Tensor apply_yaw_rope(const at::Tensor& x, const at::Tensor& yaw_deg, int64_
   WM_CHECK(yaw_deg.dim() == 2 && yaw_deg.size(0) == x.size(0) && yaw_deg.size(1) == x.size(2), "yaw must be [",
            x.size(0), ", ", x.size(2), "], got ", yaw_deg.sizes());
   if (pairs == 0) return x;
-  const auto ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor m = at::arange(1, pairs + 1, yaw_deg.options().dtype(at::kDouble));
   at::Tensor ang = (yaw_deg.to(at::kDouble) * (M_PI / 180.0)).unsqueeze(-1) * m;  // [B, n, P] exact in float64
-  at::Tensor c = ang.cos().to(x.device(), ct).unsqueeze(1), s = ang.sin().to(x.device(), ct).unsqueeze(1);
-  const int64_t d = x.size(3);
-  at::Tensor xf = x.to(ct);
-  at::Tensor pr = xf.narrow(-1, first, 2 * pairs).reshape({x.size(0), x.size(1), x.size(2), pairs, 2});
-  at::Tensor x0 = pr.select(-1, 0), x1 = pr.select(-1, 1);
-  at::Tensor rot = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);
-  std::vector<at::Tensor> parts;
-  if (first > 0) parts.push_back(xf.narrow(-1, 0, first));
-  parts.push_back(rot);
-  if (first + 2 * pairs < d) parts.push_back(xf.narrow(-1, first + 2 * pairs, d - first - 2 * pairs));
-  return at::cat(parts, -1).to(x.scalar_type());
+  const auto ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return rotate_pairs(x, ang.cos().to(x.device(), ct).unsqueeze(1), ang.sin().to(x.device(), ct).unsqueeze(1), first,
+                      pairs);
 }
 
 at::Tensor ray_features(const at::Tensor& pose, const CondConfig& c, int64_t grid_w) {

@@ -37,21 +37,10 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   const int64_t d = x.size(-1);
   spec.validate(static_cast<int>(d));
   const int rot = spec.rotated_channels();
+  if (spec.style == RopeStyle::Interleaved) return rotate_pairs(x, cos, sin, 0, rot / 2);
   const auto ct = compute_dtype(x.scalar_type());
   at::Tensor xf = x.to(ct);
   at::Tensor c = cos.to(xf.device(), ct), s = sin.to(xf.device(), ct);
-  if (spec.style == RopeStyle::Interleaved) {
-    // Fast path: pairs are adjacent, a view does the split.
-    auto shape = xf.sizes().vec();
-    at::Tensor head = xf.narrow(-1, 0, rot);
-    shape.back() = rot / 2;
-    shape.push_back(2);
-    at::Tensor pairs = head.reshape(shape);
-    at::Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-    at::Tensor r = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);
-    at::Tensor out = rot == d ? r : at::cat({r, xf.narrow(-1, rot, d - rot)}, -1);
-    return out.to(x.scalar_type());
-  }
   auto [ia, ib] = pair_channels(spec);
   auto opt = at::TensorOptions().dtype(at::kLong).device(xf.device());
   at::Tensor ta = at::tensor(ia, opt), tb = at::tensor(ib, opt);
@@ -63,6 +52,29 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 }
 
 }  // namespace
+
+at::Tensor rotate_pairs(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t first,
+                        int64_t pairs) {
+  WM_CHECK(x.dim() >= 1 && first >= 0 && pairs >= 0 && first + 2 * pairs <= x.size(-1), "channel pairs [", first,
+           ", ", first + 2 * pairs, ") do not fit x ", x.sizes());
+  const int64_t d = x.size(-1);
+  const auto ct = compute_dtype(x.scalar_type());
+  at::Tensor xf = x.to(ct);
+  if (pairs == 0) return xf.to(x.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor c = cos.to(xf.device(), ct), s = sin.to(xf.device(), ct);
+  // Pairs are adjacent: a view does the split.
+  auto shape = xf.sizes().vec();
+  shape.back() = pairs;
+  shape.push_back(2);
+  at::Tensor pr = xf.narrow(-1, first, 2 * pairs).reshape(shape);
+  at::Tensor x0 = pr.select(-1, 0), x1 = pr.select(-1, 1);
+  at::Tensor r = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);
+  std::vector<at::Tensor> parts;
+  if (first > 0) parts.push_back(xf.narrow(-1, 0, first));
+  parts.push_back(r);
+  if (first + 2 * pairs < d) parts.push_back(xf.narrow(-1, first + 2 * pairs, d - first - 2 * pairs));
+  return (parts.size() == 1 ? r : at::cat(parts, -1)).to(x.scalar_type());
+}
 
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& pos, const RopeSpec& spec, at::Device device,
                                                at::ScalarType dtype) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "runtime/error.h"
 #include "runtime/rope.h"
 
 namespace wm {
@@ -103,6 +104,36 @@ TEST(Rope, HalfPrecisionStaysCloseToFloat) {
   at::Tensor h = apply_rope(x.to(at::kHalf), pos, spec);
   EXPECT_EQ(h.scalar_type(), at::kHalf);
   EXPECT_LT((h.to(at::kFloat) - f).abs().max().item<float>(), 1e-2);
+}
+
+// rotate_pairs turns the interleaved pairs of its channel range by the given angles (float64
+// reference), copies the other channels bit for bit, broadcasts cos/sin over leading dims and
+// refuses a range that does not fit.
+TEST(Rope, RotatePairsTurnsItsChannelsOnly) {
+  at::manual_seed(4);
+  const int64_t first = 3, pairs = 4, d = 13;
+  at::Tensor x = at::randn({2, 3, 5, d});
+  at::Tensor ang = at::randn({2, 1, 5, pairs}, at::kDouble) * 3;  // per batch entry and token
+  at::Tensor y = rotate_pairs(x, ang.cos(), ang.sin(), first, pairs);
+  ASSERT_EQ(y.sizes(), x.sizes());
+  EXPECT_EQ(y.scalar_type(), at::kFloat);
+  EXPECT_TRUE(y.narrow(-1, 0, first).equal(x.narrow(-1, 0, first)));
+  const int64_t rest = first + 2 * pairs;
+  EXPECT_TRUE(y.narrow(-1, rest, d - rest).equal(x.narrow(-1, rest, d - rest)));
+  at::Tensor xd = x.to(at::kDouble);
+  for (int64_t j = 0; j < pairs; ++j) {
+    at::Tensor u = xd.select(-1, first + 2 * j), w = xd.select(-1, first + 2 * j + 1);
+    at::Tensor c = ang.select(-1, j).cos(), s = ang.select(-1, j).sin();
+    EXPECT_LT((y.select(-1, first + 2 * j).to(at::kDouble) - (u * c - w * s)).abs().max().item<double>(), 1e-6);
+    EXPECT_LT((y.select(-1, first + 2 * j + 1).to(at::kDouble) - (u * s + w * c)).abs().max().item<double>(), 1e-6);
+  }
+  // Interleaved RoPE is rotate_pairs of channels [0, rotated) by rope_cos_sin's angles.
+  RopeSpec spec = RopeSpec::text1d(8, 10000.0, RopeStyle::Interleaved);
+  at::Tensor pos = at::randint(0, 1000, {5, 1}, at::kLong);
+  auto [c, s] = rope_cos_sin(pos, spec, at::kCPU);
+  EXPECT_TRUE(apply_rope(x.narrow(-1, 0, 12), pos, spec).equal(rotate_pairs(x.narrow(-1, 0, 12), c, s, 0, 4)));
+  EXPECT_THROW(rotate_pairs(x, ang.cos(), ang.sin(), 6, 4), Error);
+  EXPECT_THROW(rotate_pairs(x, ang.cos(), ang.sin(), -1, 2), Error);
 }
 
 TEST(Rope, RejectsBadSpec) {
