@@ -699,7 +699,7 @@ TEST(LlmTasks, PrintExamples) {
 // ---- copy (training aid) -------------------------------------------------------------------
 
 TEST(LlmTasks, CopyRoundsRepeatTheirLists) {
-  EXPECT_EQ(training_aid_names(), (std::vector<std::string>{"copy", "recall"}));
+  EXPECT_EQ(training_aid_names(), (std::vector<std::string>{"copy", "recall", "lookup"}));
   const std::regex line_re("^([a-z]+) ([0-9]{2})$");
   const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
   for (uint64_t seed = 0; seed < 20; ++seed) {
@@ -784,6 +784,50 @@ TEST(LlmTasks, RecallQueriesEveryPairOfABareList) {
   EXPECT_THROW(make_recall(9, o), wm::Error);
   EXPECT_EQ(make_recall(3, opts(256)).text(), make_recall(3, opts(256)).text());
   EXPECT_NE(make_recall(3, opts(256)).text(), make_recall(4, opts(256)).text());
+}
+
+// ---- lookup (training aid) -----------------------------------------------------------------
+
+TEST(LlmTasks, LookupQueriesEveryPairAndItsValuesSpanSeveralKinds) {
+  const std::regex line_re("^([a-z]+) ([^\n]+)\n$");
+  const std::regex number_re("^[0-9]{3,4}$"), word_re("^[A-Za-z]+$");
+  const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
+  int numbers = 0, words = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Sample s = make_sample("lookup", seed, opts(1024));  // the length is not followed
+    const int n = s.meta["pairs"].get<int>();
+    ASSERT_GE(n, 2);
+    ASSERT_LE(n, 8);
+    ASSERT_EQ(s.segments.size(), static_cast<size_t>(3 * n + 1));
+    std::map<std::string, std::string> value_of;
+    std::set<std::string> values;
+    for (int i = 0; i < n; ++i) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(s.segments[i].text, m, line_re)) << s.segments[i].text;
+      EXPECT_TRUE(pool.count(m[1])) << m[1];
+      EXPECT_TRUE(value_of.emplace(m[1], m[2]).second) << "key twice: " << m[1];
+      EXPECT_TRUE(values.insert(m[2]).second) << "value twice: " << m[2];
+      const std::string v = m[2];
+      if (std::regex_match(v, number_re)) ++numbers;
+      else if (std::regex_match(v, word_re)) ++words;
+      else ADD_FAILURE() << "value neither a 3-4 digit number nor a word: " << v;
+    }
+    EXPECT_EQ(s.segments[n].text, "Recall:\n");
+    std::set<std::string> asked;
+    for (int j = 0; j < n; ++j) {
+      const Segment& q = s.segments[n + 1 + 2 * j];
+      const Segment& a = s.segments[n + 2 + 2 * j];
+      ASSERT_TRUE(value_of.count(q.text)) << q.text;
+      EXPECT_TRUE(asked.insert(q.text).second);
+      EXPECT_TRUE(a.target);
+      EXPECT_EQ(a.text, " " + value_of[q.text] + "\n");
+    }
+  }
+  EXPECT_GT(numbers, 20);
+  EXPECT_GT(words, 40);
+  EXPECT_EQ(make_lookup(3, opts(256)).text(), make_lookup(3, opts(256)).text());
+  EXPECT_NE(make_lookup(3, opts(256)).text(), make_lookup(4, opts(256)).text());
+  EXPECT_NE(make_lookup(3, opts(256)).text(), make_recall(3, opts(256)).text());
 }
 
 TEST(LlmTasks, MqarKeysComeFromTheFixedPool) {

@@ -160,11 +160,14 @@ Sample make_plan(uint64_t seed, const GenOptions& options);
 // early, on mqar's own tokens (copy.cpp tells what did not work). A repeat spans several lines
 // (the one exception to the target convention above). "recall": mqar at its shortest, 2..8 pair
 // lines with no instruction before them (mqar_pairs sets the count), "Recall:\n", every key
-// queried; its length ignores target_tokens (recall.cpp tells why it exists). make_sample accepts
-// these names too.
+// queried; its length ignores target_tokens (recall.cpp tells why it exists). "lookup": recall
+// with values of several tokens (3-4 digit numbers, names, pseudo-words, colours: what niah and
+// multifact ask for), so that writing a value on after its first token is learned too
+// (lookup.cpp tells why). make_sample accepts these names too.
 std::vector<std::string> training_aid_names();
 Sample make_copy(uint64_t seed, const GenOptions& options);
 Sample make_recall(uint64_t seed, const GenOptions& options);
+Sample make_lookup(uint64_t seed, const GenOptions& options);
 
 // mqar's key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
 const std::vector<std::string>& mqar_key_pool();

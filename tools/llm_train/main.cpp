@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                  "leading space is one piece, so BPE can learn \" 42\" as one token) or qwen2 (one digit "
                  "per token)")
       ->capture_default_str()->check(CLI::IsMember({"gpt2", "qwen2"}));
-  app.add_option("--tasks", tasks, "task mix, name[:weight],...; besides the tasks, the training aids 'copy' and 'recall'")->capture_default_str();
+  app.add_option("--tasks", tasks, "task mix, name[:weight],...; besides the tasks, the training aids 'copy', 'recall' and 'lookup'")->capture_default_str();
   app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
   app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
       ->capture_default_str()->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
