@@ -4,11 +4,11 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/options/activation.h>
 #include <torch/nn/options/conv.h>
-#include <torch/version.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "runtime/attention.h"
 #include "runtime/error.h"
@@ -35,47 +35,6 @@ at::Tensor batch_cond(const at::Tensor& c, int64_t B, int64_t T, int64_t k, cons
   WM_CHECK(x.dim() == 3 && x.size(1) == T && x.size(2) == k && (x.size(0) == B || x.size(0) == 1), what,
            " must be [", T, ", ", k, "] or [", B, ", ", T, ", ", k, "], got ", c.sizes());
   return x.to(dev, at::kFloat).expand({B, T, k});
-}
-
-// softmax(q k^T / sqrt(d) + bias) v for q, k, v [B, H, n, d] and bias [n, n] or [B, 1, n, n]
-// (float32), scores in float32. Out of place throughout so that backward is cheap.
-at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias) {
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-  if (!q.device().is_cpu() || q.scalar_type() == at::kFloat)
-    return at::scaled_dot_product_attention(q, k, v, bias.to(q.scalar_type()), 0.0, false);
-#endif
-  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
-  at::Tensor s = at::matmul(q.to(at::kFloat) * scale, k.to(at::kFloat).transpose(-1, -2)) + bias;
-  return at::matmul(at::softmax(s, -1), v.to(at::kFloat)).to(q.scalar_type());
-}
-
-// Block-causal attention without a mask: the queries of block b (tokens [b*block, (b+1)*block))
-// attend to keys [0, (b+1)*block) only, so hidden scores are never computed (about half the
-// work of the dense form for many blocks). key_logw [n] (float32) or undefined.
-at::Tensor block_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t block,
-                                  const at::Tensor& key_logw) {
-  const int64_t n = q.size(2);
-  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
-  std::vector<at::Tensor> outs;
-  for (int64_t s = 0; s < n; s += block) {
-    const int64_t e = std::min(n, s + block);
-    at::Tensor qs = q.narrow(2, s, e - s), ks = k.narrow(2, 0, e), vs = v.narrow(2, 0, e);
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-    if (!q.device().is_cpu() || q.scalar_type() == at::kFloat) {
-      if (key_logw.defined()) {
-        at::Tensor mask = key_logw.narrow(0, 0, e).to(q.scalar_type()).expand({e - s, e});
-        outs.push_back(at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false));
-      } else {
-        outs.push_back(at::scaled_dot_product_attention(qs, ks, vs));
-      }
-      continue;
-    }
-#endif
-    at::Tensor sc = at::matmul(qs.to(at::kFloat) * scale, ks.to(at::kFloat).transpose(-1, -2));
-    if (key_logw.defined()) sc = sc + key_logw.narrow(0, 0, e);
-    outs.push_back(at::matmul(at::softmax(sc, -1), vs.to(at::kFloat)).to(q.scalar_type()));
-  }
-  return outs.size() == 1 ? outs[0] : at::cat(outs, 2);
 }
 
 }  // namespace
@@ -316,22 +275,23 @@ at::Tensor CausalDitImpl::forward_sequence(const at::Tensor& x, const at::Tensor
   at::Tensor key_logw = opt.key_logw.defined() ? opt.key_logw.to(dev, at::kFloat) : at::Tensor();
   WM_CHECK(!key_logw.defined() || (key_logw.dim() == 1 && key_logw.size(0) == n), "key_logw must be [", n, "], got ",
            key_logw.sizes());
-  // The caller's additive bias [n, n] or [B, 1, n, n] (dense attention), or block-causal over
-  // blocks of bf frames (no mask needed: each block only reads the keys it may see).
-  at::Tensor bias;
+  // The core's attention: block-causal over blocks of bf frames (each query block reads only the
+  // keys it may see, no mask tensor), or the caller's dense bias [n, n] or [B, 1, n, n] in place
+  // of that mask. Its autograd node keeps training cheap; libtorch 2.x runs it fused.
+  AttentionOptions ao;
   if (opt.attn_bias.defined()) {
-    bias = opt.attn_bias.to(dev, at::kFloat);
-    WM_CHECK((bias.dim() == 2 && bias.size(0) == n && bias.size(1) == n) ||
-                 (bias.dim() == 4 && (bias.size(0) == B || bias.size(0) == 1) && bias.size(1) == 1 &&
-                  bias.size(2) == n && bias.size(3) == n),
-             "attn_bias must be [", n, ", ", n, "] or [", B, ", 1, ", n, ", ", n, "], got ", bias.sizes());
-    if (key_logw.defined()) bias = bias + key_logw;
+    ao.bias = opt.attn_bias.to(dev, at::kFloat);
+    WM_CHECK((ao.bias.dim() == 2 && ao.bias.size(0) == n && ao.bias.size(1) == n) ||
+                 (ao.bias.dim() == 4 && (ao.bias.size(0) == B || ao.bias.size(0) == 1) && ao.bias.size(1) == 1 &&
+                  ao.bias.size(2) == n && ao.bias.size(3) == n),
+             "attn_bias must be [", n, ", ", n, "] or [", B, ", 1, ", n, ", ", n, "], got ", ao.bias.sizes());
+  } else {
+    ao.mask.kind = AttentionMask::BlockCausal;
+    ao.mask.block = bf * P;
   }
-  // Out-of-place softmax attention (the same math as wm::attention with this mask): autograd
-  // through it stays cheap, and libtorch 2.x runs it fused.
-  auto attend = [&](int, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) -> at::Tensor {
-    if (bias.defined()) return sequence_attention(q, k, v, bias);
-    return block_causal_attention(q, k, v, bf * P, key_logw);
+  auto attend = [&](int l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) -> at::Tensor {
+    if (opt.attention) return opt.attention(l, q, k, v);
+    return attention(q, k, v, key_logw, ao).out;
   };
   at::Tensor out = run(xb, batch_t(t, B, T, dev), cb, fi, attend, opt.kv_out);
   return (batched ? out : out.squeeze(0)).to(x.scalar_type());

@@ -29,6 +29,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <vector>
 
 #include "dit/conditioning.h"
@@ -78,8 +79,11 @@ struct SequenceOptions {
   at::Tensor key_logw;           // [n] float32 added to every key's logit (log-weight; -inf drops it)
   at::Tensor attn_bias;          // [n, n] or [B, 1, n, n] float32 additive bias replacing the
                                  // block-causal mask (see chunk_visibility_bias); dense, so
-                                 // about 1.7x slower than the default block-causal path
+                                 // every query reads every key (AttentionOptions::bias)
   std::vector<LayerKv>* kv_out = nullptr;  // B == 1 only: per-layer K (rotated), V, positions
+  // Replaces the attention of every layer when set (reference checks): layer, rotated q, k and v
+  // [B, H, n, d] -> [B, H, n, d]; block_frames, key_logw and attn_bias are then its business.
+  std::function<at::Tensor(int, const at::Tensor&, const at::Tensor&, const at::Tensor&)> attention;
 };
 
 class CausalDitImpl : public torch::nn::Module {

@@ -49,7 +49,9 @@ constexpr int64_t kMinRows = 8;  // fewer query rows per chunk cost more in call
 
 // Splits the queries so that batch x heads x rows x keys stays near `budget`. A masked chunk
 // reads only the keys its last query may see, so with a causal mask the chunks cover about half
-// of the score matrix; chunk ends fall on block boundaries of a block-causal mask.
+// of the score matrix. With a block-causal mask every query of a block sees the same keys: a
+// chunk stays inside one block (no mask to add, no hidden score computed) unless blocks are
+// smaller than kMinRows, when its end moves on to a block boundary.
 std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, int64_t batch_heads, int64_t budget) {
   std::vector<Chunk> chunks;
   const double per_row =
@@ -64,7 +66,11 @@ std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, in
       c = static_cast<int64_t>((std::sqrt(base * base + 4.0 * per_row) - base) / 2.0);
     }
     c = std::min(std::max(c, kMinRows), nq - a);
-    if (m.block > 1) c = std::min(((s + c + m.block - 1) / m.block) * m.block - s, nq - a);
+    if (m.block > 1) {
+      const int64_t block_end = (s / m.block + 1) * m.block - s;  // rows to the end of s's block
+      c = m.block >= kMinRows ? std::min(c, block_end) : ((s + c + m.block - 1) / m.block) * m.block - s;
+      c = std::min(c, nq - a);
+    }
     Chunk ch{a, c, nk, nk, 0, 0};
     if (m.block > 0) {
       const int64_t f = m.visible(s), e = m.visible(s + c - 1);
@@ -105,15 +111,54 @@ at::Tensor diag_tile(int64_t rows, int64_t width, int64_t block, int64_t phase, 
   return tile;
 }
 
+// The additive mask [n_q, n_k] (0 or -inf) of a masked call, built once per shape and cached
+// (thread-safe; a few entries, as a handful of shapes recur; masks past 16M elements are not
+// kept). Callers must not write to it.
+at::Tensor mask_bias(int64_t nq, int64_t nk, int64_t n_window, int64_t block, at::ScalarType st, at::Device dev) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, at::Tensor> cache;
+  const Key key{nq, nk, n_window, block, static_cast<int>(st), static_cast<int>(dev.type()), dev.index()};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  at::NoGradGuard no_grad;
+  const int64_t n_cur = nk - n_window;
+  auto iopt = at::TensorOptions().dtype(at::kLong).device(dev);
+  at::Tensor qi = at::arange(n_cur - nq, n_cur, iopt).div(block, "floor").unsqueeze(1);  // [n_q, 1]
+  at::Tensor kj = at::arange(0, n_cur, iopt).div(block, "floor").unsqueeze(0);           // [1, n_cur]
+  at::Tensor m = at::zeros({nq, nk}, at::TensorOptions().dtype(st).device(dev));
+  m.narrow(1, n_window, n_cur).masked_fill_(kj > qi, -std::numeric_limits<double>::infinity());
+  if (m.numel() > (int64_t{1} << 24)) return m;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 8) cache.clear();
+  cache.emplace(key, m);
+  return m;
+}
+
+// opt.bias as [Bb, 1, n_q, n_k] (Bb = 1 or B) in the score dtype on `dev`; undefined if none.
+at::Tensor batch_bias(const at::Tensor& bias, int64_t B, int64_t nq, int64_t nk, at::ScalarType st, at::Device dev) {
+  if (!bias.defined()) return bias;
+  const bool flat = bias.dim() == 2 && bias.size(0) == nq && bias.size(1) == nk;
+  const bool full = bias.dim() == 4 && (bias.size(0) == B || bias.size(0) == 1) && bias.size(1) == 1 &&
+                    bias.size(2) == nq && bias.size(3) == nk;
+  WM_CHECK(flat || full, "bias must be [", nq, ", ", nk, "] or [", B, ", 1, ", nq, ", ", nk, "], got ", bias.sizes());
+  at::Tensor b = bias.to(dev, st);
+  return flat ? b.view({1, 1, nq, nk}) : b;
+}
+
 // The dtype scores and softmax run in.
 at::ScalarType score_type(at::ScalarType ct) { return ct == at::kDouble ? at::kDouble : at::kFloat; }
 
 // Forward over the chunks, without autograd. qs [B*KH, nq*G, d]: the queries already scaled by
 // 1/sqrt(d), rows ordered (query, group) so that a chunk is a slice; k3, v3 [B*KH, nk, d];
-// logw [nk] or undefined. Writes out [B, nq, KH*G, d]; keeps each chunk's probabilities
-// [B*KH, rows*G, keys] in keep_p if given; adds the key mass into mass [B*KH, nk] if defined.
+// logw [nk] or undefined; bias4 [1 or B, 1, nq, nk] in the score dtype or undefined. Writes out
+// [B, nq, KH*G, d]; keeps each chunk's probabilities [B*KH, rows*G, keys] in keep_p if given;
+// adds the key mass into mass [B*KH, nk] if defined.
 void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& qs, const at::Tensor& k3,
-                    const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& out,
+                    const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& bias4, const at::Tensor& out,
                     std::vector<at::Tensor>* keep_p, const at::Tensor& mass) {
   const int64_t BK = g.B * g.KH;
   const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
@@ -124,6 +169,9 @@ void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& 
     at::Tensor s = at::bmm(qs.narrow(1, c.q_begin * g.G, c.n_rows * g.G), kc.transpose(1, 2));
     if (s.scalar_type() != st) s = s.to(st);
     if (lw.defined()) s.add_(lw.narrow(0, 0, c.n_keys));
+    if (bias4.defined())  // rows (query, group): the bias of query r reaches its G rows
+      s.view({g.B, g.KH, c.n_rows, g.G, c.n_keys})
+          .add_(bias4.narrow(2, c.q_begin, c.n_rows).narrow(3, 0, c.n_keys).unsqueeze(3));
     if (c.diag_width > 0)
       s.view({BK, c.n_rows, g.G, c.n_keys})
           .narrow(3, c.diag_begin, c.diag_width)
@@ -158,22 +206,23 @@ Geometry unpack(const std::vector<int64_t>& v) {
 }
 
 // One autograd node for a whole call: the forward keeps each chunk's probabilities, the
-// backward walks the same chunks and accumulates dK, dV in place. No gradient for logw (calls
-// whose logw requires grad take the plain path).
+// backward walks the same chunks and accumulates dK, dV in place. No gradient for logw or the
+// bias (calls where either requires grad take the plain path).
 struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
-  // q [B, H, nq, d], k/v [B, KH, nk, d] in the compute dtype, logw [nk] or undefined (passed by
-  // pointer: not an input of the node) -> {out [B, nq, H, d], mass [B*KH, nk] in the score dtype
-  // (or [0] when not captured)}.
+  // q [B, H, nq, d], k/v [B, KH, nk, d] in the compute dtype, logw [nk] or undefined, bias4 as
+  // forward_chunks' (both passed by pointer: not inputs of the node) -> {out [B, nq, H, d], mass
+  // [B*KH, nk] in the score dtype (or [0] when not captured)}.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                                                 const at::Tensor& k, const at::Tensor& v, const at::Tensor* logw,
-                                                const Geometry& g, const MaskGeometry& m, double scale, bool capture) {
+                                                const at::Tensor* bias4, const Geometry& g, const MaskGeometry& m,
+                                                double scale, bool capture) {
     at::Tensor qs = grouped_queries(g, q, scale);
     at::Tensor k3 = k.reshape({g.B * g.KH, g.nk, g.d}), v3 = v.reshape({g.B * g.KH, g.nk, g.d});
     at::Tensor out = at::empty({g.B, g.nq, g.KH * g.G, g.d}, q.options());
     at::Tensor mass = capture ? at::zeros({g.B * g.KH, g.nk}, q.options().dtype(score_type(q.scalar_type())))
                               : at::empty({0}, q.options());
     std::vector<at::Tensor> probs;
-    forward_chunks(g, m, qs, k3, v3, *logw, out, &probs, capture ? mass : at::Tensor());
+    forward_chunks(g, m, qs, k3, v3, *logw, *bias4, out, &probs, capture ? mass : at::Tensor());
     torch::autograd::variable_list saved{qs, k3, v3, out};
     saved.insert(saved.end(), probs.begin(), probs.end());
     ctx->save_for_backward(saved);
@@ -221,8 +270,9 @@ struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
           .copy_(at::bmm(ds, kc).view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
     }
     dq.mul_(scale);
-    // One entry per forward argument after ctx: q, k, v, then none for logw, g, m, scale, capture.
-    torch::autograd::variable_list res(8);
+    // One entry per forward argument after ctx: q, k, v, then none for logw, bias4, g, m, scale,
+    // capture.
+    torch::autograd::variable_list res(9);
     res[0] = dq.transpose(1, 2);
     res[1] = dk.view({g.B, g.KH, g.nk, g.d});
     res[2] = dv.view({g.B, g.KH, g.nk, g.d});
@@ -234,20 +284,21 @@ struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
 
 at::Tensor attention_bias(int64_t n_q, int64_t n_k, const at::Tensor& logw, const AttentionOptions& opt,
                           at::Device device) {
-  auto fopt = at::TensorOptions().dtype(at::kFloat).device(device);
-  at::Tensor bias = logw.defined() ? logw.to(device, at::kFloat).reshape({1, n_k}).expand({n_q, n_k}).clone()
-                                   : at::zeros({n_q, n_k}, fopt);
-  if (opt.mask.kind == AttentionMask::None) return bias;
-  const int64_t n_cur = n_k - opt.n_window;
-  WM_CHECK(n_cur >= n_q, "a masked attention needs the queries among the current keys: ", n_q, " queries, ", n_cur,
-           " current keys");
-  const int64_t b = opt.mask.kind == AttentionMask::Causal ? 1 : opt.mask.block;
-  WM_CHECK(b > 0, "block size must be > 0, got ", b);
-  auto iopt = at::TensorOptions().dtype(at::kLong).device(device);
-  at::Tensor qi = at::arange(n_cur - n_q, n_cur, iopt).div(b, "floor").unsqueeze(1);  // [n_q, 1]
-  at::Tensor kj = at::arange(0, n_cur, iopt).div(b, "floor").unsqueeze(0);            // [1, n_cur]
-  at::Tensor hidden = kj > qi;
-  bias.narrow(1, opt.n_window, n_cur).masked_fill_(hidden, -std::numeric_limits<float>::infinity());
+  at::Tensor bias = at::zeros({n_q, n_k}, at::TensorOptions().dtype(at::kFloat).device(device));
+  if (opt.mask.kind != AttentionMask::None) {
+    const int64_t n_cur = n_k - opt.n_window;
+    WM_CHECK(n_cur >= n_q, "a masked attention needs the queries among the current keys: ", n_q, " queries, ", n_cur,
+             " current keys");
+    const int64_t b = opt.mask.kind == AttentionMask::Causal ? 1 : opt.mask.block;
+    WM_CHECK(b > 0, "block size must be > 0, got ", b);
+    bias.add_(mask_bias(n_q, n_k, opt.n_window, b, at::kFloat, device));
+  }
+  if (logw.defined()) bias.add_(logw.to(device, at::kFloat).reshape({1, n_k}));
+  if (opt.bias.defined()) {
+    const int64_t bb = opt.bias.dim() == 4 ? opt.bias.size(0) : 1;
+    at::Tensor ob = batch_bias(opt.bias, bb, n_q, n_k, at::kFloat, device);
+    bias = opt.bias.dim() == 2 ? bias.add_(ob.view({n_q, n_k})) : bias + ob;
+  }
   return bias;
 }
 
@@ -283,26 +334,59 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   const bool upcast = q.device().is_cpu() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
   const auto ct = upcast ? at::kFloat : q.scalar_type();
 
+  // The caller's dense bias as [1 or B, 1, nq, nk] in the score dtype (undefined if none).
+  const at::Tensor bias4 = batch_bias(opt.bias, B, nq, nk, score_type(ct), q.device());
+
   AttentionResult res;
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
   if (opt.allow_fused && !opt.capture_mass) {
-    at::Tensor ke = G == 1 ? k : k.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
-    at::Tensor ve = G == 1 ? v : v.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
-    // A plain causal self-attention (queries = keys, no log-weights) needs no bias tensor.
-    const bool is_causal = mask.block == 1 && !logw.defined() && nq == nk;
-    const bool no_bias = is_causal || (mask.block == 0 && !logw.defined());
+    at::Tensor qc = q.to(ct), kc = k.to(ct), vc = v.to(ct);
+    // The mask's block, 0 when it hides nothing from these queries (one decoding step).
+    const int64_t block = mask.block > 0 && mask.visible(mask.q0) < mask.n_cur ? mask.block : 0;
+    // A plain causal self-attention (queries = keys, no log-weights, no bias) needs no bias tensor.
+    const bool is_causal = block == 1 && nq == nk && !logw.defined() && !bias4.defined();
+    // Without a mask or bias every query row sees the keys alike: the G query heads of a kv head
+    // fold into the query length (K/V used as they are) and log-weights are one broadcast row.
+    const bool same_rows = block == 0 && !bias4.defined();
     c10::optional<at::Tensor> bias;
-    if (!no_bias) bias = attention_bias(nq, nk, logw, opt, q.device()).to(ct);
-    at::Tensor o = at::scaled_dot_product_attention(q.to(ct), ke.to(ct), ve.to(ct), bias, 0.0, is_causal);
+    if (same_rows) {
+      if (logw.defined()) bias = logw.to(q.device(), ct).view({1, nk}).expand({G * nq, nk});
+    } else if (!is_causal) {
+      at::Tensor b;
+      if (block > 0) b = mask_bias(nq, nk, opt.n_window, block, ct, q.device());  // cached, read only
+      if (logw.defined()) {
+        at::Tensor lw = logw.to(q.device(), ct).view({1, nk});
+        b = b.defined() ? b + lw : lw.expand({nq, nk});
+      }
+      if (bias4.defined()) b = b.defined() ? b + bias4.to(ct) : bias4.to(ct);
+      bias = b;
+    }
+    at::Tensor o;
+    if (G == 1) {
+      o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal);
+    } else if (same_rows) {
+      o = at::scaled_dot_product_attention(qc.reshape({B, KH, G * nq, d}), kc, vc, bias, 0.0, false)
+              .reshape({B, H, nq, d});
+    } else {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+      o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal, c10::nullopt, /*enable_gqa=*/true);
+#else
+      // No enable_gqa before libtorch 2.5: K/V repeated per query head.
+      at::Tensor ke = kc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
+      at::Tensor ve = vc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
+      o = at::scaled_dot_product_attention(qc, ke, ve, bias, 0.0, is_causal);
+#endif
+    }
     o = o.to(q.scalar_type());
     res.out = batched ? o : o.squeeze(0);
     return res;
   }
 #endif
   const bool grad = at::GradMode::is_enabled();
-  if (grad && logw.defined() && logw.requires_grad()) {
-    // Plain path (gradients reach logw). Grouped form: [B, KH, G * nq, d] x [B, KH, d, nk].
+  if (grad && ((logw.defined() && logw.requires_grad()) || (opt.bias.defined() && opt.bias.requires_grad()))) {
+    // Plain path (gradients reach logw and the bias). Grouped form: [B, KH, G * nq, d] x [B, KH, d, nk].
     at::Tensor bias = attention_bias(nq, nk, logw, opt, q.device());
+    if (bias.dim() == 4) bias = bias.unsqueeze(2);  // [1 or B, 1, 1, nq, nk]
     at::Tensor qg = (q.to(ct) * scale).reshape({B, KH, G * nq, d});
     at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).to(score_type(ct)).view({B, KH, G, nq, nk}) + bias;
     at::Tensor p = at::softmax(scores, -1);
@@ -321,7 +405,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   at::Tensor out, mass;
   if (grad && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     torch::autograd::variable_list r =
-        ChunkedAttention::apply(q.to(ct), k.to(ct), v.to(ct), &logw, g, mask, scale, opt.capture_mass);
+        ChunkedAttention::apply(q.to(ct), k.to(ct), v.to(ct), &logw, &bias4, g, mask, scale, opt.capture_mass);
     out = r[0];
     mass = r[1];
   } else {
@@ -330,7 +414,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
     out = at::empty({B, nq, H, d}, qc.options());
     if (opt.capture_mass) mass = at::zeros({B * KH, nk}, qc.options().dtype(score_type(ct)));
     forward_chunks(g, mask, grouped_queries(g, qc, scale), k.to(ct).reshape({B * KH, nk, d}),
-                   v.to(ct).reshape({B * KH, nk, d}), logw, out, nullptr, mass);
+                   v.to(ct).reshape({B * KH, nk, d}), logw, bias4, out, nullptr, mass);
   }
   at::Tensor o = out.transpose(1, 2).to(q.scalar_type());  // [B, H, nq, d]
   res.out = batched ? o : o.squeeze(0);

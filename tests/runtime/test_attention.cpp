@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/attention.h"
+#include "runtime/error.h"
 
 namespace wm {
 namespace {
@@ -21,13 +22,14 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 // Reference over the general case, built from the definition alone: q [B, H, nq, d], k/v
 // [B, KH, nk, d], logw [nk] or undefined; mask block 0 = none, 1 = causal, b = block-causal;
-// query r is current token (n_cur - nq + r). Float64, kv heads repeated, explicit softmax.
+// query r is current token (n_cur - nq + r); extra: a dense additive bias or undefined. Float64,
+// kv heads repeated, explicit softmax.
 struct Ref {
   at::Tensor out;   // [B, H, nq, d] float64
   at::Tensor mass;  // [B, KH, nk] float64
 };
 Ref reference4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw, int64_t block,
-               int64_t n_window) {
+               int64_t n_window, const at::Tensor& extra = at::Tensor()) {
   const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3), KH = k.size(1), nk = k.size(2);
   const int64_t G = H / KH, n_cur = nk - n_window;
   at::Tensor kk = k.to(at::kDouble).repeat_interleave(G, 1), vv = v.to(at::kDouble).repeat_interleave(G, 1);
@@ -40,6 +42,7 @@ Ref reference4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, co
       for (int64_t j = 0; j < n_cur; ++j)
         if (j / block > (n_cur - nq + r) / block) h[r][n_window + j] = -std::numeric_limits<double>::infinity();
   at::Tensor s = at::matmul(q.to(at::kDouble), kk.transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
+  if (extra.defined()) bias = bias + extra.to(at::kDouble);  // [nq, nk] or [B or 1, 1, nq, nk]
   at::Tensor p = at::softmax(s + bias + hide, -1);
   return {at::matmul(p, vv), p.view({B, KH, G, nq, nk}).sum({2, 3})};
 }
@@ -309,5 +312,105 @@ TEST(Attention, KeyMassUnderAutogradMatchesReference) {
   EXPECT_LT(max_diff(r.key_mass, ref.mass), 1e-4);
   EXPECT_LT(max_diff(r.out, ref.out), 1e-5);
 }
+
+// A dense bias (random finite values and hidden keys, every query keeping some) on top of the
+// mask kinds and log-weights: outputs, key mass and gradients equal the reference's, [nq, nk]
+// and [B, 1, nq, nk], with GQA, for every chunk size and with fused SDPA allowed or not.
+TEST(Attention, DenseBiasMatchesReference) {
+  struct Case {
+    AttentionMask::Kind kind;
+    int64_t block, nw;
+    bool batched_bias, logw;
+  };
+  const Case cases[] = {{AttentionMask::None, 1, 0, false, false},
+                        {AttentionMask::None, 1, 6, true, true},
+                        {AttentionMask::Causal, 1, 4, true, false},
+                        {AttentionMask::BlockCausal, 3, 5, false, true}};
+  at::manual_seed(12);
+  const int64_t B = 2, H = 4, KH = 2, nq = 10, d = 8;
+  for (const Case& c : cases)
+    for (bool fused : {false, true})
+      for (int64_t ce : kChunkSizes) {
+        const int64_t nk = c.nw + nq + 2;  // two current keys before the queries
+        at::Tensor q = at::randn({B, H, nq, d}).requires_grad_();
+        at::Tensor k = at::randn({B, KH, nk, d}).requires_grad_(), v = at::randn({B, KH, nk, d}).requires_grad_();
+        at::Tensor lw = c.logw ? at::randn({nk}) : at::Tensor();
+        at::Tensor bias = at::randn({c.batched_bias ? B : 1, 1, nq, nk});
+        bias.masked_fill_(at::rand(bias.sizes()).lt(0.3), -std::numeric_limits<double>::infinity());
+        bias.select(3, 0).fill_(0.0);  // key 0 (seen by every query under every mask) stays visible
+        if (!c.batched_bias) bias = bias.view({nq, nk});
+        at::Tensor w = at::randn({B, H, nq, d});
+        AttentionOptions o = options(c.kind, c.block, c.nw, ce);
+        o.bias = bias;
+        o.allow_fused = fused;
+        o.capture_mass = !fused;
+        auto r = attention(q, k, v, lw, o);
+        (r.out * w).sum().backward();
+        at::Tensor qd = q.detach().to(at::kDouble).requires_grad_(), kd = k.detach().to(at::kDouble).requires_grad_();
+        at::Tensor vd = v.detach().to(at::kDouble).requires_grad_();
+        const int64_t block = c.kind == AttentionMask::None ? 0 : c.block;
+        Ref ref = reference4(qd, kd, vd, lw, block, c.nw, bias);
+        (ref.out * w.to(at::kDouble)).sum().backward();
+        EXPECT_LT(max_diff(r.out, ref.out), 1e-5) << "block " << block << " chunk_elems " << ce;
+        if (!fused) EXPECT_LT(max_diff(r.key_mass, ref.mass), 1e-4) << "block " << block << " chunk_elems " << ce;
+        EXPECT_LT(max_diff(q.grad(), qd.grad()), 1e-5) << "block " << block << " chunk_elems " << ce;
+        EXPECT_LT(max_diff(k.grad(), kd.grad()), 1e-5) << "block " << block << " chunk_elems " << ce;
+        EXPECT_LT(max_diff(v.grad(), vd.grad()), 1e-5) << "block " << block << " chunk_elems " << ce;
+      }
+}
+
+// A bias that requires grad gets its gradient (the plain path), equal to the reference's.
+TEST(Attention, DenseBiasGradientMatchesReference) {
+  at::manual_seed(13);
+  const int64_t nq = 6, nk = 9, d = 8;
+  at::Tensor q = at::randn({2, 4, nq, d}, at::kDouble), k = at::randn({2, 2, nk, d}, at::kDouble);
+  at::Tensor v = at::randn({2, 2, nk, d}, at::kDouble);
+  at::Tensor bias = (at::randn({2, 1, nq, nk}) * 0.5).requires_grad_();
+  at::Tensor w = at::randn({2, 4, nq, d}, at::kDouble);
+  AttentionOptions o = options(AttentionMask::Causal, 1, 3, 0);
+  o.bias = bias;
+  o.allow_fused = false;
+  (attention(q, k, v, at::Tensor(), o).out * w).sum().backward();
+  at::Tensor bd = bias.detach().to(at::kDouble).requires_grad_();
+  (reference4(q, k, v, at::Tensor(), 1, 3, bd).out * w).sum().backward();
+  ASSERT_TRUE(bias.grad().defined());
+  EXPECT_GT(bias.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_LT(max_diff(bias.grad(), bd.grad()), 1e-5);
+}
+
+TEST(Attention, DenseBiasOfTheWrongShapeIsAnError) {
+  at::Tensor q = at::randn({2, 3, 4, 8}), k = at::randn({2, 1, 5, 8}), v = at::randn({2, 1, 5, 8});
+  for (const at::Tensor& bad : {at::zeros({4, 4}), at::zeros({5, 4}), at::zeros({3, 1, 4, 5}), at::zeros({2, 2, 4, 5}),
+                                at::zeros({4, 5, 1})}) {
+    AttentionOptions o;
+    o.bias = bad;
+    EXPECT_THROW(attention(q, k, v, at::Tensor(), o), Error) << bad.sizes();
+  }
+  AttentionOptions o;
+  o.bias = at::zeros({1, 1, 4, 5});
+  EXPECT_NO_THROW(attention(q, k, v, at::Tensor(), o));
+}
+
+// attention_bias: the mask (shared by calls of one shape) plus log-weights plus the bias, and a
+// new tensor each call: writing to one result leaves the next call's intact.
+TEST(Attention, AttentionBiasIsANewTensorEachCall) {
+  AttentionOptions o = options(AttentionMask::BlockCausal, 2, 1, 0);
+  at::Tensor a = attention_bias(3, 6, at::Tensor(), o, at::kCPU);
+  const float inf = std::numeric_limits<float>::infinity();
+  // Keys [window | current 0..4]; queries are current tokens 2, 3, 4 (blocks 1, 1, 2).
+  at::Tensor want = at::tensor({0.f, 0.f, 0.f, 0.f, 0.f, -inf,  //
+                                0.f, 0.f, 0.f, 0.f, 0.f, -inf,  //
+                                0.f, 0.f, 0.f, 0.f, 0.f, 0.f})
+                        .view({3, 6});
+  EXPECT_TRUE(a.equal(want));
+  a.fill_(7.0);
+  EXPECT_TRUE(attention_bias(3, 6, at::Tensor(), o, at::kCPU).equal(want));
+  at::Tensor lw = at::arange(6, at::kFloat);
+  o.bias = at::full({2, 1, 3, 6}, 0.5);
+  at::Tensor b = attention_bias(3, 6, lw, o, at::kCPU);
+  ASSERT_EQ(b.sizes(), (at::IntArrayRef{2, 1, 3, 6}));
+  EXPECT_TRUE(b[1][0].equal(want + lw + 0.5));
+}
+
 }  // namespace
 }  // namespace wm
