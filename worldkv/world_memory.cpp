@@ -6,6 +6,33 @@
 
 namespace wm::worldkv {
 
+namespace {
+
+// The regions VideoPolicy::admit builds: the first chunks fill the sink, the next ones go to
+// recent, whose oldest leave (to the bank, for a policy that banks) beyond its capacity.
+WindowChunks window_chunks_of(const VideoPolicy& policy, int64_t target) {
+  WM_CHECK(target >= 0, "window_chunks: chunk index must be >= 0, got ", target);
+  const int64_t sink_end = std::min<int64_t>(target, policy.sink_capacity());
+  const int64_t recent_begin =
+      policy.recent_capacity() < 0 ? sink_end : std::max<int64_t>(sink_end, target - policy.recent_capacity());
+  WindowChunks w;
+  for (int64_t c = 0; c < sink_end; ++c) w.sink.push_back(c);
+  if (policy.banks())
+    for (int64_t c = sink_end; c < recent_begin; ++c) w.banked.push_back(c);
+  w.retrieved_slots = policy.retrieved_capacity();
+  for (int64_t c = recent_begin; c < target; ++c) w.recent.push_back(c);
+  return w;
+}
+
+}  // namespace
+
+WindowChunks window_chunks(const MemoryConfig& cfg, int64_t target) {
+  cfg.validate();
+  return window_chunks_of(*make_policy(cfg), target);
+}
+
+WindowChunks WorldMemory::window_chunks(int64_t target) const { return window_chunks_of(*policy_, target); }
+
 std::string WorldMemory::chunk_id(int64_t index) { return "chunk:" + std::to_string(index); }
 
 WorldMemory::WorldMemory(KvSpec spec, MemoryConfig cfg) : spec_(std::move(spec)), cfg_(std::move(cfg)) {

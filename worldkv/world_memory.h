@@ -26,6 +26,24 @@
 
 namespace wm::worldkv {
 
+// Which chunks of a rollout make the window when chunk `target` is prepared, chunks 0 .. target-1
+// having been committed in order: the policy's region capacities applied to chunk indices, with
+// no tensors. The memory itself assembles exactly these regions (WorldMemory::prepare); the
+// trainer shapes its samples by them and the viewer shows the retrieved region's capacity, so a
+// change of the config reaches all three alike.
+struct WindowChunks {
+  std::vector<int64_t> sink;    // chunks in the sink, oldest first
+  std::vector<int64_t> banked;  // chunks in the bank, oldest first: what retrieval chooses from
+                                // (empty for a policy that drops what leaves recent)
+  int retrieved_slots = 0;      // most chunks the retrieved region holds (0: none); with
+                                // fill_by_tokens its token budget over a compressed chunk's tokens
+  std::vector<int64_t> recent;  // chunks in recent, oldest first
+};
+
+// The window of chunk `target` (>= 0) for a memory configured by cfg. Throws wm::Error on a bad
+// config (as WorldMemory does: tokens_per_frame must be set) or a negative target.
+WindowChunks window_chunks(const MemoryConfig& cfg, int64_t target);
+
 class WorldMemory {
  public:
   // Throws wm::Error on a bad config or spec, or an unknown policy (listing the registered ones).
@@ -46,6 +64,8 @@ class WorldMemory {
   const MemoryConfig& config() const { return cfg_; }
   const BlockStore& bank() const { return memory_->bank(); }
   const VideoPolicy& policy() const { return *policy_; }
+  // window_chunks(config(), target), from this memory's own policy.
+  WindowChunks window_chunks(int64_t target) const;
 
   // Chunk ids per region in window order, e.g. {"sink": ["chunk:0"], ...}.
   std::vector<std::string> region_ids(const std::string& region) const;

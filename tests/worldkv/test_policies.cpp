@@ -95,6 +95,72 @@ TEST(WorldKvPolicies, EveryRegisteredPolicyRunsPrepareAndCommit) {
   }
 }
 
+// window_chunks says, without tensors, which chunks the memory holds where: for every
+// registered policy, with and without fill_by_tokens, and with other region sizes, its sink,
+// recent and bank are those of a memory run chunk by chunk, and the retrieved region holds as
+// many banked chunks as it has slots (or as are banked).
+TEST(WorldKvPolicies, WindowChunksIsTheWindowTheMemoryBuilds) {
+  Synthetic s;
+  auto ids = [](const std::vector<int64_t>& chunks) {
+    std::vector<std::string> out;
+    for (int64_t c : chunks) out.push_back(WorldMemory::chunk_id(c));
+    return out;
+  };
+  auto index_order = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+      return std::stoll(a.substr(a.find(':') + 1)) < std::stoll(b.substr(b.find(':') + 1));
+    });
+    return v;
+  };
+  for (const std::string& name : policy_names())
+    for (bool fill : {false, true})
+      for (int sizes : {0, 1}) {
+        SCOPED_TRACE(name + (fill ? " fill_by_tokens" : "") + (sizes ? " 2|6|2 chunks" : " 1|3|1 chunks"));
+        MemoryConfig cfg;
+        cfg.tokens_per_frame = s.tpf;
+        cfg.policy = Policy(name);
+        cfg.fill_by_tokens = fill;
+        if (sizes) cfg.sink_frames = 6, cfg.retrieved_frames = 18, cfg.recent_frames = 6;
+        WorldMemory mem(s.spec, cfg);
+        const int expected_slots = !mem.policy().banks() ? 0
+                                   : name == "worldkv_c" && fill ? (sizes ? 12 : 6)  // 6 tokens a compressed chunk
+                                                                 : (sizes ? 6 : 3);
+        for (int64_t i = 0; i < 16; ++i) {
+          mem.prepare(i, poses_at(i % 5, 0.2 * i));
+          const WindowChunks w = window_chunks(cfg, i);
+          const WindowChunks own = mem.window_chunks(i);
+          EXPECT_EQ(own.sink, w.sink);
+          EXPECT_EQ(own.banked, w.banked);
+          EXPECT_EQ(own.recent, w.recent);
+          EXPECT_EQ(own.retrieved_slots, w.retrieved_slots);
+          EXPECT_EQ(w.retrieved_slots, expected_slots);
+          const auto regions = mem.policy().regions();
+          auto region = [&](const std::string& r) {
+            return std::find(regions.begin(), regions.end(), r) == regions.end() ? std::vector<std::string>{}
+                                                                                   : mem.region_ids(r);
+          };
+          EXPECT_EQ(region("sink"), ids(w.sink)) << "chunk " << i;
+          EXPECT_EQ(region("recent"), ids(w.recent)) << "chunk " << i;
+          const std::vector<std::string> banked = ids(w.banked);
+          EXPECT_EQ(index_order(mem.bank().ids()), banked) << "chunk " << i;
+          const std::vector<std::string> retrieved = region("retrieved");
+          EXPECT_EQ(retrieved.size(), std::min<size_t>(w.retrieved_slots, w.banked.size())) << "chunk " << i;
+          for (auto& id : retrieved) EXPECT_NE(std::find(banked.begin(), banked.end(), id), banked.end()) << id;
+          // Every chunk before i is in exactly one place: sink, bank or recent (or gone, for a
+          // policy that drops what leaves recent).
+          EXPECT_LE(w.sink.size() + w.banked.size() + w.recent.size(), static_cast<size_t>(i));
+          if (mem.policy().banks() || mem.policy().recent_capacity() < 0)
+            EXPECT_EQ(w.sink.size() + w.banked.size() + w.recent.size(), static_cast<size_t>(i));
+          mem.commit(i, s.chunk(i, 3), poses_at(i % 5, 0.2 * i));
+        }
+      }
+  MemoryConfig bad;
+  EXPECT_THROW(window_chunks(bad, 3), Error);  // tokens_per_frame missing
+  bad.tokens_per_frame = s.tpf;
+  EXPECT_THROW(window_chunks(bad, -1), Error);
+  EXPECT_EQ(window_chunks(bad, 0).sink.size() + window_chunks(bad, 0).recent.size(), 0u);
+}
+
 // A chunk's metadata (its pose above all) reaches the bank from the window: nothing else holds
 // it on the way.
 TEST(WorldKvPolicies, EvictedChunksKeepTheirPoseInTheBank) {
