@@ -13,6 +13,7 @@
 #include "tools/world/trajectory.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/session.h"
+#include "worldkv/world_memory.h"
 
 namespace wm::rollout {
 namespace {
@@ -148,6 +149,21 @@ TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
   }
 }
 
+// A training sample's context is the window the memory lays out for its target: the sink, then
+// retrieved chunks (as many as the region holds, from the bank), then recent, then the target.
+void expect_window_shaped(const train::Sample& a, const worldkv::WindowChunks& w) {
+  const int S = static_cast<int>(a.chunks.size()), n_sink = static_cast<int>(w.sink.size()),
+            n_recent = static_cast<int>(w.recent.size());
+  ASSERT_EQ(S, n_sink + (a.retrieved_end - a.retrieved_begin) + n_recent + 1);
+  EXPECT_EQ(std::vector<int64_t>(a.chunks.begin(), a.chunks.begin() + n_sink), w.sink);
+  EXPECT_EQ(std::vector<int64_t>(a.chunks.end() - 1 - n_recent, a.chunks.end() - 1), w.recent);
+  const int n_retrieved = a.retrieved_end - a.retrieved_begin;
+  EXPECT_EQ(n_retrieved, std::min<int>(w.retrieved_slots, static_cast<int>(w.banked.size())));
+  if (n_retrieved > 0) EXPECT_EQ(a.retrieved_begin, n_sink);
+  for (int i = a.retrieved_begin; i < a.retrieved_end; ++i)
+    EXPECT_NE(std::find(w.banked.begin(), w.banked.end(), a.chunks[i]), w.banked.end()) << a.chunks[i];
+}
+
 TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
   dit::DitConfig cfg = dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json");
   auto codec = dit::make_codec(cfg);
@@ -163,6 +179,7 @@ TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
     EXPECT_LE(a.chunks.size(), 6u);  // sink + 3 retrieved + recent + target
     EXPECT_TRUE(std::is_sorted(a.chunks.begin(), a.chunks.end()));
     EXPECT_EQ(a.latents.size(0), static_cast<int64_t>(a.chunks.size()) * cfg.frames_per_chunk);
+    expect_window_shaped(a, worldkv::window_chunks(train::window_config(so, cfg, false), a.chunks.back()));
     if (a.revisit) {
       ++revisits;
       EXPECT_NE(std::find(a.chunks.begin(), a.chunks.end(), a.first_visit_chunk), a.chunks.end());
@@ -170,15 +187,40 @@ TEST(TrainData, SamplesAreWindowShapedAndDeterministic) {
   }
   EXPECT_GT(revisits, 0);
   // Sliding-window samples: the chunks just before the target, consecutive, no sink past the
-  // window's reach.
+  // window's reach (the default sizes: 5 chunks).
   so.sliding_prob = 1.0;
   for (uint64_t seed = 0; seed < 6; ++seed) {
     train::Sample a = train::make_sample(seed, cfg, *codec, so);
     const int target = a.chunks.back(), n = static_cast<int>(a.chunks.size());
-    EXPECT_EQ(n, std::min(target, so.sliding_chunks) + 1);
+    EXPECT_EQ(n, std::min(target, 5) + 1);
     for (int i = 0; i < n; ++i) EXPECT_EQ(a.chunks[i], target - (n - 1) + i);
+    expect_window_shaped(a, worldkv::window_chunks(train::window_config(so, cfg, true), target));
     if (a.revisit) EXPECT_NE(std::find(a.chunks.begin(), a.chunks.end(), a.first_visit_chunk), a.chunks.end());
   }
+  // The window follows the memory's config: two sink chunks and worldkv_c filling its
+  // retrieved region by tokens (9 frames of 64 tokens over 64 + ceil(0.25 * 128) = 96 tokens a
+  // compressed chunk: 6 retrieved chunks).
+  so.sliding_prob = 0.0;
+  so.random_ctx_prob = 0.5;
+  so.memory.sink_frames = 6;
+  so.memory.policy = worldkv::Policy::WorldKvC;
+  so.memory.fill_by_tokens = true;
+  ASSERT_EQ(worldkv::window_chunks(train::window_config(so, cfg, false), 20).retrieved_slots, 6);
+  int full = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    train::Sample a = train::make_sample(seed, cfg, *codec, so);
+    const worldkv::WindowChunks w = worldkv::window_chunks(train::window_config(so, cfg, false), a.chunks.back());
+    expect_window_shaped(a, w);
+    if (w.banked.size() >= 6) {
+      ++full;
+      EXPECT_EQ(a.retrieved_end - a.retrieved_begin, 6);
+      EXPECT_EQ(std::vector<int>(a.chunks.begin(), a.chunks.begin() + 2), (std::vector<int>{0, 1}));
+    }
+  }
+  EXPECT_GT(full, 0);
+  so = train::SampleOptions{};
+  so.revisit_prob = 1.0;
+  so.random_ctx_prob = 0.0;
   // Compressed retrieved chunks: later queries see the anchor frame and ceil(0.25 n) of the
   // other tokens, the least similar to the anchor's mean; the chunk itself and earlier ones see
   // everything.

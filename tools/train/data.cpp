@@ -11,8 +11,27 @@
 #include "worldkv/compression.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/pose_index.h"
+#include "worldkv/world_memory.h"
 
 namespace wm::train {
+
+namespace {
+
+template <class T>
+bool contains(const std::vector<T>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+worldkv::MemoryConfig window_config(const SampleOptions& opt, const dit::DitConfig& cfg, bool sliding) {
+  worldkv::MemoryConfig m = opt.memory;
+  m.frames_per_chunk = cfg.frames_per_chunk;
+  m.denoise_frames = cfg.frames_per_chunk;
+  m.tokens_per_frame = cfg.tokens_per_frame();
+  if (sliding) m.policy = worldkv::Policy::SlidingWindow;
+  return m;
+}
 
 Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& codec, const SampleOptions& opt) {
   world::Rng rng(seed);
@@ -29,12 +48,16 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
   WM_CHECK(n_chunks >= 2, "a trajectory of ", ep.frames(), " frames is too short");
 
   Sample s;
+  const worldkv::MemoryConfig mem = window_config(opt, cfg, false);
   int target = -1;
   if (!ep.revisits.empty() && rng.uniform() < opt.revisit_prob) {
     const auto& pr = ep.revisits[rng.next() % ep.revisits.size()];
     target = pr.revisit / F;
     s.first_visit_chunk = pr.first / F;
-    if (target >= n_chunks || s.first_visit_chunk >= target - 1 || s.first_visit_chunk < 1) {
+    // A revisit asks the memory to bring the first visit back: it must be banked by then.
+    const bool retrievable =
+        target < n_chunks && contains(worldkv::window_chunks(mem, target).banked, s.first_visit_chunk);
+    if (!retrievable) {
       target = -1;
       s.first_visit_chunk = -1;
     } else {
@@ -44,42 +67,35 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
   if (target < 0) target = static_cast<int>(rng.next() % n_chunks);
 
   // Mean memory pose per chunk, for retrieval as worldkv does it.
-  auto chunk_pose = [&](int c) {
+  auto chunk_pose = [&](int64_t c) {
     std::vector<world::Pose> p(ep.poses.begin() + c * F, ep.poses.begin() + (c + 1) * F);
     return worldkv::mean_pose(rollout::model_poses(p));
   };
-  std::vector<int> chunks;
   const bool sliding = opt.sliding_prob > 0 && rng.uniform() < opt.sliding_prob;
-  if (sliding) {
-    for (int c = std::max(0, target - opt.sliding_chunks); c < target; ++c) chunks.push_back(c);
-    if (s.revisit && std::find(chunks.begin(), chunks.end(), s.first_visit_chunk) == chunks.end()) s.revisit = false;
-  } else if (target >= 1) {
-    chunks.push_back(0);
-  }
-  if (!sliding && target >= 3) {
-    std::vector<int> picked;
+  const worldkv::WindowChunks w = worldkv::window_chunks(sliding ? window_config(opt, cfg, true) : mem, target);
+  std::vector<int64_t> picked;
+  if (!w.banked.empty() && w.retrieved_slots > 0) {
     if (rng.uniform() < opt.random_ctx_prob) {
-      std::vector<int> pool;
-      for (int c = 1; c <= target - 2; ++c) pool.push_back(c);
-      for (int k = 0; k < opt.retrieved && !pool.empty(); ++k) {
+      std::vector<int64_t> pool = w.banked;
+      for (int k = 0; k < w.retrieved_slots && !pool.empty(); ++k) {
         const size_t j = rng.next() % pool.size();
         picked.push_back(pool[j]);
         pool.erase(pool.begin() + j);
       }
-      if (s.revisit && std::find(picked.begin(), picked.end(), s.first_visit_chunk) == picked.end()) s.revisit = false;
     } else {
       worldkv::PoseIndex index;
-      for (int c = 1; c <= target - 2; ++c) index.add(std::to_string(c), chunk_pose(c));
-      for (auto& sc : index.nearest(chunk_pose(target), opt.retrieved)) picked.push_back(std::stoi(sc.id));
-      if (s.revisit && std::find(picked.begin(), picked.end(), s.first_visit_chunk) == picked.end()) s.revisit = false;
+      for (int64_t c : w.banked) index.add(std::to_string(c), chunk_pose(c));
+      for (auto& sc : index.nearest(chunk_pose(target), w.retrieved_slots)) picked.push_back(std::stoll(sc.id));
     }
     std::sort(picked.begin(), picked.end());
-    s.retrieved_begin = static_cast<int>(chunks.size());
-    chunks.insert(chunks.end(), picked.begin(), picked.end());
-    s.retrieved_end = static_cast<int>(chunks.size());
   }
-  if (!sliding && target >= 2) chunks.push_back(target - 1);
+  std::vector<int> chunks(w.sink.begin(), w.sink.end());
+  s.retrieved_begin = static_cast<int>(chunks.size());
+  chunks.insert(chunks.end(), picked.begin(), picked.end());
+  s.retrieved_end = static_cast<int>(chunks.size());
+  chunks.insert(chunks.end(), w.recent.begin(), w.recent.end());
   chunks.push_back(target);
+  if (s.revisit && !contains(chunks, s.first_visit_chunk)) s.revisit = false;  // the window missed it
   if (!s.revisit) s.first_visit_chunk = -1;
 
   world::RenderSpec rs = topt.render;

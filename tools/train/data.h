@@ -1,9 +1,11 @@
 #pragma once
 // Training samples for the world model, shaped like the windows it meets at inference: for a
-// target chunk i of a trajectory with loop closures, the context is the sink (chunk 0), up to
-// `retrieved` earlier chunks nearest in camera pose (what worldkv retrieves; for a revisit, the
-// first visit), and the recent chunk i-1; or (sliding_prob) the chunks just before i, as a
-// sliding window holds them. Fresh scenes every sample: no fixed data set.
+// target chunk i of a trajectory with loop closures, the context is the window the world memory
+// lays out for chunk i (worldkv::window_chunks of SampleOptions::memory): its sink, of the banked
+// chunks as many as the retrieved region holds, nearest in camera pose (what worldkv retrieves;
+// for a revisit, the first visit), and its recent chunks; or (sliding_prob) the window of a
+// sliding_window memory of the same size, the chunks just before i. Fresh scenes every sample:
+// no fixed data set.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -12,19 +14,27 @@
 #include "dit/codec.h"
 #include "dit/config.h"
 #include "tools/world/trajectory.h"
+#include "worldkv/memory_config.h"
 
 namespace wm::train {
 
 struct SampleOptions {
-  int retrieved = 3;            // retrieved chunks in the context
-  double revisit_prob = 0.6;    // target a revisit chunk (when the trajectory has one)
-  double random_ctx_prob = 0.2; // retrieved chunks drawn at random instead of by pose
-  double sliding_prob = 0.0;    // instead, the `sliding_chunks` chunks just before the target
-  int sliding_chunks = 5;       // (no sink): the window of a sliding_window rollout
+  worldkv::MemoryConfig memory;  // the window's policy and region sizes (its frames_per_chunk and
+                                 // tokens_per_frame are the model's, as in a session)
+  double revisit_prob = 0.6;     // target a revisit chunk (when the trajectory has one whose first
+                                 // visit is banked by then)
+  double random_ctx_prob = 0.2;  // retrieved chunks drawn at random from the bank instead of by pose
+  double sliding_prob = 0.0;     // instead, the window of a sliding_window memory (no sink)
   int min_seconds = 10, max_seconds = 24;
 };
 
-// One sample: S chunks in time order, the last one the target.
+// The memory config whose window a sample follows: opt.memory, or for a sliding sample the
+// sliding_window policy over the same region sizes; frames_per_chunk, denoise_frames and
+// tokens_per_frame taken from the model's config.
+worldkv::MemoryConfig window_config(const SampleOptions& opt, const dit::DitConfig& cfg, bool sliding);
+
+// One sample: S chunks in time order, the last one the target: the window's sink, retrieved and
+// recent chunks, then the target.
 struct Sample {
   at::Tensor latents;      // [S * F, C, h, w] float32, clean
   at::Tensor frame_index;  // [S * F] int64, absolute frame index in the trajectory
@@ -34,9 +44,11 @@ struct Sample {
   bool revisit = false;    // the target revisits a view of a context chunk
   int first_visit_chunk = -1;  // that chunk (revisit samples)
   int retrieved_begin = 0, retrieved_end = 0;  // chunks[retrieved_begin, retrieved_end): retrieved ones
+                                               // (after the sink, before recent)
 };
 
-// Makes the sample for one seed (scene, trajectory and choices all follow from it).
+// Makes the sample for one seed (scene, trajectory and choices all follow from it). Throws
+// wm::Error on a trajectory shorter than two chunks or a bad opt.memory.
 Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& codec, const SampleOptions& opt);
 
 // Chunk-level visibility for teacher forcing over [S - 1 clean context chunks ; the last K chunks

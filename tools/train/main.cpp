@@ -36,6 +36,7 @@
 #include "tools/media/metrics.h"
 #include "tools/train/data.h"
 #include "tools/world/rng.h"
+#include "worldkv/world_memory.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -139,22 +140,25 @@ at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
 }
 
 // One-chunk-ahead prediction of the sample's target by the sampler sc, from its clean
-// context (all of it, or only the sink and the recent chunk). Returns its latents.
+// context (all of it, or all but the retrieved chunks: the sink and recent). Returns its latents.
 at::Tensor predict_target_latents(wm::dit::CausalDit& model, wm::train::Sample s, bool keep_retrieved,
                                   uint64_t noise_seed, const wm::dit::SamplerConfig& sc, at::Device dev) {
   const int F = model->config().frames_per_chunk;
-  if (!keep_retrieved && s.chunks.size() > 3) {
-    // Keep the sink, the recent chunk and the target.
-    const int S = static_cast<int>(s.chunks.size());
+  if (!keep_retrieved && s.retrieved_end > s.retrieved_begin) {
     std::vector<int64_t> keep;
-    for (int c : {0, S - 2, S - 1})
-      for (int f = 0; f < F; ++f) keep.push_back(c * F + f);
+    std::vector<int> chunks;
+    for (int j = 0; j < static_cast<int>(s.chunks.size()); ++j) {
+      if (j >= s.retrieved_begin && j < s.retrieved_end) continue;
+      chunks.push_back(s.chunks[j]);
+      for (int f = 0; f < F; ++f) keep.push_back(j * F + f);
+    }
     at::Tensor idx = at::tensor(keep, at::kLong);
     s.latents = s.latents.index_select(0, idx);
     s.frame_index = s.frame_index.index_select(0, idx);
     s.pose = s.pose.index_select(0, idx);
     s.action = s.action.index_select(0, idx);
-    s.chunks = {s.chunks.front(), s.chunks[S - 2], s.chunks.back()};
+    s.chunks = chunks;
+    s.retrieved_begin = s.retrieved_end = 0;
   }
   at::Generator gen = at::detail::createCPUGenerator(noise_seed);
   const int S = static_cast<int>(s.chunks.size());
@@ -237,6 +241,13 @@ EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int 
   return r;
 }
 
+// Chunks a sliding-window sample's context holds (for --sliding's help): the memory's
+// sliding_window layout, default sizes.
+size_t sliding_context_chunks() {
+  const wm::worldkv::MemoryConfig mc = wm::train::window_config(wm::train::SampleOptions{}, wm::dit::DitConfig{}, true);
+  return wm::worldkv::window_chunks(mc, int64_t{1} << 20).recent.size();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,7 +276,8 @@ int main(int argc, char** argv) {
   app.add_option("--ctx-noise-max", a.ctx_noise_max, "that noise's t is drawn from U(0, this)")
       ->check(wm::cli::FiniteRange(0.0, 0.9));
   app.add_option("--sliding", a.sliding_prob,
-                 "fraction of samples whose context is the 5 chunks just before the target (a sliding window, no sink)")
+                 wm::str_cat("fraction of samples whose context is the ", sliding_context_chunks(),
+                             " chunks just before the target (a sliding window, no sink)"))
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--self-ctx", a.self_ctx_prob,
                  "fraction of samples whose last context chunks are the model's own predictions")
