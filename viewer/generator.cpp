@@ -35,7 +35,7 @@ MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index
     s.window.emplace_back(name, std::move(ids));
   }
   s.window.emplace_back("denoise", std::vector<std::string>{worldkv::WorldMemory::chunk_id(index)});
-  if (worldkv::banks(cfg.policy)) s.retrieved_capacity = cfg.chunks(cfg.retrieved_frames);
+  s.retrieved_capacity = memory.window_chunks(index).retrieved_slots;
   for (const auto& sc : memory.last_retrieval()) {
     s.retrieved.push_back(sc.id);
     s.retrieved_distance.push_back(sc.distance);

@@ -30,7 +30,8 @@ struct MemorySnapshot {
   // The window chunk i was denoised over, in window order: {"sink", [...]}, {"retrieved", [...]},
   // {"recent", [...]}, {"denoise", ["chunk:i"]} (regions the policy lacks are left out).
   std::vector<std::pair<std::string, std::vector<std::string>>> window;
-  int retrieved_capacity = 0;                  // chunks the retrieved region can hold (0: none)
+  int retrieved_capacity = 0;                  // chunks the retrieved region can hold (0: none), as
+                                               // the memory lays it out (worldkv::window_chunks)
   std::vector<std::string> retrieved;          // retrieved for chunk i, nearest first
   std::vector<double> retrieved_distance;      // their retrieval distances (pose or attention score)
   std::vector<std::string> banked;             // ids in the bank, oldest first

@@ -30,6 +30,7 @@ TEST(Viewer, NotConfigured) {
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,9 +40,11 @@ TEST(Viewer, NotConfigured) {
 #include "dit/weights.h"
 #include "runtime/error.h"
 #include "tools/media/png.h"
+#include "tests/worldkv/synthetic.h"
 #include "tools/world/scene.h"
 #include "viewer/app.h"
 #include "viewer/font.h"
+#include "viewer/generator.h"
 #include "viewer/hud.h"
 #include "viewer/input.h"
 #include "viewer/layout.h"
@@ -142,6 +145,34 @@ TEST(ViewerStart, StartPoseIsFreeAndFacesAFreeRun) {
     wm::world::heading(p.yaw_deg, dx, dy);
     EXPECT_FALSE(scene.is_solid(cx + static_cast<int>(std::lround(dx)), cy + static_cast<int>(std::lround(dy))))
         << "seed " << seed;
+  }
+}
+
+// The HUD's retrieved slots are the memory's own: worldkv_c filling its region by tokens holds
+// 6 compressed chunks of the synthetic model (9 frames of 4 tokens over 4 + ceil(0.25 * 8)), not
+// worldkv's 3; policies without retrieval have none.
+TEST(ViewerSnapshot, RetrievedCapacityFollowsTheMemorysLayout) {
+  wm::worldkv::Synthetic syn;
+  for (auto [policy, fill, want] : {std::tuple{wm::worldkv::Policy::WorldKv, false, 3},
+                                    std::tuple{wm::worldkv::Policy::WorldKvC, false, 3},
+                                    std::tuple{wm::worldkv::Policy::WorldKvC, true, 6},
+                                    std::tuple{wm::worldkv::Policy::SlidingWindow, false, 0}}) {
+    SCOPED_TRACE(policy.name() + (fill ? " fill_by_tokens" : ""));
+    wm::worldkv::MemoryConfig cfg;
+    cfg.tokens_per_frame = syn.tpf;
+    cfg.policy = policy;
+    cfg.fill_by_tokens = fill;
+    wm::worldkv::WorldMemory mem(syn.spec, cfg);
+    for (int64_t i = 0; i < 8; ++i) {
+      mem.prepare(i, wm::worldkv::poses_at(i, 0));
+      mem.commit(i, syn.chunk(i, 3), wm::worldkv::poses_at(i, 0));
+    }
+    mem.prepare(8, wm::worldkv::poses_at(2, 0));
+    const wv::MemorySnapshot s = wv::snapshot_memory(
+        mem, 8, {}, mem.policy().banks() ? mem.region_ids("retrieved") : std::vector<std::string>{});
+    EXPECT_EQ(s.retrieved_capacity, want);
+    EXPECT_EQ(s.retrieved_capacity, mem.policy().retrieved_capacity());
+    if (want > 0) EXPECT_EQ(static_cast<int>(s.retrieved.size()), want);  // 6 chunks banked by now
   }
 }
 
