@@ -514,18 +514,19 @@ void Viewer::take_results(double now) {
   while (auto r = gen_->poll()) {
     if (r->epoch != epoch_) continue;  // made stale by a reset
     if (!r->error.empty()) throw Error(str_cat("generation failed: ", r->error));
-    all_ms_.push_back(r->ms);
-    epoch_ms_.push_back(r->ms);
+    worldkv::ChunkOutput& c = r->chunk;
+    all_ms_.push_back(c.ms);
+    epoch_ms_.push_back(c.ms);
     ++chunks_total_;
     ++epoch_chunks_;
-    frames_total_ += static_cast<int64_t>(r->frames.size());
-    epoch_frames_ += static_cast<int64_t>(r->frames.size());
+    frames_total_ += static_cast<int64_t>(c.frames.size());
+    epoch_frames_ += static_cast<int64_t>(c.frames.size());
     last_result_ms_ = now;
-    recent_results_.emplace_back(now, static_cast<int>(r->frames.size()));
+    recent_results_.emplace_back(now, static_cast<int>(c.frames.size()));
     while (recent_results_.size() > 1 && recent_results_.front().first < now - 3000) recent_results_.pop_front();
     mem_ = std::move(r->memory);
-    for (size_t i = 0; i < r->frames.size(); ++i)
-      display_.push_back(DisplayFrame{std::move(r->frames[i]), r->poses.at(i), r->index, static_cast<int>(i)});
+    for (size_t i = 0; i < c.frames.size(); ++i)
+      display_.push_back(DisplayFrame{std::move(c.frames[i]), r->poses.at(i), c.index, static_cast<int>(i)});
     if (!r->poses.empty()) received_pose_ = r->poses.back();
     dirty_ = true;
   }

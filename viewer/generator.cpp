@@ -116,21 +116,18 @@ uint64_t Generator::epoch() const {
 ChunkResult Generator::generate(const Job& job) {
   ChunkResult r;
   r.epoch = job.epoch;
-  r.index = session_->chunks_done();
+  r.chunk.index = session_->chunks_done();
   r.poses = job.chunk.poses;
   try {
     const std::vector<worldkv::Pose> poses = rollout::model_poses(job.chunk.poses);
     const std::vector<worldkv::Action> actions = rollout::model_actions(job.chunk.actions);
-    worldkv::ChunkOutput out = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
-                                   ? session_->prompt(job.chunk.prompt_frames, poses, actions)
-                                   : session_->next(poses, actions);
-    r.index = out.index;
-    r.frames = std::move(out.frames);
-    r.ms = out.ms;
-    r.memory = snapshot_memory(session_->memory(), out.index, after_commit_, out.retrieved);
+    r.chunk = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
+                  ? session_->prompt(job.chunk.prompt_frames, poses, actions)
+                  : session_->next(poses, actions);
+    r.memory = snapshot_memory(session_->memory(), r.chunk.index, after_commit_, r.chunk.retrieved);
     after_commit_ = regions_of(session_->memory());
   } catch (const std::exception& e) {
-    r.error = str_cat("chunk ", r.index, ": ", e.what());
+    r.error = str_cat("chunk ", r.chunk.index, ": ", e.what());
   }
   return r;
 }

@@ -49,12 +49,13 @@ struct ChunkRequest {
                                        // model starts from (WorldSession::prompt); else empty
 };
 
+// A request served: the session's output for it, the request's poses, and the memory as the HUD
+// shows it.
 struct ChunkResult {
   uint64_t epoch = 0;
-  int64_t index = 0;                   // chunk index in its epoch
-  std::vector<Image> frames;
+  worldkv::ChunkOutput chunk;          // chunk index in its epoch, frames, the session's timings;
+                                       // of a failed chunk, the index only
   std::vector<world::Pose> poses;      // the request's poses, one per frame
-  double ms = 0;                       // the session's wall time for the chunk
   MemorySnapshot memory;
   std::string error;                   // non-empty: the chunk failed with this message
 };

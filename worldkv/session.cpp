@@ -38,6 +38,11 @@ void WorldSession::reset(uint64_t seed, Policy policy) {
   next_index_ = 0;
 }
 
+void WorldSession::record_memory_size(ChunkOutput& out) const {
+  out.window_bytes = memory_->window_bytes();
+  for (int t = 0; t < 3; ++t) out.bank_bytes[t] = memory_->bank().bytes(static_cast<Tier>(t));
+}
+
 ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<Pose>& poses,
                                 const std::vector<Action>& actions) {
   const int F = frames_per_chunk();
@@ -60,6 +65,7 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
   out.prompt = true;
   ++next_index_;
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  record_memory_size(out);
   return out;
 }
 
@@ -83,6 +89,7 @@ ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector
   out.frames = codec_->decode_images(r.latents);
   ++next_index_;
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  record_memory_size(out);
   return out;
 }
 

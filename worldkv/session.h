@@ -8,6 +8,7 @@
 // types (a test world, a game engine) converts at its edge.
 #include <ATen/ATen.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct SessionConfig {
   uint64_t seed = 0;         // noise of every chunk is drawn from this
 };
 
+// One chunk of the rollout as the session made it, and the memory's size right after it: what
+// programs, the episode runner and the viewer keep of a chunk.
 struct ChunkOutput {
   int64_t index = 0;                  // chunk index
   std::vector<Image> frames;          // frames_per_chunk decoded RGB frames
@@ -36,6 +39,8 @@ struct ChunkOutput {
   double memory_ms = 0;               // of which the memory's own work: retrieval, placement, banking
   std::vector<std::string> retrieved; // chunks in the retrieved region for this chunk
   bool prompt = false;                // the frames are the given prompt, not generated
+  size_t window_bytes = 0;            // the window's bytes once the chunk is committed
+  std::array<size_t, 3> bank_bytes{}; // the bank's bytes then, per tier: device, host, disk
 };
 
 class WorldSession {
@@ -65,6 +70,9 @@ class WorldSession {
   at::Device device() const { return device_; }
 
  private:
+  // Sets out's window and bank sizes from the memory as it is now.
+  void record_memory_size(ChunkOutput& out) const;
+
   dit::CausalDit model_;
   std::unique_ptr<dit::Codec> codec_;
   SessionConfig cfg_;

@@ -137,7 +137,22 @@ TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
   sc.sampler.timesteps = {1.0};
   WorldSession session(tiny_model(), sc, at::kCPU);
   const world::Episode ep = long_walk(30);
-  run_episode(session, ep, 1, 0);
+  int calls = 0;
+  const EpisodeRun run = run_episode(session, ep, 1, 0, [&](const ChunkOutput& c, const EpisodeRun& so_far) {
+    // Each chunk's output as the session made it, the memory's size right after it.
+    EXPECT_EQ(c.index, calls++);
+    EXPECT_EQ(c.frames.size(), 3u);
+    EXPECT_EQ(so_far.frames.size(), 3u * calls);
+    EXPECT_EQ(&so_far.chunks.back(), &c);
+    EXPECT_EQ(c.window_bytes, session.memory().window_bytes());
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(c.bank_bytes[t], session.memory().bank().bytes(static_cast<Tier>(t)));
+  });
+  ASSERT_EQ(run.chunks.size(), 10u);
+  EXPECT_TRUE(run.chunks[0].prompt);
+  EXPECT_EQ(run.frames.size(), 30u);
+  for (auto& c : run.chunks) EXPECT_TRUE(c.frames.empty());  // moved into run.frames
+  const auto& bank = run.chunks.back().bank_bytes;
+  EXPECT_GT(bank[0] + bank[1] + bank[2], 0u);  // 8 chunks banked
   const auto& poses = session.memory().chunk_poses();
   ASSERT_EQ(poses.size(), 10u);
   for (int c = 0; c < 10; ++c) {

@@ -38,17 +38,10 @@ EpisodeRun run_episode(worldkv::WorldSession& session, const world::Episode& ep,
     } else {
       out = session.next(poses, actions);
     }
-    ChunkRecord rec;
-    rec.index = out.index;
-    rec.prompt = out.prompt;
-    rec.ms = out.ms;
-    rec.memory_ms = out.memory_ms;
-    rec.retrieved = out.retrieved;
-    rec.window_bytes = session.memory().window_bytes();
-    for (int t = 0; t < 3; ++t) rec.bank_bytes[t] = session.memory().bank().bytes(static_cast<Tier>(t));
     run.frames.insert(run.frames.end(), out.frames.begin(), out.frames.end());
-    run.chunks.push_back(std::move(rec));
-    if (on_chunk) on_chunk(out, run);
+    worldkv::ChunkOutput& chunk = run.chunks.emplace_back(std::move(out));
+    if (on_chunk) on_chunk(chunk, run);
+    chunk.frames = {};  // run.frames holds them
   }
   run.peak_window_bytes = session.memory().peak_window_bytes();
   return run;

@@ -1,7 +1,8 @@
 #pragma once
 // Rolling a session through a scene-trajectory pair: the trajectory's poses and actions,
-// converted to the model's (world_adapter.h), drive the model chunk by chunk; the generated frames, the chunk timings and the memory's state per
-// chunk are kept for the programs that render, score and plot them.
+// converted to the model's (world_adapter.h), drive the model chunk by chunk; the generated
+// frames and the session's output per chunk (timings, retrieved chunks, the memory's size) are
+// kept for the programs that render, score and plot them.
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,21 +13,12 @@
 
 namespace wm::rollout {
 
-struct ChunkRecord {
-  int64_t index = 0;
-  bool prompt = false;  // the given prompt chunk (not generated)
-  double ms = 0;
-  double memory_ms = 0;  // of which the memory's own work
-  std::vector<std::string> retrieved;
-  size_t window_bytes = 0;
-  size_t bank_bytes[3] = {0, 0, 0};  // device, host, disk
-};
-
 struct EpisodeRun {
   std::vector<Image> frames;  // one per trajectory frame (whole chunks only); the first
                               // prompt_frames are the ground-truth prompt, the rest generated
   int prompt_frames = 0;
-  std::vector<ChunkRecord> chunks;
+  std::vector<worldkv::ChunkOutput> chunks;  // the session's output per chunk, its frames moved
+                                             // into `frames`
   size_t peak_window_bytes = 0;
 };
 
@@ -34,7 +26,8 @@ struct EpisodeRun {
 int covered_frames(const world::Episode& ep, int frames_per_chunk, int max_frames = 0);
 
 // Runs the session (reset with `seed` first) over the episode's first max_frames frames (0: all),
-// calling on_chunk after each chunk (may be empty). With prompt (the default) the first chunk is
+// calling on_chunk after each chunk (may be empty) with the chunk's output, frames included, and
+// the run so far, that chunk included. With prompt (the default) the first chunk is
 // the ground truth rendered at its poses, given to the model as its starting view; the rest is
 // generated.
 EpisodeRun run_episode(worldkv::WorldSession& session, const world::Episode& ep, uint64_t seed,
