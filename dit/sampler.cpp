@@ -51,13 +51,14 @@ at::Tensor seeded_noise(at::IntArrayRef shape, at::Generator& gen, at::Device de
 at::Tensor sample_flow(const at::Tensor& noise, const SamplerConfig& cfg, const Denoiser& denoise,
                        at::Generator* gen) {
   const std::vector<double> s = flow_schedule(cfg);
-  WM_CHECK(!cfg.renoise || gen, "renoise sampling needs a generator");
+  const bool renoise = cfg.method == SamplingMethod::Renoise;
+  WM_CHECK(!renoise || gen, "renoise sampling needs a generator");
   at::Tensor x = noise;
   for (size_t i = 0; i + 1 < s.size(); ++i) {
     at::Tensor v = denoise(x, s[i]);
     WM_CHECK(v.sizes() == x.sizes(), "velocity ", v.sizes(), " differs from x ", x.sizes());
     const bool last = i + 2 == s.size();
-    at::Tensor fresh = cfg.renoise && !last ? seeded_noise(x.sizes(), *gen, x.device()) : at::Tensor();
+    at::Tensor fresh = renoise && !last ? seeded_noise(x.sizes(), *gen, x.device()) : at::Tensor();
     x = flow_step(x, v.to(x.scalar_type()), s[i], s[i + 1], fresh);
   }
   return x;

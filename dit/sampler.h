@@ -17,11 +17,18 @@
 
 namespace wm::dit {
 
+// How each step takes x from t to t_next, given the model's velocity v at (x, t).
+enum class SamplingMethod {
+  Euler,    // the ODE step x <- x + (t_next - t) * v; deterministic
+  Renoise,  // Self-Forcing / CausVid: predict x0 = x - t * v, then x <- (1 - t_next) * x0 +
+            // t_next * fresh noise (the last step, to t = 0, lands on x0); draws noise
+};
+
 struct SamplerConfig {
+  // The schedule (flow_schedule): the steps start at these times, shifted, and end at 0.
   std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // descending in (0, 1]; the last step goes to 0
   double shift = 1.0;    // t -> shift * t / (1 + (shift - 1) * t) (Wan / SD3 shift; 1 = none)
-  bool renoise = false;  // false: Euler ODE step. true: Self-Forcing / CausVid style: predict x0,
-                         // then x <- (1 - t_next) * x0 + t_next * fresh noise
+  SamplingMethod method = SamplingMethod::Euler;
   bool refill = true;    // run the t = 0 pass on the clean chunk and return its K/V
   double context_t = 0;  // > 0: the refill pass sees the chunk re-noised to this t (labelled so),
                          // as the trainer's context-noise augmentation does, so that later chunks
@@ -39,13 +46,13 @@ std::vector<double> flow_schedule(const SamplerConfig& cfg);
 // v = denoise(x_t, t): the model's velocity at x_t [..] and time t.
 using Denoiser = std::function<at::Tensor(const at::Tensor& x_t, double t)>;
 
-// One step from t to t_next given the velocity v at (x, t): Euler, or re-noised x0 prediction
-// when noise (same shape as x) is given. Returns x at t_next.
+// One step from t to t_next given the velocity v at (x, t): Euler, or (SamplingMethod::Renoise)
+// the x0 prediction re-noised with `noise` (same shape as x) when it is given. Returns x at t_next.
 at::Tensor flow_step(const at::Tensor& x, const at::Tensor& v, double t, double t_next,
                      const at::Tensor& noise = at::Tensor());
 
-// Runs the whole schedule from x = noise at schedule[0]; returns x at t = 0. gen draws the
-// re-noising noise (renoise only).
+// Runs the whole schedule from x = noise at schedule[0] by cfg.method; returns x at t = 0. gen
+// draws the re-noising noise (Renoise only: without gen it throws wm::Error).
 at::Tensor sample_flow(const at::Tensor& noise, const SamplerConfig& cfg, const Denoiser& denoise,
                        at::Generator* gen = nullptr);
 

@@ -109,12 +109,13 @@ TEST(DitSampler, AnalyticVelocityReachesTarget) {
   at::Tensor noise = seeded_noise(x0.sizes(), g, at::kCPU);
   auto v = [&](const at::Tensor& x, double t) { return (x - x0) / t; };
   for (double shift : {1.0, 3.0})
-    for (bool renoise : {false, true}) {
+    for (SamplingMethod method : {SamplingMethod::Euler, SamplingMethod::Renoise}) {
       SamplerConfig s;
       s.shift = shift;
-      s.renoise = renoise;
+      s.method = method;
       at::Tensor out = sample_flow(noise, s, v, &g);
-      EXPECT_LT((out - x0).abs().max().item<float>(), 1e-5) << "shift " << shift << " renoise " << renoise;
+      EXPECT_LT((out - x0).abs().max().item<float>(), 1e-5)
+          << "shift " << shift << " renoise " << (method == SamplingMethod::Renoise);
     }
   // The training pair follows the same convention: one Euler step with the target velocity
   // from x_t lands on x0.
@@ -124,6 +125,29 @@ TEST(DitSampler, AnalyticVelocityReachesTarget) {
     EXPECT_LT((flow_step(fp.x_t[f], fp.v[f], tf[f].item<double>(), 0.0) - x0[f]).abs().max().item<float>(), 1e-5);
   // One Euler step from t = 1 with a constant velocity is x - v.
   EXPECT_TRUE(at::allclose(flow_step(noise, x0, 1.0, 0.0), noise - x0));
+}
+
+// The method decides each step: Euler draws nothing and follows x + (t_next - t) v; Renoise
+// predicts x0 = x - t v and re-noises it with the generator's next draw, (1 - t_next) x0 +
+// t_next n, and needs a generator.
+TEST(DitSampler, MethodPicksTheStep) {
+  at::Generator g0 = at::detail::createCPUGenerator(11);
+  const at::Tensor x = at::randn({2, 3, 4, 4}, g0);
+  auto v = [](const at::Tensor& xt, double t) { return xt * (1.0 + t); };  // not the straight path
+  SamplerConfig s;
+  s.timesteps = {1.0, 0.5};
+  at::Generator g1 = at::detail::createCPUGenerator(5), g2 = at::detail::createCPUGenerator(5);
+  const at::Tensor euler = sample_flow(x, s, v, &g1);
+  at::Tensor x1 = x + (0.5 - 1.0) * (x * 2.0);
+  EXPECT_TRUE(at::allclose(euler, x1 + (0.0 - 0.5) * (x1 * 1.5), 1e-6, 1e-6));
+  EXPECT_TRUE(sample_flow(x, s, v, nullptr).equal(euler));  // Euler needs no generator
+  s.method = SamplingMethod::Renoise;
+  const at::Tensor renoised = sample_flow(x, s, v, &g1);
+  const at::Tensor n = seeded_noise(x.sizes(), g2, at::kCPU);  // g1's draw, from the same seed
+  x1 = 0.5 * (x - 1.0 * (x * 2.0)) + 0.5 * n;
+  EXPECT_TRUE(at::allclose(renoised, x1 - 0.5 * (x1 * 1.5), 1e-6, 1e-6));
+  EXPECT_FALSE(at::allclose(renoised, euler, 1e-3, 1e-3));
+  EXPECT_THROW(sample_flow(x, s, v, nullptr), Error);
 }
 
 // Shape mismatches are wm::Error naming the function and both shapes.

@@ -53,7 +53,7 @@ struct RolloutOptions {
     sc.memory.fill_by_tokens = fill_by_tokens;
     sc.memory.compression.merge = worldkv::parse_merge_mode(merge);
     sc.sampler = dit::sampler_with_steps(steps);
-    sc.sampler.renoise = renoise;
+    sc.sampler.method = renoise ? dit::SamplingMethod::Renoise : dit::SamplingMethod::Euler;
   }
 };
 
