@@ -227,121 +227,209 @@ std::vector<Loop> find_loops(const Scene& s, int max_side) {
   return out;
 }
 
-// Builds one plan of about `target` frames; returns the actions and segments. cells: the
-// scene's free cells, not empty.
-void plan(const Scene& scene, const std::vector<Cell>& cells, const MotionParams& motion, Rng& rng, int target,
-          Episode& ep) {
-  Planner pl(scene, motion, rng);
-  Cell c0 = cells[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(cells.size()) - 1))];
-  pl.pose = Pose{c0.first + 0.5, c0.second + 0.5, wrap_deg(15.0 * rng.uniform_int(0, 23)), 0.0};
-  ep.start = pl.pose;
-  const double rates[] = {5.0, 7.5, 10.0, 15.0};
-  const double walk_rate = rates[rng.uniform_int(1, 3)];  // turning speed while walking
-  const int per_cell = static_cast<int>(std::lround(1.0 / motion.speed));
-  std::vector<Loop> loops = find_loops(scene, 8);
+// Closure kinds a plan draws from, with their weights.
+struct ClosureKind {
+  const char* name;
+  double w;
+};
+const ClosureKind kClosureKinds[] = {{"yaw_sweep", 2},  {"spin", 1},        {"look_around", 1},
+                                     {"repeat_sweep", 1}, {"out_and_back", 2}, {"step_back", 1},
+                                     {"strafe_back", 1}, {"loop_block", 3},   {"return", 2}};
 
-  auto begin = [&](const std::string& kind) { pl.segments.push_back({kind, pl.frames(), pl.frames()}); };
-  auto end = [&] { pl.segments.back().end = pl.frames(); };
+// Draws a closure kind by weight (one draw from rng).
+std::string draw_closure_kind(Rng& rng) {
+  double total_w = 0;
+  for (const ClosureKind& k : kClosureKinds) total_w += k.w;
+  double r = rng.uniform(0, total_w);
+  std::string k = kClosureKinds[0].name;
+  for (const ClosureKind& kk : kClosureKinds) {
+    if (r < kk.w) { k = kk.name; break; }
+    r -= kk.w;
+  }
+  return k;
+}
 
-  auto sweep = [&](const std::string& kind) {
-    double rate = rates[rng.uniform_int(0, 2)];
+// Turning speeds (degrees per frame) that plans draw from.
+const double kRates[] = {5.0, 7.5, 10.0, 15.0};
+
+// One plan: a random start, then segments appended one after another, each a loop closure or
+// travel between them. Each segment method appends its actions and its Segment and returns
+// true, or returns false, having appended nothing, when the scene has no room for it here.
+class PlanBuilder {
+ public:
+  // Draws the start (a free cell's centre from `cells`, not empty, facing a multiple of 15
+  // degrees) and the turning speed while walking.
+  PlanBuilder(const Scene& scene, const std::vector<Cell>& cells, const MotionParams& motion, Rng& rng)
+      : rng_(rng), pl_(scene, motion, rng), per_cell_(static_cast<int>(std::lround(1.0 / motion.speed))) {
+    Cell c0 = cells[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(cells.size()) - 1))];
+    pl_.pose = Pose{c0.first + 0.5, c0.second + 0.5, wrap_deg(15.0 * rng.uniform_int(0, 23)), 0.0};
+    start_ = pl_.pose;
+    walk_rate_ = kRates[rng.uniform_int(1, 3)];
+    loops_ = find_loops(scene, 8);
+  }
+
+  // Appends closures, with travel between them, until the plan holds `target` frames (or 200
+  // rounds have passed).
+  void extend_to(int target) {
+    int guard = 0;
+    bool first = true;
+    while (pl_.frames() < target && ++guard < 200) {
+      if (!first && rng_.chance(0.45)) travel(4, 14);
+      first = false;
+      if (!closure(draw_closure_kind(rng_))) {
+        if (!travel(3, 10)) sweep("yaw_sweep");
+      }
+    }
+  }
+
+  // Stores the start, the first `target` actions and the segments cut to them in ep.
+  void cut_into(int target, Episode& ep) {
+    pl_.actions.resize(static_cast<size_t>(target));
+    std::vector<Segment> segs;
+    for (Segment s : pl_.segments) {
+      if (s.start >= target) break;
+      s.end = std::min(s.end, target);
+      if (s.end > s.start) segs.push_back(s);
+    }
+    ep.start = start_;
+    ep.actions = std::move(pl_.actions);
+    ep.segments = std::move(segs);
+  }
+
+ private:
+  bool closure(const std::string& k) {
+    if (k == "yaw_sweep" || k == "spin" || k == "look_around" || k == "repeat_sweep") return sweep(k);
+    if (k == "out_and_back") return out_and_back();
+    if (k == "step_back") return straight_back(false);
+    if (k == "strafe_back") return straight_back(true);
+    if (k == "loop_block") return loop_block();
+    return go_back();
+  }
+
+  void begin(const std::string& kind) { pl_.segments.push_back({kind, pl_.frames(), pl_.frames()}); }
+  void end() { pl_.segments.back().end = pl_.frames(); }
+
+  // Turning on the spot and back: yaw_sweep (away, hold, back), repeat_sweep (and again from
+  // the other side), spin (a full turn), look_around (one side, the other, the middle).
+  bool sweep(const std::string& kind) {
+    double rate = kRates[rng_.uniform_int(0, 2)];
     begin(kind);
-    pl.mark_anchor();
+    pl_.mark_anchor();
     if (kind == "spin") {
-      pl.turn_by(rng.chance(0.5) ? 360.0 : -360.0, rate);
+      pl_.turn_by(rng_.chance(0.5) ? 360.0 : -360.0, rate);
     } else if (kind == "look_around") {
-      double a = 45.0 * rng.uniform_int(2, 3), s = rng.chance(0.5) ? 1 : -1;
-      pl.turn_by(s * a, rate);
-      pl.hold(rng.uniform_int(0, 6));
-      pl.turn_by(-2 * s * a, rate);
-      pl.hold(rng.uniform_int(0, 6));
-      pl.turn_by(s * a, rate);
+      double a = 45.0 * rng_.uniform_int(2, 3), s = rng_.chance(0.5) ? 1 : -1;
+      pl_.turn_by(s * a, rate);
+      pl_.hold(rng_.uniform_int(0, 6));
+      pl_.turn_by(-2 * s * a, rate);
+      pl_.hold(rng_.uniform_int(0, 6));
+      pl_.turn_by(s * a, rate);
     } else {
       const double angles[] = {90, 120, 135, 150, 180};
-      double a = angles[rng.uniform_int(0, 4)] * (rng.chance(0.5) ? 1 : -1);
+      double a = angles[rng_.uniform_int(0, 4)] * (rng_.chance(0.5) ? 1 : -1);
       int turn_frames = 2 * static_cast<int>(std::ceil(std::fabs(a) / rate));
-      pl.turn_by(a, rate);
-      pl.hold(std::max(0, 50 - turn_frames) + rng.uniform_int(0, 10));
-      pl.turn_by(-a, rate);
+      pl_.turn_by(a, rate);
+      pl_.hold(std::max(0, 50 - turn_frames) + rng_.uniform_int(0, 10));
+      pl_.turn_by(-a, rate);
       if (kind == "repeat_sweep") {  // come back to the same view again, from the other side
-        pl.hold(rng.uniform_int(2, 8));
-        pl.turn_by(-a, rate);
-        pl.hold(std::max(0, 50 - turn_frames) + rng.uniform_int(0, 10));
-        pl.turn_by(a, rate);
+        pl_.hold(rng_.uniform_int(2, 8));
+        pl_.turn_by(-a, rate);
+        pl_.hold(std::max(0, 50 - turn_frames) + rng_.uniform_int(0, 10));
+        pl_.turn_by(a, rate);
       }
     }
     end();
     return true;
-  };
+  }
 
-  auto travel = [&](int lo, int hi) {
+  // A walk to a random cell [lo, hi] cells away, maybe looking somewhere at the end.
+  bool travel(int lo, int hi) {
     Cell t;
-    if (!pl.pick_target(lo, hi, t)) return false;
-    auto path = pl.path_to(t);
+    if (!pl_.pick_target(lo, hi, t)) return false;
+    auto path = pl_.path_to(t);
     if (path.size() < 2) return false;
     begin("travel");
-    pl.walk(path, walk_rate);
-    if (rng.chance(0.5)) pl.turn_by(90.0 * rng.uniform_int(-1, 1), walk_rate);  // look somewhere
+    pl_.walk(path, walk_rate_);
+    if (rng_.chance(0.5)) pl_.turn_by(90.0 * rng_.uniform_int(-1, 1), walk_rate_);  // look somewhere
     end();
     return true;
-  };
+  }
 
-  auto out_and_back = [&] {
+  // A walk to a cell 3 to 8 cells away and back the same way, facing as at the start.
+  bool out_and_back() {
     Cell t;
-    if (!pl.pick_target(3, 8, t)) return false;
-    auto path = pl.path_to(t);
+    if (!pl_.pick_target(3, 8, t)) return false;
+    auto path = pl_.path_to(t);
     if (path.size() < 4) return false;
     begin("out_and_back");
-    pl.mark_anchor();
-    Pose start = pl.pose;
-    pl.walk(path, walk_rate);
-    if (rng.chance(0.4)) pl.turn_by(rng.chance(0.5) ? 90 : -90, walk_rate);
+    pl_.mark_anchor();
+    Pose start = pl_.pose;
+    pl_.walk(path, walk_rate_);
+    if (rng_.chance(0.4)) pl_.turn_by(rng_.chance(0.5) ? 90 : -90, walk_rate_);
     std::reverse(path.begin(), path.end());
-    pl.walk(path, walk_rate);
-    pl.turn_to(start.yaw_deg, walk_rate);
+    pl_.walk(path, walk_rate_);
+    pl_.turn_to(start.yaw_deg, walk_rate_);
     end();
     return true;
-  };
+  }
 
-  auto straight_back = [&](bool strafe) {
-    // Face an axis first, then move k cells (forward or sideways) and come back without turning.
-    int d0 = rng.uniform_int(0, 3);
+  // step_back / strafe_back: face an axis first, then move k cells (forward or sideways) and
+  // come back without turning.
+  bool straight_back(bool strafe) {
+    int d0 = rng_.uniform_int(0, 3);
     for (int k = 0; k < 4; ++k) {
       int face = (d0 + k) % 4;
       int move = strafe ? (face + 1) % 4 : face;  // strafe right = heading + 90
       int sign = 1;
-      int run = pl.free_run(move);
-      if (strafe && run < 3) { move = (face + 3) % 4; sign = -1; run = pl.free_run(move); }
+      int run = pl_.free_run(move);
+      if (strafe && run < 3) { move = (face + 3) % 4; sign = -1; run = pl_.free_run(move); }
       if (run < 3) continue;
-      int n = rng.uniform_int(3, std::min(run, 7));
-      pl.turn_to(dir_yaw(face), walk_rate);
+      int n = rng_.uniform_int(3, std::min(run, 7));
+      pl_.turn_to(dir_yaw(face), walk_rate_);
       begin(strafe ? "strafe_back" : "step_back");
-      pl.mark_anchor();
+      pl_.mark_anchor();
       Action out, back;
       if (strafe) { out.strafe = sign; back.strafe = -sign; } else { out.forward = 1; back.forward = -1; }
-      pl.emit(out, n * per_cell);
-      pl.hold(rng.uniform_int(0, 4));
-      pl.emit(back, n * per_cell);
+      pl_.emit(out, n * per_cell_);
+      pl_.hold(rng_.uniform_int(0, 4));
+      pl_.emit(back, n * per_cell_);
       end();
       return true;
     }
     return false;
-  };
+  }
 
-  auto loop_block = [&] {
-    if (loops.empty()) return false;
-    const Loop& L = loops[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(loops.size()) - 1))];
+  // One or two laps round a block (a random loop of find_loops), from a random corner, after
+  // walking there.
+  bool loop_block() {
+    if (loops_.empty()) return false;
+    const Loop& L = loops_[static_cast<size_t>(rng_.uniform_int(0, static_cast<int>(loops_.size()) - 1))];
     Cell corners[4] = {{L.x0, L.y0}, {L.x1, L.y0}, {L.x1, L.y1}, {L.x0, L.y1}};
-    int k = rng.uniform_int(0, 3);
-    bool cw = rng.chance(0.5);  // clockwise on screen (y down): x0y0 -> x1y0 -> x1y1 -> x0y1
-    auto go = pl.path_to(corners[k]);
+    int k = rng_.uniform_int(0, 3);
+    bool cw = rng_.chance(0.5);  // clockwise on screen (y down): x0y0 -> x1y0 -> x1y1 -> x0y1
+    auto go = pl_.path_to(corners[k]);
     if (go.empty()) return false;
     if (go.size() >= 2) {
       begin("travel");
-      pl.walk(go, walk_rate);
+      pl_.walk(go, walk_rate_);
       end();
     }
-    // Perimeter cells in lap order from corner k.
+    const std::vector<Cell> lap = lap_cells(corners, k, cw);
+    int first_dir = Planner::dir_between(lap[0], lap[1]);
+    pl_.turn_to(dir_yaw(first_dir), walk_rate_);
+    begin("loop_block");
+    pl_.mark_anchor();
+    int laps = rng_.chance(0.3) ? 2 : 1;
+    for (int l = 0; l < laps; ++l) {
+      pl_.walk(lap, walk_rate_);
+      pl_.turn_to(dir_yaw(first_dir), walk_rate_);
+    }
+    end();
+    return true;
+  }
+
+  // Perimeter cells of the loop with these corners, in lap order from corner k.
+  static std::vector<Cell> lap_cells(const Cell (&corners)[4], int k, bool cw) {
     std::vector<Cell> lap{corners[k]};
     for (int e = 0; e < 4; ++e) {
       int a = cw ? (k + e) % 4 : (k - e + 4) % 4, b = cw ? (k + e + 1) % 4 : (k - e + 3) % 4;
@@ -352,75 +440,42 @@ void plan(const Scene& scene, const std::vector<Cell>& cells, const MotionParams
         lap.push_back(c);
       }
     }
-    int first_dir = Planner::dir_between(lap[0], lap[1]);
-    pl.turn_to(dir_yaw(first_dir), walk_rate);
-    begin("loop_block");
-    pl.mark_anchor();
-    int laps = rng.chance(0.3) ? 2 : 1;
-    for (int l = 0; l < laps; ++l) {
-      pl.walk(lap, walk_rate);
-      pl.turn_to(dir_yaw(first_dir), walk_rate);
-    }
-    end();
-    return true;
-  };
+    return lap;
+  }
 
-  auto go_back = [&] {
+  // "return": a walk back to an anchor at least 64 frames old and 2 cells away, facing as then.
+  bool go_back() {
     std::vector<Planner::Anchor> old;
-    for (const auto& a : pl.anchors)
-      if (pl.frames() - a.frame >= 64 && position_distance(a.pose, pl.pose) >= 2.0) old.push_back(a);
+    for (const auto& a : pl_.anchors)
+      if (pl_.frames() - a.frame >= 64 && position_distance(a.pose, pl_.pose) >= 2.0) old.push_back(a);
     if (old.empty()) return false;
-    const auto& a = old[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(old.size()) - 1))];
+    const auto& a = old[static_cast<size_t>(rng_.uniform_int(0, static_cast<int>(old.size()) - 1))];
     Cell goal{static_cast<int>(std::floor(a.pose.x)), static_cast<int>(std::floor(a.pose.y))};
-    auto path = pl.path_to(goal);
+    auto path = pl_.path_to(goal);
     if (path.size() < 2) return false;
     begin("return");
-    pl.walk(path, walk_rate);
-    pl.turn_to(a.pose.yaw_deg, walk_rate);
-    pl.hold(rng.uniform_int(0, 8));
+    pl_.walk(path, walk_rate_);
+    pl_.turn_to(a.pose.yaw_deg, walk_rate_);
+    pl_.hold(rng_.uniform_int(0, 8));
     end();
     return true;
-  };
+  }
 
-  // Closure kinds and their weights; travel between them.
-  struct Kind { const char* name; double w; };
-  const Kind kinds[] = {{"yaw_sweep", 2}, {"spin", 1}, {"look_around", 1}, {"repeat_sweep", 1}, {"out_and_back", 2},
-                        {"step_back", 1}, {"strafe_back", 1}, {"loop_block", 3}, {"return", 2}};
-  auto run_kind = [&](const std::string& k) {
-    if (k == "yaw_sweep" || k == "spin" || k == "look_around" || k == "repeat_sweep") return sweep(k);
-    if (k == "out_and_back") return out_and_back();
-    if (k == "step_back") return straight_back(false);
-    if (k == "strafe_back") return straight_back(true);
-    if (k == "loop_block") return loop_block();
-    return go_back();
-  };
-  double total_w = 0;
-  for (const Kind& k : kinds) total_w += k.w;
-  int guard = 0;
-  bool first = true;
-  while (pl.frames() < target && ++guard < 200) {
-    if (!first && rng.chance(0.45)) travel(4, 14);
-    first = false;
-    double r = rng.uniform(0, total_w);
-    std::string k = kinds[0].name;
-    for (const Kind& kk : kinds) {
-      if (r < kk.w) { k = kk.name; break; }
-      r -= kk.w;
-    }
-    if (!run_kind(k)) {
-      if (!travel(3, 10)) sweep("yaw_sweep");
-    }
-  }
-  // Cut to the target length.
-  pl.actions.resize(static_cast<size_t>(target));
-  std::vector<Segment> segs;
-  for (Segment s : pl.segments) {
-    if (s.start >= target) break;
-    s.end = std::min(s.end, target);
-    if (s.end > s.start) segs.push_back(s);
-  }
-  ep.actions = std::move(pl.actions);
-  ep.segments = std::move(segs);
+  Rng& rng_;
+  Planner pl_;
+  const int per_cell_;
+  Pose start_;
+  double walk_rate_ = 0;
+  std::vector<Loop> loops_;
+};
+
+// Builds one plan of about `target` frames into ep: its start, actions and segments. cells: the
+// scene's free cells, not empty.
+void plan(const Scene& scene, const std::vector<Cell>& cells, const MotionParams& motion, Rng& rng, int target,
+          Episode& ep) {
+  PlanBuilder b(scene, cells, motion, rng);
+  b.extend_to(target);
+  b.cut_into(target, ep);
 }
 
 // An episode in `scene` (options valid), or nullopt with *why set when there is none: the scene
