@@ -19,6 +19,8 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "dit/codec.h"
@@ -68,6 +70,8 @@ struct Args {
   int self_ctx_chunks = 2;
   std::vector<double> self_ctx_timesteps{1.0, 0.5};
   std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // the probe's sampler
+  std::string init;       // start from these weights
+  std::string eval_only;  // no training: probe this model file
 };
 
 std::string fmt_duration(double s) {
@@ -248,11 +252,7 @@ size_t sliding_context_chunks() {
   return wm::worldkv::window_chunks(mc, int64_t{1} << 20).recent.size();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"wm_train: train the world model on the procedural world (teacher forcing, clean context)"};
-  Args a;
+void add_options(CLI::App& app, Args& a) {
   app.add_option("--config", a.config, "model config JSON")->check(CLI::ExistingFile);
   app.add_option("--out", a.out, "run folder: checkpoints, log, final model");
   app.add_option("--steps", a.steps, "optimizer steps in all")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
@@ -294,196 +294,286 @@ int main(int argc, char** argv) {
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]")
       ->check(wm::cli::FiniteRange(0.0, 1.0));
-  std::string eval_only, init;
-  auto* init_opt = app.add_option("--init", init,
+  auto* init_opt = app.add_option("--init", a.init,
                                   "start from these weights (e.g. the shipped model) instead of a fresh initialisation")
                        ->check(CLI::ExistingFile);
-  app.add_option("--eval-only", eval_only,
+  app.add_option("--eval-only", a.eval_only,
                  "no training: run the memory probe (--eval-samples unseen revisits) on this model file")
       ->check(CLI::ExistingFile)->excludes(resume_opt)->excludes(init_opt);
   app.footer("Checkpoints are written whole (a temporary name, then a rename): an interrupted run leaves the "
              "previous checkpoint intact, and at most hidden .part files beside it.");
+}
+
+// The samplers of the memory probe (--timesteps) and of self-generated context
+// (--self-ctx-timesteps); a bad list is rejected here, before any work.
+struct Samplers {
+  wm::dit::SamplerConfig probe, self_ctx;
+};
+
+Samplers make_samplers(const Args& a) {
+  Samplers s;
+  s.probe.timesteps = a.timesteps;
+  wm::dit::flow_schedule(s.probe);
+  s.self_ctx.timesteps = a.self_ctx_timesteps;
+  wm::dit::flow_schedule(s.self_ctx);
+  return s;
+}
+
+uint64_t probe_seed(const Args& a) { return a.seed ^ 0x5EED5EEDull; }
+
+// --eval-only: the memory probe on a saved model, printed to stdout.
+void run_probe_only(const Args& a, const Samplers& samplers, at::Device dev) {
+  wm::dit::CausalDit m = wm::dit::load_model(a.eval_only, dev);
+  auto codec = wm::dit::make_codec(m->config());
+  EvalResult r = evaluate(m, *codec, a.eval_samples, probe_seed(a), samplers.probe, dev);
+  std::printf("%s: one-chunk-ahead PSNR on %d unseen revisit chunks (ground-truth context; per frame, capped at %.0f dB):\n"
+              "  full window (sink, retrieved, recent) %.2f dB\n  sink + recent only            %.2f dB\n"
+              "  repeat the last context frame      %.2f dB\n",
+              a.eval_only.c_str(), r.n, wm::media::kPsnrCap, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
+}
+
+// The files of a run folder.
+struct RunFiles {
+  std::string last, last_ema, last_opt, state, log;
+  explicit RunFiles(const std::string& out)
+      : last(out + "/last.safetensors"),
+        last_ema(out + "/model.safetensors"),
+        last_opt(out + "/last.optim.pt"),
+        state(out + "/state.json"),
+        log(out + "/log.jsonl") {}
+};
+
+// What training changes: the model, its EMA copy (the weights saved as the model), the optimizer
+// and the step count.
+struct TrainState {
+  wm::dit::CausalDit model, ema;
+  std::unique_ptr<torch::optim::AdamW> opt;
+  int64_t step = 0;
+  double wall_before = 0;  // seconds trained before this process (a resumed run)
+};
+
+// --init: the weights of another model; a head trained for another prediction starts from zero.
+void load_init_weights(const Args& a, const wm::dit::DitConfig& cfg, wm::dit::CausalDit& model) {
+  wm::dit::load_weights(*model, a.init);
+  std::cerr << "wm_train: starting from " << a.init << "\n";
+  const wm::dit::Prediction from = wm::dit::config_from_weights(a.init).prediction;
+  if (from != cfg.prediction) {
+    // The head's output changes meaning: start it from zero, as a fresh model does.
+    at::NoGradGuard ng;
+    for (auto& p : model->head->head->parameters()) p.zero_();
+    std::cerr << "wm_train: " << a.init << " predicts " << wm::dit::prediction_name(from) << ", " << a.config << " "
+              << wm::dit::prediction_name(cfg.prediction) << ": head.head starts from zero\n";
+  }
+}
+
+// The state to train from: resumed from the run folder (--resume, when it holds a checkpoint),
+// or fresh: seeded, or --init's weights, the EMA a copy. Throws wm::Error if a resumed run is
+// already at --steps.
+TrainState start_state(const Args& a, const wm::dit::DitConfig& cfg, const RunFiles& files, at::Device dev) {
+  TrainState st{wm::dit::CausalDit(cfg), nullptr, nullptr};
+  st.model->init_weights(a.seed, /*zero_head=*/true);
+  st.model->to(dev);
+  st.ema = wm::dit::CausalDit(cfg);
+  st.ema->to(dev);
+  st.opt = std::make_unique<torch::optim::AdamW>(
+      st.model->parameters(), torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  if (a.resume && fs::exists(files.last) && fs::exists(files.state)) {
+    wm::dit::load_weights(*st.model, files.last);
+    wm::dit::load_weights(*st.ema, files.last_ema);
+    torch::load(*st.opt, files.last_opt);
+    std::ifstream f(files.state);
+    nlohmann::json state = nlohmann::json::parse(f);
+    st.step = state.at("step").get<int64_t>();
+    st.wall_before = state.value("wall_seconds", 0.0);
+    if (st.step >= a.steps)
+      throw wm::Error(wm::str_cat("--resume: the run in ", a.out, " is at step ", st.step, " already; raise --steps (",
+                                  a.steps, ") to train on"));
+    std::cerr << "wm_train: resumed at step " << st.step << " from " << a.out << "\n";
+  } else {
+    if (!a.init.empty()) load_init_weights(a, cfg, st.model);
+    at::NoGradGuard ng;
+    auto src = st.model->parameters(), dst = st.ema->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  st.ema->eval();
+  for (auto& p : st.ema->parameters()) p.set_requires_grad(false);
+  return st;
+}
+
+// The run's log, appended to; a run killed mid-line left a partial last line: start on a new one.
+std::ofstream open_log(const std::string& path) {
+  bool torn = false;
+  if (fs::exists(path) && fs::file_size(path) > 0) {
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(-1, std::ios::end);
+    torn = in.get() != '\n';
+  }
+  std::ofstream log(path, std::ios::app);
+  if (torn) log << "\n";
+  return log;
+}
+
+// Writes the checkpoint (weights, EMA weights, optimizer, state), each file whole.
+void save_checkpoint(const Args& a, TrainState& st, const RunFiles& files, double wall_seconds, bool final_save) {
+  std::map<std::string, std::string> meta = {{"step", std::to_string(st.step)}, {"trainer", "wm_train"}};
+  wm::dit::save_weights(*st.model, files.last, meta);
+  wm::dit::save_weights(*st.ema, files.last_ema, meta);
+  wm::cli::OutputPath opt_file(files.last_opt);
+  torch::save(*st.opt, opt_file.tmp());
+  opt_file.commit();
+  wm::cli::OutputFile f(files.state);
+  f.stream() << nlohmann::json{{"step", st.step}, {"config", a.config}, {"seed", a.seed}, {"final", final_save},
+                               {"wall_seconds", wall_seconds}}
+                    .dump(2);
+  f.commit();
+}
+
+// Peak rate after a linear warm-up, then cosine decay to 10% of it.
+double learning_rate(const Args& a, int64_t step) {
+  const double progress = static_cast<double>(step) / std::max<int64_t>(1, a.steps);
+  return step < a.warmup ? a.lr * (step + 1) / a.warmup : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
+}
+
+struct StepResult {
+  double loss = 0, lr = 0;
+  double data_s = 0, model_s = 0;  // seconds making the sample and in the training pass
+};
+
+// One optimizer step on the sample of st.step (everything about it follows from --seed and the
+// step), then the EMA update. Throws wm::Error if the loss is not finite.
+StepResult train_step(const Args& a, TrainState& st, const wm::dit::DitConfig& cfg, const wm::dit::Codec& codec,
+                      const wm::train::SampleOptions& sopt, const Samplers& samplers, at::Device dev) {
+  StepResult out;
+  const auto t_data = Clock::now();
+  const uint64_t sseed = wm::world::hash_combine(a.seed, static_cast<uint64_t>(st.step));
+  at::Generator gen = at::detail::createCPUGenerator(sseed);
+  wm::train::Sample s = wm::train::make_sample(sseed, cfg, codec, sopt);
+  if (a.self_ctx_prob > 0 && at::rand({1}, gen).item<double>() < a.self_ctx_prob)
+    self_context(st.model, s, a.self_ctx_chunks, sseed, samplers.self_ctx, dev);
+  Batch b = make_batch(s, cfg, a.noisy, a.ctx_noise_prob, a.ctx_noise_max, gen, dev);
+  if (a.compress_prob > 0 && at::rand({1}, gen).item<double>() < a.compress_prob)
+    wm::train::hide_compressed_tokens(b.bias, s, cfg, a.compress_keep);
+  const auto t_model = Clock::now();
+  out.data_s = std::chrono::duration<double>(t_model - t_data).count();
+  at::Tensor v = forward(st.model, b);
+  at::Tensor err = v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target;
+  if (cfg.prediction == wm::dit::Prediction::X0) {
+    // Velocity loss, its weight 1 / t^2 on the x0 error capped at t = 0.25 (the sampler's
+    // last step): below that it would dwarf every other t.
+    at::Tensor tn = b.t.narrow(0, b.noisy_from, err.size(0)).to(at::kFloat);
+    err = err * (tn / tn.clamp_min(0.25)).view({-1, 1, 1, 1});
+  }
+  at::Tensor loss = err.pow(2).mean();
+  st.opt->zero_grad();
+  loss.backward();
+  torch::nn::utils::clip_grad_norm_(st.model->parameters(), 1.0);
+  out.lr = learning_rate(a, st.step);
+  for (auto& g : st.opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(out.lr);
+  st.opt->step();
+  {
+    at::NoGradGuard ng;
+    const double d = std::min(a.ema, (1.0 + st.step) / (10.0 + st.step));
+    auto src = st.model->parameters(), dst = st.ema->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].mul_(d).add_(src[i], 1 - d);
+  }
+  out.loss = loss.item<double>();
+  out.model_s = std::chrono::duration<double>(Clock::now() - t_model).count();
+  WM_CHECK(std::isfinite(out.loss), "the loss is not finite at step ", st.step);
+  ++st.step;
+  return out;
+}
+
+// A memory probe's result, on stderr and in the log.
+void report_probe(int64_t step, const EvalResult& r, std::ofstream& log) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
+                "sink+recent only %.2f dB, repeat-last-frame %.2f dB\n",
+                static_cast<long long>(step), r.n, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
+  std::cerr << line;
+  log << nlohmann::json{{"step", step}, {"eval_psnr_memory", r.psnr_full}, {"eval_psnr_nomem", r.psnr_nomem},
+                        {"eval_psnr_repeat", r.psnr_repeat}, {"eval_n", r.n}}
+             .dump()
+      << "\n";
+  log.flush();
+}
+
+// Trains from --config (or resumes) into --out until --steps or --minutes, with checkpoints and
+// memory probes on the way.
+void train(const Args& a, const Samplers& samplers, at::Device dev) {
+  const wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
+  auto codec = wm::dit::make_codec(cfg);
+  {
+    std::error_code ec;
+    fs::create_directories(a.out, ec);
+    if (ec) throw wm::Error("--out: cannot create the run folder " + a.out + ": " + ec.message());
+  }
+  const RunFiles files(a.out);
+  TrainState st = start_state(a, cfg, files, dev);
+  std::ofstream log = open_log(files.log);
+  int64_t nparams = 0;
+  for (auto& p : st.model->parameters()) nparams += p.numel();
+  std::cerr << "wm_train: " << cfg.name << ", " << nparams << " parameters, " << wm::describe_device(dev) << ", steps "
+            << st.step << " -> " << a.steps << "\n";
+
+  const auto t_start = Clock::now();
+  double loss_ema = 0, data_s = 0, model_s = 0;
+  int64_t ema_n = 0;
+  wm::cli::ProgressLine status(30);
+  wm::train::SampleOptions sopt;
+  sopt.sliding_prob = a.sliding_prob;
+  st.model->train();
+  while (st.step < a.steps) {
+    const StepResult r = train_step(a, st, cfg, *codec, sopt, samplers, dev);
+    data_s += r.data_s;
+    model_s += r.model_s;
+    loss_ema = ema_n == 0 ? r.loss : 0.98 * loss_ema + 0.02 * r.loss;
+    ++ema_n;
+    const int64_t step = st.step;
+    const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
+    const double rate = ema_n / el;
+    status.show(step == a.steps,
+                "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
+                static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate, 1e3 * data_s / ema_n,
+                1e3 * model_s / ema_n, fmt_duration(el).c_str(),
+                fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
+    log << nlohmann::json{{"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"t", el}}.dump() << "\n";
+    const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
+    if (step % a.ckpt_every == 0 || step == a.steps || out_of_time)
+      save_checkpoint(a, st, files, st.wall_before + std::chrono::duration<double>(Clock::now() - t_start).count(),
+                      step == a.steps);
+    if ((a.eval_every > 0 && step % a.eval_every == 0) || step == a.steps || out_of_time) {
+      const EvalResult probed = evaluate(st.ema, *codec, a.eval_samples, probe_seed(a), samplers.probe, dev);
+      status.finish();
+      report_probe(step, probed, log);
+    }
+    if (out_of_time) {
+      status.finish();
+      std::cerr << "wm_train: time budget reached at step " << step << "; resume with --resume\n";
+      break;
+    }
+  }
+  status.finish();
+  std::cerr << "wm_train: done; model (EMA) at " << files.last_ema << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_train: train the world model on the procedural world (teacher forcing, clean context)"};
+  Args a;
+  add_options(app, a);
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
   try {
     wm::init_threads(a.threads);
     wm::keep_freed_memory();
     const at::Device dev = wm::parse_device(a.device);
-    wm::dit::SamplerConfig probe_sampler;
-    probe_sampler.timesteps = a.timesteps;
-    wm::dit::flow_schedule(probe_sampler);  // rejects a bad list before any work
-    wm::dit::SamplerConfig self_sampler;
-    self_sampler.timesteps = a.self_ctx_timesteps;
-    wm::dit::flow_schedule(self_sampler);
-    if (!eval_only.empty()) {
-      wm::dit::CausalDit m = wm::dit::load_model(eval_only, dev);
-      auto codec = wm::dit::make_codec(m->config());
-      EvalResult r = evaluate(m, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, probe_sampler, dev);
-      std::printf("%s: one-chunk-ahead PSNR on %d unseen revisit chunks (ground-truth context; per frame, capped at %.0f dB):\n"
-                  "  full window (sink, retrieved, recent) %.2f dB\n  sink + recent only            %.2f dB\n"
-                  "  repeat the last context frame      %.2f dB\n",
-                  eval_only.c_str(), r.n, wm::media::kPsnrCap, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
-      return 0;
-    }
-    wm::dit::DitConfig cfg = wm::dit::load_config(a.config);
-    auto codec = wm::dit::make_codec(cfg);
-    {
-      std::error_code ec;
-      fs::create_directories(a.out, ec);
-      if (ec) throw wm::Error("--out: cannot create the run folder " + a.out + ": " + ec.message());
-    }
-    const std::string last = a.out + "/last.safetensors", last_ema = a.out + "/model.safetensors",
-                      last_opt = a.out + "/last.optim.pt", state_path = a.out + "/state.json";
-
-    wm::dit::CausalDit model(cfg);
-    model->init_weights(a.seed, /*zero_head=*/true);
-    model->to(dev);
-    wm::dit::CausalDit ema(cfg);
-    ema->to(dev);
-    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.01));
-    int64_t step = 0;
-    double wall_before = 0;
-    if (a.resume && fs::exists(last) && fs::exists(state_path)) {
-      wm::dit::load_weights(*model, last);
-      wm::dit::load_weights(*ema, last_ema);
-      torch::load(opt, last_opt);
-      std::ifstream f(state_path);
-      nlohmann::json st = nlohmann::json::parse(f);
-      step = st.at("step").get<int64_t>();
-      wall_before = st.value("wall_seconds", 0.0);
-      if (step >= a.steps)
-        throw wm::Error(wm::str_cat("--resume: the run in ", a.out, " is at step ", step, " already; raise --steps (",
-                                    a.steps, ") to train on"));
-      std::cerr << "wm_train: resumed at step " << step << " from " << a.out << "\n";
-    } else {
-      if (!init.empty()) {
-        wm::dit::load_weights(*model, init);
-        std::cerr << "wm_train: starting from " << init << "\n";
-        const wm::dit::Prediction from = wm::dit::config_from_weights(init).prediction;
-        if (from != cfg.prediction) {
-          // The head's output changes meaning: start it from zero, as a fresh model does.
-          at::NoGradGuard ng;
-          for (auto& p : model->head->head->parameters()) p.zero_();
-          std::cerr << "wm_train: " << init << " predicts " << wm::dit::prediction_name(from) << ", " << a.config
-                    << " " << wm::dit::prediction_name(cfg.prediction) << ": head.head starts from zero\n";
-        }
-      }
-      at::NoGradGuard ng;
-      auto src = model->parameters(), dst = ema->parameters();
-      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
-    ema->eval();
-    for (auto& p : ema->parameters()) p.set_requires_grad(false);
-    const std::string log_path = a.out + "/log.jsonl";
-    bool log_torn = false;  // a run killed mid-line leaves a partial last line: start on a new one
-    if (fs::exists(log_path) && fs::file_size(log_path) > 0) {
-      std::ifstream in(log_path, std::ios::binary);
-      in.seekg(-1, std::ios::end);
-      log_torn = in.get() != '\n';
-    }
-    std::ofstream log(log_path, std::ios::app);
-    if (log_torn) log << "\n";
-    int64_t nparams = 0;
-    for (auto& p : model->parameters()) nparams += p.numel();
-    std::cerr << "wm_train: " << cfg.name << ", " << nparams << " parameters, " << wm::describe_device(dev)
-              << ", steps " << step << " -> " << a.steps << "\n";
-
-    const auto t_start = Clock::now();
-    auto save = [&](bool final_save) {
-      std::map<std::string, std::string> meta = {{"step", std::to_string(step)}, {"trainer", "wm_train"}};
-      wm::dit::save_weights(*model, last, meta);
-      wm::dit::save_weights(*ema, last_ema, meta);
-      wm::cli::OutputPath opt_file(last_opt);
-      torch::save(opt, opt_file.tmp());
-      opt_file.commit();
-      wm::cli::OutputFile f(state_path);
-      const double wall = wall_before + std::chrono::duration<double>(Clock::now() - t_start).count();
-      f.stream() << nlohmann::json{{"step", step}, {"config", a.config}, {"seed", a.seed}, {"final", final_save},
-                                   {"wall_seconds", wall}}
-                        .dump(2);
-      f.commit();
-    };
-
-    double loss_ema = 0, data_s = 0, model_s = 0;
-    int64_t ema_n = 0;
-    wm::cli::ProgressLine status(30);
-    wm::train::SampleOptions sopt;
-    sopt.sliding_prob = a.sliding_prob;
-    model->train();
-    while (step < a.steps) {
-      const auto t_data = Clock::now();
-      const uint64_t sseed = wm::world::hash_combine(a.seed, static_cast<uint64_t>(step));
-      at::Generator gen = at::detail::createCPUGenerator(sseed);
-      wm::train::Sample s = wm::train::make_sample(sseed, cfg, *codec, sopt);
-      if (a.self_ctx_prob > 0 && at::rand({1}, gen).item<double>() < a.self_ctx_prob)
-        self_context(model, s, a.self_ctx_chunks, sseed, self_sampler, dev);
-      Batch b = make_batch(s, cfg, a.noisy, a.ctx_noise_prob, a.ctx_noise_max, gen, dev);
-      if (a.compress_prob > 0 && at::rand({1}, gen).item<double>() < a.compress_prob)
-        wm::train::hide_compressed_tokens(b.bias, s, cfg, a.compress_keep);
-      const auto t_model = Clock::now();
-      data_s += std::chrono::duration<double>(t_model - t_data).count();
-      at::Tensor v = forward(model, b);
-      at::Tensor err = v.narrow(0, b.noisy_from, v.size(0) - b.noisy_from) - b.target;
-      if (cfg.prediction == wm::dit::Prediction::X0) {
-        // Velocity loss, its weight 1 / t^2 on the x0 error capped at t = 0.25 (the sampler's
-        // last step): below that it would dwarf every other t.
-        at::Tensor tn = b.t.narrow(0, b.noisy_from, err.size(0)).to(at::kFloat);
-        err = err * (tn / tn.clamp_min(0.25)).view({-1, 1, 1, 1});
-      }
-      at::Tensor loss = err.pow(2).mean();
-      opt.zero_grad();
-      loss.backward();
-      torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-      const double progress = static_cast<double>(step) / std::max<int64_t>(1, a.steps);
-      const double lr = step < a.warmup ? a.lr * (step + 1) / a.warmup
-                                        : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
-      for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-      opt.step();
-      {
-        at::NoGradGuard ng;
-        const double d = std::min(a.ema, (1.0 + step) / (10.0 + step));
-        auto src = model->parameters(), dst = ema->parameters();
-        for (size_t i = 0; i < src.size(); ++i) dst[i].mul_(d).add_(src[i], 1 - d);
-      }
-      const double lv = loss.item<double>();
-      model_s += std::chrono::duration<double>(Clock::now() - t_model).count();
-      WM_CHECK(std::isfinite(lv), "the loss is not finite at step ", step);
-      loss_ema = ema_n == 0 ? lv : 0.98 * loss_ema + 0.02 * lv;
-      ++ema_n;
-      ++step;
-      const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
-      const double rate = ema_n / el;
-      status.show(step == a.steps,
-                  "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
-                  static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate,
-                  1e3 * data_s / ema_n, 1e3 * model_s / ema_n, fmt_duration(el).c_str(),
-                  fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
-      log << nlohmann::json{{"step", step}, {"loss", lv}, {"lr", lr}, {"t", el}}.dump() << "\n";
-      const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
-      if (step % a.ckpt_every == 0 || step == a.steps || out_of_time) save(step == a.steps);
-      if ((a.eval_every > 0 && step % a.eval_every == 0) || step == a.steps || out_of_time) {
-        EvalResult r = evaluate(ema, *codec, a.eval_samples, a.seed ^ 0x5EED5EEDull, probe_sampler, dev);
-        status.finish();
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "[eval %lld] one-chunk-ahead PSNR on %d unseen revisits: with memory %.2f dB, "
-                      "sink+recent only %.2f dB, repeat-last-frame %.2f dB\n",
-                      static_cast<long long>(step), r.n, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
-        std::cerr << line;
-        log << nlohmann::json{{"step", step}, {"eval_psnr_memory", r.psnr_full}, {"eval_psnr_nomem", r.psnr_nomem},
-                              {"eval_psnr_repeat", r.psnr_repeat}, {"eval_n", r.n}}
-                   .dump()
-            << "\n";
-        log.flush();
-      }
-      if (out_of_time) {
-        status.finish();
-        std::cerr << "wm_train: time budget reached at step " << step << "; resume with --resume\n";
-        break;
-      }
-    }
-    status.finish();
-    std::cerr << "wm_train: done; model (EMA) at " << last_ema << "\n";
+    const Samplers samplers = make_samplers(a);
+    if (!a.eval_only.empty())
+      run_probe_only(a, samplers, dev);
+    else
+      train(a, samplers, dev);
   } catch (const std::exception& e) {
     std::cerr << "wm_train: error: " << wm::cli::error_text(e) << "\n";
     return 1;
