@@ -7,6 +7,7 @@
 #include <set>
 
 #include "runtime/error.h"
+#include "tools/media/metrics.h"
 #include "tools/world/actions.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/revisits.h"
@@ -18,17 +19,8 @@ namespace {
 
 using namespace wm::world;
 
-// Local PSNR helper (dB; infinity for identical images).
-double psnr(const wm::Image& a, const wm::Image& b) {
-  EXPECT_EQ(a.rgb.size(), b.rgb.size());
-  double se = 0;
-  for (size_t i = 0; i < a.rgb.size(); ++i) {
-    double d = double(a.rgb[i]) - double(b.rgb[i]);
-    se += d * d;
-  }
-  if (se == 0) return std::numeric_limits<double>::infinity();
-  return 10 * std::log10(255.0 * 255.0 / (se / a.rgb.size()));
-}
+// PSNR in dB, uncapped (infinity for identical images), as revisit_psnrs computes it.
+using wm::media::psnr;
 
 // A small suite shared by several tests (short trajectories keep the tests fast).
 const Suite& small_suite() {
@@ -235,6 +227,34 @@ TEST(WorldTrajectory, SuiteHasRealRevisits) {
     for (int k = p.first + 1; k < p.revisit; k += 4) worst = std::min(worst, psnr(rc.render(ep.poses[p.first]), rc.render(ep.poses[k])));
     EXPECT_LT(worst, 20.0) << ep.name;
   }
+}
+
+// revisit_psnrs is the uncapped PSNR of the two renders of each pair: +infinity for the suite's
+// pairs (walks on cell centres and dyadic turns land on the very same pose), the renders' own
+// PSNR for a pair whose views differ, and wm::Error for a pair out of range.
+TEST(WorldTrajectory, RevisitPsnrsAreThePairsRenderPsnr) {
+  const Suite& s = small_suite();
+  Episode ep = s.episodes.front();
+  const Scene scene = scene_of(ep);
+  Raycaster rc(scene, s.render);
+  const std::vector<double> got = revisit_psnrs(ep, scene, s.render);
+  ASSERT_EQ(got.size(), ep.revisits.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const RevisitPair& p = ep.revisits[i];
+    EXPECT_EQ(got[i], psnr(rc.render(ep.poses[p.first]), rc.render(ep.poses[p.revisit])));
+    EXPECT_EQ(got[i], std::numeric_limits<double>::infinity()) << p.first << "->" << p.revisit;
+  }
+  // A pair whose second frame shows another view: the finite PSNR of those two renders.
+  const RevisitPair p = ep.revisits.front();
+  int away = p.first + 1;
+  while (away < p.revisit && rc.render(ep.poses[away]).rgb == rc.render(ep.poses[p.first]).rgb) ++away;
+  ASSERT_LT(away, p.revisit);
+  ep.revisits = {{p.first, away}};
+  const double want = psnr(rc.render(ep.poses[p.first]), rc.render(ep.poses[away]));
+  EXPECT_TRUE(std::isfinite(want));
+  EXPECT_EQ(revisit_psnrs(ep, scene, s.render), std::vector<double>{want});
+  ep.revisits = {{p.first, static_cast<int>(ep.poses.size())}};
+  EXPECT_THROW(revisit_psnrs(ep, scene, s.render), wm::Error);
 }
 
 TEST(WorldTrajectory, DetectsRevisitsOnlyAfterLookingAway) {

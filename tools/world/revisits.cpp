@@ -1,7 +1,6 @@
 #include "tools/world/revisits.h"
 
 #include <cmath>
-#include <limits>
 #include <string>
 
 #include "runtime/error.h"
@@ -57,20 +56,6 @@ bool is_revisit(const std::vector<Pose>& poses, const RevisitPair& pr, const Rev
   for (int k = pr.first + 1; k < pr.revisit; ++k)
     if (is_away(poses[pr.first], poses[k], c)) return true;
   return false;
-}
-
-double image_psnr(const wm::Image& a, const wm::Image& b) {
-  if (a.width != b.width || a.height != b.height || a.rgb.size() != b.rgb.size())
-    throw wm::Error("image_psnr: size mismatch " + std::to_string(a.width) + "x" + std::to_string(a.height) +
-                    " vs " + std::to_string(b.width) + "x" + std::to_string(b.height));
-  double se = 0;
-  for (size_t i = 0; i < a.rgb.size(); ++i) {
-    double d = static_cast<double>(a.rgb[i]) - b.rgb[i];
-    se += d * d;
-  }
-  if (se == 0 || a.rgb.empty()) return std::numeric_limits<double>::infinity();
-  double mse = se / static_cast<double>(a.rgb.size());
-  return 10.0 * std::log10(255.0 * 255.0 / mse);
 }
 
 }  // namespace wm::world

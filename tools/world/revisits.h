@@ -3,7 +3,6 @@
 // (within tolerance) at least min_gap_frames later, after having looked or walked away in between.
 #include <vector>
 
-#include "dit/image.h"
 #include "tools/world/pose.h"
 
 namespace wm::world {
@@ -38,9 +37,5 @@ std::vector<RevisitPair> detect_revisits(const std::vector<Pose>& poses, const R
 // Whether (i, j) satisfies the criteria for these poses (gap, match, away in between); pairs out
 // of range are false.
 bool is_revisit(const std::vector<Pose>& poses, const RevisitPair& pair, const RevisitCriteria& c);
-
-// PSNR in dB between two same-size RGB8 images (infinity when identical); throws
-// wm::Error on size mismatch. A small local helper used to check ground-truth revisits.
-double image_psnr(const wm::Image& a, const wm::Image& b);
 
 }  // namespace wm::world

@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "runtime/error.h"
+#include "tools/media/metrics.h"
 #include "tools/world/rng.h"
 
 namespace wm::world {
@@ -35,7 +36,7 @@ std::vector<double> revisit_psnrs(const Episode& ep, const Scene& scene, const R
                       ") out of range for " + std::to_string(ep.poses.size()) + " poses");
     rc.render(ep.poses[p.first], a);
     rc.render(ep.poses[p.revisit], b);
-    out.push_back(image_psnr(a, b));
+    out.push_back(wm::media::psnr(a, b));
   }
   return out;
 }

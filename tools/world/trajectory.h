@@ -61,7 +61,9 @@ Episode generate_episode(uint64_t seed, const TrajectoryOptions& options = {});
 // Generates a trajectory in the given scene (its params are stored in the episode).
 Episode generate_episode(const Scene& scene, uint64_t seed, const TrajectoryOptions& options = {});
 
-// PSNR (dB) of the ground-truth renders at each revisit pair's two frames, in pair order.
+// PSNR (dB, wm::media::psnr: uncapped, +infinity where the two renders are identical) of the
+// ground-truth renders at each revisit pair's two frames, in pair order. Throws wm::Error for a
+// pair out of range.
 std::vector<double> revisit_psnrs(const Episode& ep, const Scene& scene, const RenderSpec& spec);
 
 }  // namespace wm::world
