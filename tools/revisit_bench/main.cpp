@@ -79,6 +79,8 @@ struct EpisodeScore {
   double memory_ms = 0;  // mean per generated chunk: the memory's retrieval, placement, banking
   size_t peak_window = 0, bank[3] = {0, 0, 0};
   std::vector<double> chunk_ms;
+  double max_step = 0;       // the largest ratio of a generated chunk's time to the one before it
+  size_t max_step_chunk = 0;  // where it happened (index into chunk_ms)
 };
 
 struct PolicyScore {
@@ -208,6 +210,9 @@ void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, Episo
   const double last = k == 0 ? 0 : (k % 2 ? tail[k / 2] : 0.5 * (tail[k / 2 - 1] + tail[k / 2]));
   s.fps_last = k ? 1000.0 * frames_per_chunk / last : 0;
   s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * frames_per_chunk * s.chunk_ms.size() / sum;
+  for (size_t i = 1; i < s.chunk_ms.size(); ++i)
+    if (s.chunk_ms[i - 1] > 0 && s.chunk_ms[i] / s.chunk_ms[i - 1] > s.max_step)
+      s.max_step = s.chunk_ms[i] / s.chunk_ms[i - 1], s.max_step_chunk = i;
   s.peak_window = run.peak_window_bytes;
   for (int t = 0; t < 3; ++t) s.bank[t] = run.chunks.back().bank_bytes[t];
 }
@@ -309,8 +314,33 @@ nlohmann::json policy_json(const PolicyScore& ps, const PolicySummary& m) {
                               {"revisit_psnr", e.revisit_psnr}, {"revisit_ssim", e.revisit_ssim},
                               {"gt_psnr", e.gt_psnr}, {"gt_ssim", e.gt_ssim}, {"gt_psnr_all", e.gt_psnr_all},
                               {"fps_last", e.fps_last}, {"fps_mean", e.fps_mean}, {"memory_ms", e.memory_ms},
-                              {"chunk_ms", e.chunk_ms}});
+                              {"chunk_ms", e.chunk_ms}, {"chunk_ms_max_step", e.max_step},
+                              {"chunk_ms_max_step_at", e.max_step_chunk}});
   return pj;
+}
+
+// Chunk times per policy: the first and last generated chunk, the largest step from one chunk
+// to the next (a baseline whose time per chunk jumps is no baseline), and the speed at the end
+// against full_kv's when it ran.
+void print_chunk_times(const std::vector<PolicyScore>& scores) {
+  const PolicyScore* full = nullptr;
+  for (auto& ps : scores)
+    if (ps.policy == "full_kv") full = &ps;
+  std::printf("\nChunk times (ms, generated chunks; largest step: a chunk's time over the one before it)\n");
+  std::printf("%-15s %9s %9s %14s %16s\n", "policy", "first", "last", "largest step", "FPS last / full");
+  for (auto& ps : scores) {
+    const EpisodeScore* worst = nullptr;
+    for (auto& e : ps.eps)
+      if (!e.chunk_ms.empty() && (!worst || e.max_step > worst->max_step)) worst = &e;
+    if (!worst) continue;
+    char step[32] = "-", ratio[32] = "-";
+    if (worst->max_step > 0)
+      std::snprintf(step, sizeof step, "x%.2f @%zu", worst->max_step, worst->max_step_chunk);
+    const double ff = full ? full->mean(&EpisodeScore::fps_last) : 0;
+    if (ff > 0) std::snprintf(ratio, sizeof ratio, "x%.2f", ps.mean(&EpisodeScore::fps_last) / ff);
+    std::printf("%-15s %9.0f %9.0f %14s %16s\n", ps.policy.c_str(), worst->chunk_ms.front(), worst->chunk_ms.back(),
+                step, ratio);
+  }
 }
 
 // FPS against rollout length: per chunk index, the mean over the episodes that reach it,
@@ -353,6 +383,7 @@ void write_results(const Options& o, const wm::world::Suite& suite, int total_fr
     bars.push_back({ps.policy, m.revisit_psnr});
     fps_series.push_back(fps_against_length(ps, frames_per_chunk, suite.fps));
   }
+  print_chunk_times(scores);
   csv.close();
   if (!csv) throw wm::Error("writing " + o.out_dir + "/results.csv failed");
   std::ofstream json(results.file("results.json"));
