@@ -8,11 +8,16 @@
 #   4. the same at RoPE base 1e5 instead of 1e4 (--rope-theta): more of each head's dimensions turn
 #      slowly enough over 256 tokens to match a key by content wherever it stands.
 #   5. the same with the learning rate decaying to 1e-4.
+#   6. the lookup aid (values of several tokens) beside recall, mqar, niah and multifact at
+#      64-160 tokens: writing a value on past its first token forms (~1,500 steps), and with it
+#      single-needle retrieval and the multi-fact probes.
+#   7. the same five at 128-256 tokens, mqar weighted up, the learning rate decaying to 1e-4.
+#   8. the same at 192-256 tokens, niah and multifact weighted up, from 5e-4 down to 5e-5.
 # A model of 2 layers of 128 (configs/tiny-llm-small.json); the loss on the answers only, AdamW
 # (0.9, 0.999) without weight decay or clipping at a constant 1e-3: the settings under which
 # the look-up forms at all (README, "Where training stands"). Each run's folder holds its model,
 # checkpoint/ and train.log; the last one's model is what ships.
-#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 1.5 hours on 2 cores
+#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 2.8 hours on 2 cores
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -32,4 +37,10 @@ common=(--weight-decay 0 --clip 1e6 --context-weight 0 --beta2 0.999 --lr 1e-3 -
   --curriculum 128-256:1250 --seed 7 --min-lr 1e-3 "${common[@]}"
 "$train" -o "$out/5-anneal" --init-from "$out/4-theta1e5" --tasks recall:1,mqar:3 --all-queries \
   --curriculum 128-256:1500 --seed 9 "${common[@]}" --min-lr 1e-4  # cosine decay
-echo "train_tiny_llm.sh: the model is in $out/5-anneal"
+"$train" -o "$out/6-lookup" --init-from "$out/5-anneal" --tasks lookup:2,recall:1,mqar:1,niah:2,multifact:2 \
+  --all-queries --curriculum 64-160:1750 --seed 22 --min-lr 1e-3 "${common[@]}"
+"$train" -o "$out/7-anneal256" --init-from "$out/6-lookup" --tasks lookup:1,recall:1,mqar:3,niah:2,multifact:2 \
+  --all-queries --curriculum 128-256:1500 --seed 23 "${common[@]}" --min-lr 1e-4  # cosine decay
+"$train" -o "$out/8-long" --init-from "$out/7-anneal256" --tasks lookup:1,recall:1,mqar:3,niah:3,multifact:3 \
+  --all-queries --curriculum 192-256:1000 --seed 25 "${common[@]}" --lr 5e-4 --min-lr 5e-5  # cosine decay
+echo "train_tiny_llm.sh: the model is in $out/8-long"
