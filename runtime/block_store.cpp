@@ -90,7 +90,7 @@ void BlockStore::unlink(Entry& e) {
   e.block = Block{};
 }
 
-void BlockStore::place(Entry& e, Tier t) {
+void BlockStore::place(Entry& e, Tier t, std::vector<SpillWrite>& writes) {
   // e is unlinked from any tier; e.block holds the data.
   const bool gpu = !cfg_.device.is_cpu();
   if (t == Tier::Device) {
@@ -105,9 +105,13 @@ void BlockStore::place(Entry& e, Tier t) {
       }
     e.block = std::move(h);
   } else {
+    // The file is written after the lock is released; until then the block is served from
+    // e.block, and the write counts as a reader so that an erase or replace meanwhile defers
+    // the file's removal to the writer.
     e.path = spill_path(e.block.id);
-    write_spill_file(e.path, e.block);
-    e.block = Block{};
+    e.writing = true;
+    ++readers_[e.path];
+    writes.push_back({e.id, e.path, e.block});
   }
   e.tier = t;
   const int ti = static_cast<int>(t);
@@ -116,7 +120,47 @@ void BlockStore::place(Entry& e, Tier t) {
   bytes_[ti] += e.bytes;
 }
 
-bool BlockStore::make_room(Tier t, size_t need) {
+void BlockStore::finish_writes(std::vector<SpillWrite>& writes) {
+  if (writes.empty()) return;
+  std::vector<std::string> errors(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    try {
+      write_spill_file(writes[i].path, writes[i].block.to(at::kCPU));
+    } catch (const std::exception& ex) {
+      errors[i] = ex.what();
+    }
+  }
+  std::string failed;
+  std::vector<SpillWrite> none;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const std::string& path = writes[i].path;
+    if (--readers_[path] == 0) readers_.erase(path);
+    if (doomed_.erase(path) > 0) {  // replaced or erased meanwhile: nobody needs the file
+      if (readers_.count(path) == 0) std::remove(path.c_str());
+      else doomed_[path] = true;
+      continue;
+    }
+    auto it = entries_.find(writes[i].id);
+    if (it == entries_.end() || it->second.path != path || !it->second.writing) continue;
+    Entry& e = it->second;
+    e.writing = false;
+    if (errors[i].empty()) {
+      e.block = Block{};
+      continue;
+    }
+    // Not written: the block goes back to host memory, over budget rather than lost.
+    std::remove(path.c_str());
+    lru_[static_cast<int>(Tier::Disk)].erase(e.lru);
+    bytes_[static_cast<int>(Tier::Disk)] -= e.bytes;
+    e.path.clear();
+    place(e, Tier::Host, none);
+    failed += str_cat(failed.empty() ? "" : "; ", "block '", e.id, "': ", errors[i]);
+  }
+  WM_CHECK(failed.empty(), "spill to disk failed, the blocks stay in host memory over its budget: ", failed);
+}
+
+bool BlockStore::make_room(Tier t, size_t need, std::vector<SpillWrite>& writes) {
   const int ti = static_cast<int>(t);
   if (need > budget(t)) return false;
   auto& l = lru_[ti];
@@ -130,45 +174,62 @@ bool BlockStore::make_room(Tier t, size_t need) {
       Entry& victim = entries_.at(*it);
       // The first lower tier that can take it (a tier with a zero budget is skipped).
       int below = ti + 1;
-      while (below <= 2 && !make_room(static_cast<Tier>(below), victim.bytes)) ++below;
+      while (below <= 2 && !make_room(static_cast<Tier>(below), victim.bytes, writes)) ++below;
       if (below > 2) return false;
       l.erase(victim.lru);
       bytes_[ti] -= victim.bytes;
-      place(victim, static_cast<Tier>(below));
+      place(victim, static_cast<Tier>(below), writes);
     }
   }
   return bytes_[ti] + need <= budget(t);
 }
 
 void BlockStore::put(Block block, Tier tier) {
-  std::lock_guard<std::mutex> lock(mu_);
-  WM_CHECK(!block.id.empty(), "a block needs an identity");
-  auto old = entries_.find(block.id);
-  if (old != entries_.end()) {
-    unlink(old->second);
-    entries_.erase(old);
+  std::vector<SpillWrite> writes;
+  std::string no_room;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    WM_CHECK(!block.id.empty(), "a block needs an identity");
+    auto old = entries_.find(block.id);
+    if (old != entries_.end()) {
+      unlink(old->second);
+      entries_.erase(old);
+    }
+    const size_t nb = block.nbytes();
+    Tier t = tier;
+    while (no_room.empty() && !make_room(t, nb, writes)) {
+      if (t == Tier::Disk)
+        no_room = str_cat("block '", block.id, "' (", nb, " bytes) fits in no tier: device ", bytes_[0], "/",
+                          cfg_.device_budget, ", host ", bytes_[1], "/", cfg_.host_budget, ", disk ", bytes_[2],
+                          "/", cfg_.disk_budget, " bytes used");
+      else
+        t = static_cast<Tier>(static_cast<int>(t) + 1);
+    }
+    if (no_room.empty()) {
+      Entry e;
+      e.id = block.id;
+      e.bytes = nb;
+      e.meta = block.meta;
+      e.order = next_order_++;
+      e.block = std::move(block);
+      const std::string id = e.block.id;
+      auto it = entries_.emplace(id, std::move(e)).first;
+      place(it->second, t, writes);
+    }
   }
-  const size_t nb = block.nbytes();
-  Tier t = tier;
-  while (!make_room(t, nb)) {
-    WM_CHECK(t != Tier::Disk, "block '", block.id, "' (", nb, " bytes) fits in no tier: device ",
-             bytes_[0], "/", cfg_.device_budget, ", host ", bytes_[1], "/", cfg_.host_budget, ", disk ", bytes_[2],
-             "/", cfg_.disk_budget, " bytes used");
-    t = static_cast<Tier>(static_cast<int>(t) + 1);
+  // Blocks demoted on the way (even when this one found no room) are placed; write their files.
+  if (no_room.empty()) return finish_writes(writes);
+  try {
+    finish_writes(writes);
+  } catch (const Error& e) {
+    throw Error(str_cat(no_room, "; ", e.what()));
   }
-  Entry e;
-  e.id = block.id;
-  e.bytes = nb;
-  e.meta = block.meta;
-  e.order = next_order_++;
-  e.block = std::move(block);
-  const std::string id = e.block.id;
-  auto it = entries_.emplace(id, std::move(e)).first;
-  place(it->second, t);
+  throw Error(no_room);
 }
 
 Block BlockStore::load(const Entry& e, bool to_device) const {
-  Block b = e.tier == Tier::Disk ? read_spill_file(e.path) : e.block;
+  WM_CHECK(in_memory(e), "block '", e.id, "' is on disk");  // callers read files without the lock
+  Block b = e.block;
   b.meta = e.meta;
   if (to_device) return b.to(cfg_.device, false, /*non_blocking=*/!cfg_.device.is_cpu());
   return b;
@@ -179,7 +240,7 @@ Block BlockStore::get(const std::string& id) {
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
   touch(it->second);
-  if (it->second.tier != Tier::Disk) return load(it->second, true);
+  if (in_memory(it->second)) return load(it->second, true);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
   Block b = read_unlocked(lock, path);  // disk reads run without the lock
@@ -192,8 +253,7 @@ Block BlockStore::get_host(const std::string& id) {
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
   touch(it->second);
-  if (it->second.tier == Tier::Host) return load(it->second, false);
-  if (it->second.tier == Tier::Device) return load(it->second, false).to(at::kCPU);
+  if (in_memory(it->second)) return load(it->second, false).to(at::kCPU);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
   Block b = read_unlocked(lock, path);
@@ -206,13 +266,30 @@ std::future<Block> BlockStore::fetch_async(const std::string& id) {
 }
 
 Block BlockStore::take(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(id);
-  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
-  Block b = load(it->second, true);
-  unlink(it->second);
-  entries_.erase(it);
-  return b;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto it = entries_.find(id);
+    WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+    if (in_memory(it->second)) {
+      Block b = load(it->second, true);
+      unlink(it->second);
+      entries_.erase(it);
+      return b;
+    }
+    // Read the file without the lock, then take the entry if it is still that file's; if it
+    // was replaced or moved meanwhile, read again (if it was erased, the find above throws).
+    const std::string path = it->second.path;
+    const BlockMeta meta = it->second.meta;
+    Block b = read_unlocked(lock, path);
+    it = entries_.find(id);
+    if (it != entries_.end() && it->second.tier == Tier::Disk && !it->second.writing && it->second.path == path) {
+      unlink(it->second);
+      entries_.erase(it);
+      lock.unlock();
+      b.meta = meta;
+      return b.to(cfg_.device);
+    }
+  }
 }
 
 bool BlockStore::erase(const std::string& id) {

@@ -2,7 +2,9 @@
 // The bank: blocks by identity in three tiers (device -> host -> disk), each under a byte
 // budget. A tier over budget demotes its least recently used unpinned blocks to the next tier;
 // disk blocks live in checksummed spill files. Nothing is ever dropped silently: when every tier
-// is full, put() throws. Thread-safe; fetch_async() reads on a worker thread.
+// is full, put() throws. Thread-safe; fetch_async() reads on a worker thread. Spill files are
+// written and read without the lock: a block on its way to disk is served from memory until its
+// file is whole, and a file being read is removed only after its last reader.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -40,6 +42,9 @@ class BlockStore {
 
   // Stores the block (replacing one of the same id) in `tier` or, if it cannot fit there, the
   // first lower tier where it fits after demotions. Throws wm::Error if no tier can take it.
+  // Spill files of blocks demoted to disk are written by the calling thread after the lock is
+  // released. If one cannot be written, its block stays whole in host memory (over the host
+  // budget: nothing is dropped) and put() throws wm::Error naming the block and the file.
   void put(Block block, Tier tier = Tier::Device);
   // The block on the store's device, bit-exact (from a spill file if it is on disk). Leaves it
   // in its tier and marks it most recently used. Tensors may share memory with the store: read
@@ -75,14 +80,26 @@ class BlockStore {
     BlockMeta meta;
     Block block;           // tensors when on the device or host tier
     std::string path;      // spill file when on the disk tier
+    bool writing = false;  // on the disk tier, its file not yet whole: `block` still holds it
     std::list<std::string>::iterator lru;  // position in lru_[tier], front = most recent
     uint64_t order;
   };
+  // A spill file to write once the lock is released.
+  struct SpillWrite {
+    std::string id, path;
+    Block block;
+  };
   // Makes room for `bytes` in tier t by demoting its LRU unpinned blocks; false if impossible.
-  bool make_room(Tier t, size_t bytes);
-  // Moves e's data (e.block) into tier t and links it there as most recent; no budget check.
-  void place(Entry& e, Tier t);
+  bool make_room(Tier t, size_t bytes, std::vector<SpillWrite>& writes);
+  // Moves e's data (e.block) into tier t and links it there as most recent; no budget check. A
+  // block going to disk keeps its tensors and is queued in `writes`.
+  void place(Entry& e, Tier t, std::vector<SpillWrite>& writes);
+  // Writes the queued spill files without the lock, then settles each entry: its tensors are
+  // released, or (the write failed) it moves back to the host tier. Throws wm::Error on failure.
+  void finish_writes(std::vector<SpillWrite>& writes);
+  // The entry's block from memory (any tier while its tensors are held); the lock is held.
   Block load(const Entry& e, bool to_device) const;
+  static bool in_memory(const Entry& e) { return e.tier != Tier::Disk || e.writing; }
   void unlink(Entry& e);
   // Disk reads run without the lock; a spill file being read is removed only after its last
   // reader is done (erase or replace meanwhile defers the removal).
@@ -98,8 +115,8 @@ class BlockStore {
   std::array<size_t, 3> bytes_{};
   uint64_t next_order_ = 0;
   uint64_t spill_counter_ = 0;
-  std::unordered_map<std::string, int> readers_;  // spill file -> reads in flight
-  std::unordered_map<std::string, bool> doomed_;  // spill files to remove when their reads end
+  std::unordered_map<std::string, int> readers_;  // spill file -> reads and writes in flight
+  std::unordered_map<std::string, bool> doomed_;  // spill files to remove when those end
 };
 
 }  // namespace wm

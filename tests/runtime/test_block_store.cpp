@@ -304,6 +304,44 @@ TEST(BlockStore, FullStoreThrowsAndCorruptSpillIsReported) {
   fs::remove_all(dir);
 }
 
+// A spill file that cannot be written (the spill directory lies under a regular file): put()
+// throws naming the block, and the block is not lost: it stays in host memory, bit-exact, over
+// the host budget, with no bytes counted on disk and no file left behind.
+TEST(BlockStore, FailedSpillWriteKeepsTheBlockInHostMemory) {
+  const std::string dir = temp_dir("unwritable");
+  { std::ofstream(dir + "/file") << "x"; }
+  const size_t one = test::random_block("p", 1, 1, 8, 8, at::kFloat).nbytes();
+  StoreConfig cfg;
+  cfg.spill_dir = dir + "/file/spill";
+  cfg.device_budget = one;
+  cfg.host_budget = one;
+  BlockStore store(cfg);
+  const Block a = test::random_block("a", 1, 1, 8, 8, at::kFloat);
+  const Block b = test::random_block("b", 1, 1, 8, 8, at::kFloat);
+  const Block c = test::random_block("c", 1, 1, 8, 8, at::kFloat);
+  store.put(a);
+  store.put(b);  // a goes to host
+  try {
+    store.put(c);  // b goes to host, a to disk: its file cannot be written
+    ADD_FAILURE() << "put() should have reported the failed spill";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block 'a'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.tier_of("a"), Tier::Host);
+  EXPECT_EQ(store.tier_of("b"), Tier::Host);
+  EXPECT_EQ(store.tier_of("c"), Tier::Device);
+  EXPECT_EQ(store.bytes(Tier::Disk), 0u);
+  EXPECT_EQ(store.count(Tier::Disk), 0u);
+  EXPECT_EQ(store.bytes(Tier::Host), 2 * one);
+  for (const Block* x : {&a, &b, &c}) EXPECT_TRUE(test::blocks_bit_equal(store.get(x->id), *x)) << x->id;
+  EXPECT_TRUE(test::blocks_bit_equal(store.take("a"), a));
+  EXPECT_EQ(store.bytes(Tier::Host), one);
+  size_t entries = 0;
+  for (const auto& f : fs::directory_iterator(dir)) entries += f.path().filename() != "file";
+  EXPECT_EQ(entries, 0u);
+  fs::remove_all(dir);
+}
+
 // Many threads put, replace, get (device and host), fetch_async, take, erase and read
 // metadata on a few ids, with budgets small enough that blocks keep moving host -> disk.
 // Every block read back is whole: its tensors and metadata carry the same version stamp, and
