@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "dit/weights.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 #include "worldkv/conditioning.h"
 
@@ -52,6 +53,7 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
            "a prompt is one chunk of ", F, " frames: got ", frames.size(), " frames, ", poses.size(), " poses, ",
            actions.size(), " actions");
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_ms();
   at::NoGradGuard ng;
   memory_->prepare(0, poses);
   const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
@@ -65,6 +67,7 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
   out.prompt = true;
   ++next_index_;
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.cpu_ms = process_cpu_ms() - cpu0;
   record_memory_size(out);
   return out;
 }
@@ -74,6 +77,7 @@ ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector
   WM_CHECK(static_cast<int>(poses.size()) == F && static_cast<int>(actions.size()) == F, "a chunk is ", F,
            " frames: got ", poses.size(), " poses and ", actions.size(), " actions");
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_ms();
   ChunkOutput out;
   out.index = next_index_;
   using Clock = std::chrono::steady_clock;
@@ -89,6 +93,7 @@ ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector
   out.frames = codec_->decode_images(r.latents);
   ++next_index_;
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.cpu_ms = process_cpu_ms() - cpu0;
   record_memory_size(out);
   return out;
 }

@@ -36,6 +36,7 @@ struct ChunkOutput {
   int64_t index = 0;                  // chunk index
   std::vector<Image> frames;          // frames_per_chunk decoded RGB frames
   double ms = 0;                      // wall time of the chunk (sampling, refill, memory, decode)
+  double cpu_ms = 0;                  // the process's CPU time over the same span (all threads)
   double memory_ms = 0;               // of which the memory's own work: retrieval, placement, banking
   std::vector<std::string> retrieved; // chunks in the retrieved region for this chunk
   bool prompt = false;                // the frames are the given prompt, not generated

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <tuple>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "runtime/device.h"
@@ -79,9 +81,20 @@ struct EpisodeScore {
   double memory_ms = 0;  // mean per generated chunk: the memory's retrieval, placement, banking
   size_t peak_window = 0, bank[3] = {0, 0, 0};
   std::vector<double> chunk_ms;
+  std::vector<double> chunk_cpu_ms;  // the process's CPU time per generated chunk (all threads)
   double max_step = 0;       // the largest ratio of a generated chunk's time to the one before it
   size_t max_step_chunk = 0;  // where it happened (index into chunk_ms)
+  double max_step_cpu = 0;   // the same for CPU time, which other processes on the machine do not move
+  size_t max_step_cpu_chunk = 0;
 };
+
+// The largest ratio of one time to the one before it, and where (0, 0 for fewer than two).
+std::pair<double, size_t> largest_step(const std::vector<double>& t) {
+  std::pair<double, size_t> best{0.0, 0};
+  for (size_t i = 1; i < t.size(); ++i)
+    if (t[i - 1] > 0 && t[i] / t[i - 1] > best.first) best = {t[i] / t[i - 1], i};
+  return best;
+}
 
 struct PolicyScore {
   std::string policy;
@@ -200,7 +213,7 @@ void dump_pairs(const wm::rollout::EpisodeRun& run, const EpisodeTruth& truth,
 void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, EpisodeScore& s) {
   double sum = 0;
   for (auto& c : run.chunks)
-    if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms), s.memory_ms += c.memory_ms;
+    if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms), s.chunk_cpu_ms.push_back(c.cpu_ms), s.memory_ms += c.memory_ms;
   if (!s.chunk_ms.empty()) s.memory_ms /= static_cast<double>(s.chunk_ms.size());
   // Speed at the end of the rollout: the median of the last 10 chunks (a shared machine's
   // hiccups move a mean of a few chunks by 20%).
@@ -210,9 +223,8 @@ void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, Episo
   const double last = k == 0 ? 0 : (k % 2 ? tail[k / 2] : 0.5 * (tail[k / 2 - 1] + tail[k / 2]));
   s.fps_last = k ? 1000.0 * frames_per_chunk / last : 0;
   s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * frames_per_chunk * s.chunk_ms.size() / sum;
-  for (size_t i = 1; i < s.chunk_ms.size(); ++i)
-    if (s.chunk_ms[i - 1] > 0 && s.chunk_ms[i] / s.chunk_ms[i - 1] > s.max_step)
-      s.max_step = s.chunk_ms[i] / s.chunk_ms[i - 1], s.max_step_chunk = i;
+  std::tie(s.max_step, s.max_step_chunk) = largest_step(s.chunk_ms);
+  std::tie(s.max_step_cpu, s.max_step_cpu_chunk) = largest_step(s.chunk_cpu_ms);
   s.peak_window = run.peak_window_bytes;
   for (int t = 0; t < 3; ++t) s.bank[t] = run.chunks.back().bank_bytes[t];
 }
@@ -315,31 +327,44 @@ nlohmann::json policy_json(const PolicyScore& ps, const PolicySummary& m) {
                               {"gt_psnr", e.gt_psnr}, {"gt_ssim", e.gt_ssim}, {"gt_psnr_all", e.gt_psnr_all},
                               {"fps_last", e.fps_last}, {"fps_mean", e.fps_mean}, {"memory_ms", e.memory_ms},
                               {"chunk_ms", e.chunk_ms}, {"chunk_ms_max_step", e.max_step},
-                              {"chunk_ms_max_step_at", e.max_step_chunk}});
+                              {"chunk_ms_max_step_at", e.max_step_chunk}, {"chunk_cpu_ms", e.chunk_cpu_ms},
+                              {"chunk_cpu_ms_max_step", e.max_step_cpu},
+                              {"chunk_cpu_ms_max_step_at", e.max_step_cpu_chunk}});
   return pj;
 }
 
 // Chunk times per policy: the first and last generated chunk, the largest step from one chunk
-// to the next (a baseline whose time per chunk jumps is no baseline), and the speed at the end
-// against full_kv's when it ran.
+// to the next (a baseline whose time per chunk jumps is no baseline), in wall time and in the
+// process's CPU time (on a shared machine a wall-time step can be another process's doing; a
+// CPU-time step is the rollout's own), and the speed at the end against full_kv's when it ran.
 void print_chunk_times(const std::vector<PolicyScore>& scores) {
   const PolicyScore* full = nullptr;
   for (auto& ps : scores)
     if (ps.policy == "full_kv") full = &ps;
-  std::printf("\nChunk times (ms, generated chunks; largest step: a chunk's time over the one before it)\n");
-  std::printf("%-15s %9s %9s %14s %16s\n", "policy", "first", "last", "largest step", "FPS last / full");
+  std::printf("\nChunk times (ms, generated chunks; largest step: a chunk's time over the one before it;\n"
+              "CPU: the process's CPU time, all threads)\n");
+  std::printf("%-15s %9s %9s %14s %9s %9s %14s %16s\n", "policy", "first", "last", "largest step", "CPU first",
+              "CPU last", "CPU step", "FPS last / full");
+  auto step_text = [](double step, size_t at) {
+    char b[32] = "-";
+    if (step > 0) std::snprintf(b, sizeof b, "x%.2f @%zu", step, at);
+    return std::string(b);
+  };
   for (auto& ps : scores) {
-    const EpisodeScore* worst = nullptr;
-    for (auto& e : ps.eps)
-      if (!e.chunk_ms.empty() && (!worst || e.max_step > worst->max_step)) worst = &e;
+    const EpisodeScore *worst = nullptr, *worst_cpu = nullptr;
+    for (auto& e : ps.eps) {
+      if (e.chunk_ms.empty()) continue;
+      if (!worst || e.max_step > worst->max_step) worst = &e;
+      if (!worst_cpu || e.max_step_cpu > worst_cpu->max_step_cpu) worst_cpu = &e;
+    }
     if (!worst) continue;
-    char step[32] = "-", ratio[32] = "-";
-    if (worst->max_step > 0)
-      std::snprintf(step, sizeof step, "x%.2f @%zu", worst->max_step, worst->max_step_chunk);
+    char ratio[32] = "-";
     const double ff = full ? full->mean(&EpisodeScore::fps_last) : 0;
     if (ff > 0) std::snprintf(ratio, sizeof ratio, "x%.2f", ps.mean(&EpisodeScore::fps_last) / ff);
-    std::printf("%-15s %9.0f %9.0f %14s %16s\n", ps.policy.c_str(), worst->chunk_ms.front(), worst->chunk_ms.back(),
-                step, ratio);
+    std::printf("%-15s %9.0f %9.0f %14s %9.0f %9.0f %14s %16s\n", ps.policy.c_str(), worst->chunk_ms.front(),
+                worst->chunk_ms.back(), step_text(worst->max_step, worst->max_step_chunk).c_str(),
+                worst_cpu->chunk_cpu_ms.front(), worst_cpu->chunk_cpu_ms.back(),
+                step_text(worst_cpu->max_step_cpu, worst_cpu->max_step_cpu_chunk).c_str(), ratio);
   }
 }
 
