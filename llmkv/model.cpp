@@ -196,6 +196,7 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
   AttentionOptions ao;
   ao.mask.kind = AttentionMask::Causal;
   ao.capture_mass = opt.capture_mass;
+  ao.mass_queries = opt.mass_queries;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, n, d], k/v [KH, n, d]
     KvWindow::Staged st = window.stage(l, p.k, p.v);

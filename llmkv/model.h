@@ -85,6 +85,7 @@ struct StepOptions {
   std::string segment;            // segment id in that region (created if new); empty: "tail"
   bool all_logits = false;        // logits for every token (else for the last one only)
   bool capture_mass = false;      // per layer, the attention mass each key received
+  int64_t mass_queries = 0;       // ... from the last mass_queries tokens only (0: from all)
   bool append = true;             // false: attend over window + tokens but leave the window as it was
 };
 

@@ -20,6 +20,7 @@ void SessionOptions::validate() const {
   WM_CHECK(std::find(regions.begin(), regions.end(), "recent") != regions.end(),
            "the regions must include \"recent\" (where generated tokens go)");
   WM_CHECK(reserve_tokens >= 0, "reserve_tokens must be >= 0, got ", reserve_tokens);
+  memory.validate();
 }
 
 void GenerateOptions::validate() const {
@@ -33,32 +34,83 @@ LlmSession::LlmSession(LlmModel model, Tokenizer tokenizer, at::Device device, a
       tok_(std::move(tokenizer)),
       device_(device),
       opt_((opt.validate(), opt)),
-      window_(model_->kv_spec(device, dtype), opt_.regions, opt_.reserve_tokens) {}
+      memory_(model_->kv_spec(device, dtype), opt_.regions, StoreConfig{}),
+      policy_(make_text_policy(opt_.memory)) {
+  if (opt_.reserve_tokens > 0) memory_.window().reserve(opt_.reserve_tokens);
+}
+
+int64_t LlmSession::tokens_per_layer() const {
+  const KvWindow& w = memory_.window();
+  int64_t total = 0;
+  for (int l = 0; l < w.spec().n_layers; ++l) total += w.size(l);
+  return total / w.spec().n_layers;
+}
 
 void LlmSession::reset() {
-  window_.clear();
+  memory_.window().clear();
+  policy_->reset();
   next_pos_ = 0;
+  peak_tokens_ = 0;
   pending_.reset();
   last_logits_ = at::Tensor();
 }
 
-at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
+at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment,
+                          int64_t chunk, std::vector<int64_t>* argmax) {
   const int64_t V = model_->config().vocab_size;
   for (int64_t id : ids) WM_CHECK(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
   torch::NoGradGuard no_grad;
   StepOptions so;
   so.region = region;
   so.segment = segment.empty() ? region : segment;
+  so.all_logits = argmax != nullptr;
+  so.capture_mass = policy_->wants_key_mass();
+  so.mass_queries = policy_->mass_queries();
+  if (chunk <= 0) chunk = opt_.prefill_chunk;
+  const int64_t n_text = std::min<int64_t>(tok_.vocab_size(), V);
   at::Tensor all = at::tensor(ids, at::kLong);
   at::Tensor logits;
   const int64_t n = static_cast<int64_t>(ids.size());
-  for (int64_t s = 0; s < n; s += opt_.prefill_chunk) {
-    const int64_t c = std::min(opt_.prefill_chunk, n - s);
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t c = std::min(chunk, n - s);
     at::Tensor pos = at::arange(next_pos_, next_pos_ + c, at::kLong);
-    logits = model_->step(all.narrow(0, s, c).to(device_), pos, window_, so).logits;
-    next_pos_ += c;
+    StepResult r = model_->step(all.narrow(0, s, c).to(device_), pos, memory_.window(), so);
+    logits = r.logits;
+    if (argmax) {
+      at::Tensor am = (n_text < V ? logits.narrow(1, 0, n_text) : logits).argmax(-1).to(at::kCPU);
+      argmax->insert(argmax->end(), am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
+    }
+    memory_.apply(policy_->observe(memory_, r.key_mass, c));
+    next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
+    peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
   }
-  return logits.reshape({-1}).to(at::kCPU, at::kFloat);
+  return logits[-1].reshape({-1}).to(at::kCPU, at::kFloat);
+}
+
+std::vector<int64_t> LlmSession::predict(const std::vector<int64_t>& ids, const std::vector<int64_t>& cuts) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  WM_CHECK(n > 0, "predict() needs at least one token");
+  int64_t prev = 0;
+  for (int64_t c : cuts) {
+    WM_CHECK(c > prev && c <= n, "cuts must be strictly increasing within [1, ", n, "], got ", c, " after ", prev);
+    prev = c;
+  }
+  WM_CHECK(!pending_, "predict() needs a context without a pending generated token (feed it first)");
+  std::vector<int64_t> out;
+  out.reserve(ids.size());
+  // Pieces [0, c0), [c0, c1), ... each in prefill chunks (a policy that acts at the end of a
+  // prompt sees each piece end), then the tokens after the last cut one per step.
+  int64_t begin = 0;
+  const int64_t last = cuts.empty() ? n : cuts.back();
+  for (size_t i = 0; i <= cuts.size(); ++i) {
+    const int64_t end = i < cuts.size() ? cuts[i] : last;
+    if (end > begin) {
+      last_logits_ = run(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), "recent", "recent", 0, &out);
+      begin = end;
+    }
+  }
+  if (last < n) last_logits_ = run(std::vector<int64_t>(ids.begin() + last, ids.end()), "recent", "recent", 1, &out);
+  return out;
 }
 
 at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
@@ -130,8 +182,10 @@ Generation LlmSession::generate(const std::vector<int64_t>& prompt, const Genera
   }
   g.stats.new_tokens = static_cast<int64_t>(g.tokens.size());
   g.stats.decode_s = decode_s;
-  g.stats.kv_bytes_used = window_.bytes_used();
-  g.stats.kv_bytes_allocated = window_.bytes_allocated();
+  g.stats.kv_bytes_used = window().bytes_used();
+  g.stats.kv_bytes_allocated = window().bytes_allocated();
+  g.stats.kv_tokens = tokens_per_layer();
+  g.stats.kv_tokens_peak = peak_tokens_;
   return g;
 }
 

@@ -2,8 +2,9 @@
 // A text session over the decoder: the context lives in one KvWindow with named regions
 // ([system | blocks | recent] by default) and grows as prompts are fed and tokens generated;
 // generate() prefills a prompt in chunks, then samples token by token, streaming text, until a
-// stop token, a stop string or the token limit. Programs drive it; memory policies act on its
-// window.
+// stop token, a stop string or the token limit. Programs drive it. The window and a bank form
+// the session's KvMemory; its memory policy (text_policy.h, "full" by default) observes every
+// forward step and its plan is applied before the next one.
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -14,8 +15,9 @@
 
 #include "llmkv/model.h"
 #include "llmkv/sampling.h"
+#include "llmkv/text_policy.h"
 #include "llmkv/tokenizer.h"
-#include "runtime/window.h"
+#include "runtime/memory.h"
 
 namespace wm::llm {
 
@@ -23,6 +25,7 @@ struct SessionOptions {
   int64_t prefill_chunk = 512;  // prompt tokens per forward pass
   std::vector<std::string> regions = {"system", "blocks", "recent"};
   int64_t reserve_tokens = 0;   // window capacity preallocated per layer
+  TextMemoryConfig memory;      // the memory policy and its budget
   void validate() const;        // throws wm::Error naming the field
 };
 
@@ -42,6 +45,8 @@ struct GenerationStats {
   double decode_s = 0.0;   // the forward passes of generated tokens after the first
   size_t kv_bytes_used = 0;
   size_t kv_bytes_allocated = 0;
+  int64_t kv_tokens = 0;       // in the window at the end, per layer (the mean over layers)
+  int64_t kv_tokens_peak = 0;  // the most per layer after a step since the last reset()
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0.0; }
   // Tokens after the first over the time their forward passes took.
   double decode_tokens_per_s() const { return decode_s > 0 ? (new_tokens - 1) / decode_s : 0.0; }
@@ -77,10 +82,26 @@ class LlmSession {
   // failed feed leaves the context as it was.
   Generation generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
 
-  // The position the next token takes (tokens in the context, a pending generated one included).
+  // Teacher forcing: feeds ids as a prompt and its continuation would arrive, the memory policy
+  // acting after every step, and returns the greedy prediction after each token: out[i] is the
+  // argmax of the logits at ids[i] (among the tokenizer's ids). `cuts` split ids into prompt
+  // pieces [0, c0), [c0, c1), ... each fed in prefill chunks (a policy that acts when a prompt
+  // ends sees each piece end); the tokens after the last cut go one per step, as generated ones
+  // would. No cuts: all of ids in prefill chunks. Throws wm::Error as feed() does, or when the
+  // cuts are not strictly increasing within [1, ids.size()].
+  std::vector<int64_t> predict(const std::vector<int64_t>& ids, const std::vector<int64_t>& cuts);
+
+  // The position the next token takes (a pending generated one included): the count of tokens
+  // in the context unless the memory policy re-anchors.
   int64_t next_position() const { return next_pos_ + (pending_ ? 1 : 0); }
-  const KvWindow& window() const { return window_; }
-  KvWindow& window() { return window_; }
+  const KvWindow& window() const { return memory_.window(); }
+  KvWindow& window() { return memory_.window(); }
+  const KvMemory& memory() const { return memory_; }
+  const TextPolicy& policy() const { return *policy_; }
+  // Tokens the window holds per layer (the mean over layers: pyramidkv's layers differ), now
+  // and at most after a step since the last reset().
+  int64_t tokens_per_layer() const;
+  int64_t peak_tokens() const { return peak_tokens_; }
   LlmModelImpl& model() { return *model_; }
   const Tokenizer& tokenizer() const { return tok_; }
   at::Device device() const { return device_; }
@@ -88,14 +109,19 @@ class LlmSession {
   void reset();
 
  private:
-  at::Tensor run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment);
+  // Runs ids in chunks (of `chunk` tokens, prefill_chunk if 0), the policy acting after each;
+  // the logits at the last token, and the argmax after every token in *argmax if given.
+  at::Tensor run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment,
+                 int64_t chunk = 0, std::vector<int64_t>* argmax = nullptr);
 
   LlmModel model_;
   Tokenizer tok_;
   at::Device device_;
   SessionOptions opt_;
-  KvWindow window_;
+  KvMemory memory_;
+  std::unique_ptr<TextPolicy> policy_;
   int64_t next_pos_ = 0;
+  int64_t peak_tokens_ = 0;
   std::optional<int64_t> pending_;  // the last generated token, not yet run through the model
   at::Tensor last_logits_;          // [vocab] at the last token run (CPU)
   int64_t generations_ = 0;         // generate() calls so far (each draws its own random stream)

@@ -156,10 +156,10 @@ at::ScalarType score_type(at::ScalarType ct) { return ct == at::kDouble ? at::kD
 // 1/sqrt(d), rows ordered (query, group) so that a chunk is a slice; k3, v3 [B*KH, nk, d];
 // logw [nk] or undefined; bias4 [1 or B, 1, nq, nk] in the score dtype or undefined. Writes out
 // [B, nq, KH*G, d]; keeps each chunk's probabilities [B*KH, rows*G, keys] in keep_p if given;
-// adds the key mass into mass [B*KH, nk] if defined.
+// adds the key mass of queries mass_from.. into mass [B*KH, nk] if defined.
 void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& qs, const at::Tensor& k3,
                     const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& bias4, const at::Tensor& out,
-                    std::vector<at::Tensor>* keep_p, const at::Tensor& mass) {
+                    std::vector<at::Tensor>* keep_p, const at::Tensor& mass, int64_t mass_from = 0) {
   const int64_t BK = g.B * g.KH;
   const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
   at::Tensor lw = logw.defined() ? logw.to(qs.device(), st) : at::Tensor();
@@ -177,7 +177,10 @@ void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& 
           .narrow(3, c.diag_begin, c.diag_width)
           .add_(diag_tile(c.n_rows, c.diag_width, m.block, c.phase, st, s.device()));
     at::_softmax_out(s, s, -1, false);  // in place: s holds the probabilities from here on
-    if (mass.defined()) mass.narrow(1, 0, c.n_keys).add_(s.sum(1));
+    if (mass.defined()) {
+      const int64_t from = std::max(mass_from, c.q_begin), to = c.q_begin + c.n_rows;
+      if (to > from) mass.narrow(1, 0, c.n_keys).add_(s.narrow(1, (from - c.q_begin) * g.G, (to - from) * g.G).sum(1));
+    }
     at::Tensor o = at::bmm(st == ct ? s : s.to(ct), vc);  // [B*KH, rows*G, d]
     out5.narrow(1, c.q_begin, c.n_rows).copy_(o.view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
     if (keep_p) keep_p->push_back(s);
@@ -215,14 +218,14 @@ struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                                                 const at::Tensor& k, const at::Tensor& v, const at::Tensor* logw,
                                                 const at::Tensor* bias4, const Geometry& g, const MaskGeometry& m,
-                                                double scale, bool capture) {
+                                                double scale, bool capture, int64_t mass_from) {
     at::Tensor qs = grouped_queries(g, q, scale);
     at::Tensor k3 = k.reshape({g.B * g.KH, g.nk, g.d}), v3 = v.reshape({g.B * g.KH, g.nk, g.d});
     at::Tensor out = at::empty({g.B, g.nq, g.KH * g.G, g.d}, q.options());
     at::Tensor mass = capture ? at::zeros({g.B * g.KH, g.nk}, q.options().dtype(score_type(q.scalar_type())))
                               : at::empty({0}, q.options());
     std::vector<at::Tensor> probs;
-    forward_chunks(g, m, qs, k3, v3, *logw, *bias4, out, &probs, capture ? mass : at::Tensor());
+    forward_chunks(g, m, qs, k3, v3, *logw, *bias4, out, &probs, capture ? mass : at::Tensor(), mass_from);
     torch::autograd::variable_list saved{qs, k3, v3, out};
     saved.insert(saved.end(), probs.begin(), probs.end());
     ctx->save_for_backward(saved);
@@ -271,8 +274,8 @@ struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
     }
     dq.mul_(scale);
     // One entry per forward argument after ctx: q, k, v, then none for logw, bias4, g, m, scale,
-    // capture.
-    torch::autograd::variable_list res(9);
+    // capture, mass_from.
+    torch::autograd::variable_list res(10);
     res[0] = dq.transpose(1, 2);
     res[1] = dk.view({g.B, g.KH, g.nk, g.d});
     res[2] = dv.view({g.B, g.KH, g.nk, g.d});
@@ -319,6 +322,8 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   WM_CHECK(opt.n_window >= 0 && opt.n_window <= nk, "n_window ", opt.n_window, " out of [0, ", nk, "]");
   const int64_t G = H / KH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  WM_CHECK(opt.mass_queries >= 0, "mass_queries must be >= 0, got ", opt.mass_queries);
+  const int64_t mass_from = opt.mass_queries > 0 ? std::max<int64_t>(0, nq - opt.mass_queries) : 0;
   MaskGeometry mask;
   mask.n_window = opt.n_window;
   mask.n_cur = nk - opt.n_window;
@@ -393,7 +398,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
     at::Tensor o = at::matmul(p.to(ct).view({B, KH, G * nq, nk}), v.to(ct)).view({B, H, nq, d}).to(q.scalar_type());
     res.out = batched ? o : o.squeeze(0);
     if (opt.capture_mass) {
-      at::Tensor m = p.detach().sum({2, 3});  // [B, KH, nk]
+      at::Tensor m = p.detach().narrow(3, mass_from, nq - mass_from).sum({2, 3});  // [B, KH, nk]
       res.key_mass = batched ? m : m.squeeze(0);
     }
     return res;
@@ -405,7 +410,8 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   at::Tensor out, mass;
   if (grad && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     torch::autograd::variable_list r =
-        ChunkedAttention::apply(q.to(ct), k.to(ct), v.to(ct), &logw, &bias4, g, mask, scale, opt.capture_mass);
+        ChunkedAttention::apply(q.to(ct), k.to(ct), v.to(ct), &logw, &bias4, g, mask, scale, opt.capture_mass,
+                                mass_from);
     out = r[0];
     mass = r[1];
   } else {
@@ -414,7 +420,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
     out = at::empty({B, nq, H, d}, qc.options());
     if (opt.capture_mass) mass = at::zeros({B * KH, nk}, qc.options().dtype(score_type(ct)));
     forward_chunks(g, mask, grouped_queries(g, qc, scale), k.to(ct).reshape({B * KH, nk, d}),
-                   v.to(ct).reshape({B * KH, nk, d}), logw, bias4, out, nullptr, mass);
+                   v.to(ct).reshape({B * KH, nk, d}), logw, bias4, out, nullptr, mass, mass_from);
   }
   at::Tensor o = out.transpose(1, 2).to(q.scalar_type());  // [B, H, nq, d]
   res.out = batched ? o : o.squeeze(0);

@@ -38,6 +38,8 @@ struct AttentionOptions {
                                // the mask; undefined: none. It gets a gradient only if it requires
                                // one (the plain path). Prefer the mask kinds where they suffice
   bool capture_mass = false;   // fill AttentionResult::key_mass
+  int64_t mass_queries = 0;    // the mass of the last mass_queries queries only (0: of all), e.g.
+                               // SnapKV's observation window
   bool allow_fused = true;     // use fused SDPA (libtorch 2.x) when no capture is asked
   int64_t chunk_elems = 0;     // score elements (batch x heads x queries x keys) per query chunk;
                                // 0: automatic. Results do not depend on it beyond rounding

@@ -41,6 +41,28 @@ MemoryPlan& MemoryPlan::insert(std::string region, Block block) {
   return *this;
 }
 
+MemoryPlan& MemoryPlan::keep(int layer, std::vector<int64_t> tokens) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Keep;
+  op.id = str_cat("layer ", layer);
+  op.layer = layer;
+  op.tokens = std::move(tokens);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+MemoryPlan& MemoryPlan::shift(int layer, int64_t begin, int64_t count, Reanchor reanchor) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Shift;
+  op.id = str_cat("layer ", layer);
+  op.layer = layer;
+  op.begin = begin;
+  op.count = count;
+  op.reanchor = reanchor;
+  ops.push_back(std::move(op));
+  return *this;
+}
+
 KvMemory::KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank) {
   bank.device = spec.device;
   window_ = std::make_unique<KvWindow>(std::move(spec), std::move(regions));
@@ -54,6 +76,8 @@ const char* op_name(MemoryOp::Kind k) {
     case MemoryOp::Kind::Bank: return "bank";
     case MemoryOp::Kind::Fetch: return "fetch";
     case MemoryOp::Kind::Insert: return "insert";
+    case MemoryOp::Kind::Keep: return "keep";
+    case MemoryOp::Kind::Shift: return "shift";
   }
   return "?";
 }
@@ -76,6 +100,12 @@ void KvMemory::apply(MemoryPlan plan) {
           break;
         case MemoryOp::Kind::Insert:
           window_->place(op.region, op.block);
+          break;
+        case MemoryOp::Kind::Keep:
+          window_->keep_tokens(op.layer, op.tokens);
+          break;
+        case MemoryOp::Kind::Shift:
+          window_->shift_tokens(op.layer, op.begin, op.count, op.reanchor.value_or(Reanchor{}));
           break;
       }
     } catch (const CorruptData& e) {

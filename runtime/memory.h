@@ -31,6 +31,8 @@ struct MemoryOp {
     Bank,    // remove block `id` from the window into the bank's device tier, through `transform`
     Fetch,   // copy block `id` from the bank to the end of `region`, moved by `reanchor`; the bank keeps it
     Insert,  // put `block`, a new one, at the end of `region`
+    Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region)
+    Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
   };
   Kind kind = Kind::Drop;
   std::string id;                                   // Insert: block.id
@@ -38,6 +40,9 @@ struct MemoryOp {
   std::optional<Reanchor> reanchor;                 // Fetch
   std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
   Block block;                                      // Insert
+  int layer = 0;                                    // Keep, Shift
+  std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing
+  int64_t begin = 0, count = 0;                     // Shift
 };
 
 // Ops, carried out in order. The builders append one op and return the plan.
@@ -48,6 +53,8 @@ struct MemoryPlan {
   MemoryPlan& bank(std::string id, std::function<Block(const Block&)> transform = {});
   MemoryPlan& fetch(std::string id, std::string region, std::optional<Reanchor> reanchor = std::nullopt);
   MemoryPlan& insert(std::string region, Block block);
+  MemoryPlan& keep(int layer, std::vector<int64_t> tokens);
+  MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
   bool empty() const { return ops.empty(); }
 };
 
@@ -90,6 +97,17 @@ class MemoryPolicy {
   // The plan for a new block (metadata filled in by its path): where it goes and what leaves
   // the window to make room. The plan takes the block (MemoryPlan::insert).
   virtual MemoryPlan admit(const KvMemory& memory, Block block) = 0;
+
+  // Paths whose model appends its tokens' K/V to the window itself (the text path's decoder)
+  // call observe() after each forward step instead of admit(): `key_mass` holds, per layer, the
+  // attention mass each window key received from the step's queries ([n_kv_heads, size]
+  // float32, the step's tokens last) when wants_key_mass() asked for it, else nothing; `fresh`
+  // is the step's token count. The plan makes room (Keep, Shift, Drop, Bank).
+  virtual bool wants_key_mass() const { return false; }
+  virtual MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>& key_mass, int64_t fresh) {
+    (void)memory, (void)key_mass, (void)fresh;
+    return {};
+  }
 };
 
 }  // namespace wm

@@ -180,6 +180,32 @@ void KvWindow::drop_tokens(const std::string& region, int l, int64_t begin, int6
   layout_.drop_tokens(l, r, begin, n);
 }
 
+void KvWindow::keep_tokens(int l, const std::vector<int64_t>& keep) {
+  const int64_t used = layout_.size(l);
+  layout_.keep_tokens(l, keep);  // validates
+  const int64_t m = static_cast<int64_t>(keep.size());
+  if (m == used) return;  // strictly increasing and in range: every token
+  const at::Tensor idx = at::tensor(keep, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor idx_dev = idx.to(k_[l].device());
+  // index_select makes new tensors, so the ranges may overlap.
+  k_[l].narrow(1, 0, m).copy_(k_[l].narrow(1, 0, used).index_select(1, idx_dev));
+  v_[l].narrow(1, 0, m).copy_(v_[l].narrow(1, 0, used).index_select(1, idx_dev));
+  logw_[l].narrow(0, 0, m).copy_(logw_[l].narrow(0, 0, used).index_select(0, idx_dev));
+  pos_[l].narrow(0, 0, m).copy_(pos_[l].narrow(0, 0, used).index_select(0, idx));
+}
+
+void KvWindow::shift_tokens(int l, int64_t begin, int64_t n, Reanchor re) {
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  WM_CHECK(begin >= 0 && n >= 0 && begin + n <= size(l), "tokens [", begin, ", ", begin + n, ") leave layer ", l,
+           " (", size(l), " tokens)");
+  WM_CHECK(re.axis >= 0 && re.axis < spec_.rope.n_axes(), "RoPE axis ", re.axis, " out of range [0, ",
+           spec_.rope.n_axes(), ")");
+  if (n == 0 || re.delta == 0) return;
+  at::Tensor k = k_[l].narrow(1, begin, n);
+  k.copy_(reanchor(k, spec_.rope, re.axis, re.delta));
+  pos_[l].narrow(0, begin, n).select(1, re.axis).add_(re.delta);
+}
+
 void KvWindow::clear() {
   for (int r = 0; r < layout_.n_regions(); ++r) layout_.clear_region(r);
   info_.clear();

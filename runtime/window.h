@@ -60,6 +60,15 @@ class KvWindow {
   void drop_region(const std::string& region);
   // Drops tokens [begin, begin + n) of `region` in layer l (region coordinates), compacting.
   void drop_tokens(const std::string& region, int l, int64_t begin, int64_t n);
+  // Keeps only the tokens at `keep` of layer l (layer coordinates, strictly increasing),
+  // compacting in one gather: token eviction (H2O, SnapKV, ...). Segments shrink by what they
+  // lost and stay, even when empty in a layer. Throws wm::Error on an index out of range or
+  // out of order.
+  void keep_tokens(int l, const std::vector<int64_t>& keep);
+  // Moves layer l's tokens [begin, begin + n) by re.delta on RoPE axis re.axis: positions
+  // shifted, keys rotated to match, V and log-weights untouched (StreamingLLM's re-anchoring of
+  // what follows an evicted span). Throws wm::Error if the range leaves the layer.
+  void shift_tokens(int l, int64_t begin, int64_t n, Reanchor re);
   // Every segment, every layer, gone; capacity kept.
   void clear();
 

@@ -101,4 +101,24 @@ void WindowLayout::drop_tokens(int l, int r, int64_t begin, int64_t n) {
   }
 }
 
+void WindowLayout::keep_tokens(int l, const std::vector<int64_t>& keep) {
+  WM_CHECK(l >= 0 && l < n_layers_, "layer ", l, " out of range [0, ", n_layers_, ")");
+  const int64_t n = size(l);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    WM_CHECK(keep[i] >= 0 && keep[i] < n, "token ", keep[i], " to keep is outside layer ", l, " (", n, " tokens)");
+    WM_CHECK(i == 0 || keep[i] > keep[i - 1], "tokens to keep must be strictly increasing: ", keep[i - 1],
+             " then ", keep[i]);
+  }
+  size_t i = 0;
+  int64_t off = 0;
+  for (auto& region : segs_)
+    for (auto& s : region) {
+      const int64_t end = off + s.len[l];
+      int64_t kept = 0;
+      while (i < keep.size() && keep[i] < end) ++kept, ++i;
+      off = end;
+      s.len[l] = kept;
+    }
+}
+
 }  // namespace wm

@@ -52,6 +52,10 @@ class WindowLayout {
   // Removes tokens [begin, begin + n) of region r in layer l (region coordinates), shrinking
   // the segments they fall in. Throws if the range leaves the region.
   void drop_tokens(int l, int r, int64_t begin, int64_t n);
+  // Keeps only the tokens at `keep` of layer l (layer coordinates, strictly increasing, each
+  // below size(l)): each segment shrinks to the kept tokens that fell in it (possibly none; the
+  // segment stays). Throws wm::Error on an index out of range or out of order.
+  void keep_tokens(int l, const std::vector<int64_t>& keep);
 
  private:
   std::vector<std::string> regions_;

@@ -202,6 +202,66 @@ TEST(Window, ReanchoredPlacementEqualsRopeAtNewPositions) {
   }
 }
 
+// keep_tokens is a gather of the kept tokens over K, V, log-weights and positions of one layer,
+// leaving the other layers alone; the segments shrink by what they lost (one may be emptied in
+// that layer and stays, so that later appends and drops still find it).
+TEST(Window, KeepTokensGathersOneLayerAndShrinksItsSegments) {
+  KvSpec spec = small_spec(2);
+  KvWindow w(spec, {"sink", "recent"});
+  std::vector<Block> blocks;
+  for (int i = 0; i < 3; ++i) {
+    Block b = test::random_block("b" + std::to_string(i), 2, 2, 5 + i, 12, at::kFloat, 3);
+    for (auto& l : b.layers) l.logw = at::randn({l.k.size(1)});
+    w.place(i == 0 ? "sink" : "recent", b);
+    blocks.push_back(b);
+  }
+  const int64_t n = w.size(1);  // 5 + 6 + 7
+  ASSERT_EQ(n, 18);
+  const at::Tensor k0 = w.k(0).clone(), k1 = w.k(1).clone(), v1 = w.v(1).clone(), lw1 = w.logw(1).clone(),
+                   p1 = w.pos(1).clone();
+  const std::vector<int64_t> keep = {0, 3, 11, 12, 17};  // b0: 2 tokens, b1: none, b2: 3
+  w.keep_tokens(1, keep);
+  const at::Tensor idx = at::tensor(keep, at::kLong);
+  EXPECT_TRUE(test::bit_equal(w.k(1), k1.index_select(1, idx)));
+  EXPECT_TRUE(test::bit_equal(w.v(1), v1.index_select(1, idx)));
+  EXPECT_TRUE(test::bit_equal(w.logw(1), lw1.index_select(0, idx)));
+  EXPECT_TRUE(test::bit_equal(w.pos(1), p1.index_select(0, idx)));
+  EXPECT_TRUE(test::bit_equal(w.k(0), k0));  // the other layer untouched
+  EXPECT_EQ(w.layout().segment_len(1, "b0"), 2);
+  EXPECT_EQ(w.layout().segment_len(1, "b1"), 0);
+  EXPECT_EQ(w.layout().segment_len(1, "b2"), 3);
+  EXPECT_EQ(w.layout().segment_len(0, "b1"), 6);
+  // The emptied segment is still there: dropping it compacts layer 0 and leaves layer 1 as is.
+  w.drop("b1");
+  EXPECT_EQ(w.size(0), 12);
+  EXPECT_TRUE(test::bit_equal(w.k(1), k1.index_select(1, idx)));
+  EXPECT_THROW(w.keep_tokens(1, {2, 1}), Error);  // out of order
+  EXPECT_THROW(w.keep_tokens(1, {0, 5}), Error);  // out of range
+  EXPECT_THROW(w.keep_tokens(2, {0}), Error);     // no such layer
+}
+
+// shift_tokens re-anchors a span: its keys equal RoPE of the raw keys at the shifted positions,
+// V and log-weights and the tokens outside the span untouched.
+TEST(Window, ShiftTokensEqualsRopeAtShiftedPositions) {
+  KvSpec spec = small_spec(1);
+  KvWindow w(spec, {"recent"});
+  const int n = 9;
+  at::Tensor raw = at::randn({2, n, 12});
+  at::Tensor pos = at::randint(0, 500, {n, 3}, at::kLong);
+  w.append("recent", "t", 0, apply_rope(raw, pos, spec.rope), raw * 3, pos, at::randn({n}));
+  const at::Tensor k = w.k(0).clone(), lw = w.logw(0).clone();
+  w.shift_tokens(0, 4, 5, Reanchor{1, -321});
+  at::Tensor newpos = pos.clone();
+  newpos.narrow(0, 4, 5).select(1, 1).add_(-321);
+  EXPECT_LE((w.k(0) - apply_rope(raw, newpos, spec.rope)).abs().max().item<float>(), 1e-5);
+  EXPECT_TRUE(test::bit_equal(w.k(0).narrow(1, 0, 4), k.narrow(1, 0, 4)));
+  EXPECT_TRUE(w.pos(0).equal(newpos));
+  EXPECT_TRUE(w.v(0).equal(raw * 3));
+  EXPECT_TRUE(test::bit_equal(w.logw(0), lw));
+  EXPECT_THROW(w.shift_tokens(0, 5, 5, Reanchor{0, 1}), Error);  // leaves the layer
+  EXPECT_THROW(w.shift_tokens(0, 0, 1, Reanchor{3, 1}), Error);  // no such axis
+}
+
 TEST(Window, StagedViewEqualsConcatenation) {
   KvWindow w(small_spec(1), {"recent"});
   Block b = test::random_block("a", 1, 2, 5, 12, at::kFloat, 3);

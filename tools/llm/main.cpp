@@ -41,10 +41,11 @@ std::string read_file(const std::string& path) {
 void print_stats(const wm::llm::GenerationStats& s) {
   std::fprintf(stderr,
                "wm_llm: prompt %lld tokens, prefill %.1f tokens/s, TTFT %.1f ms; %lld new tokens, decode %.1f tokens/s; "
-               "KV %.2f MiB used (%.2f MiB allocated)\n",
+               "KV %.2f MiB used (%.2f MiB allocated), %lld tokens per layer (peak %lld)\n",
                static_cast<long long>(s.prompt_tokens), s.prefill_tokens_per_s(), 1000.0 * s.ttft_s,
                static_cast<long long>(s.new_tokens), s.decode_tokens_per_s(), s.kv_bytes_used / 1048576.0,
-               s.kv_bytes_allocated / 1048576.0);
+               s.kv_bytes_allocated / 1048576.0, static_cast<long long>(s.kv_tokens),
+               static_cast<long long>(s.kv_tokens_peak));
 }
 
 nlohmann::json stats_json(const wm::llm::GenerationStats& s) {
@@ -56,7 +57,9 @@ nlohmann::json stats_json(const wm::llm::GenerationStats& s) {
           {"decode_s", s.decode_s},
           {"decode_tokens_per_s", s.decode_tokens_per_s()},
           {"kv_bytes_used", s.kv_bytes_used},
-          {"kv_bytes_allocated", s.kv_bytes_allocated}};
+          {"kv_bytes_allocated", s.kv_bytes_allocated},
+          {"kv_tokens", s.kv_tokens},
+          {"kv_tokens_peak", s.kv_tokens_peak}};
 }
 
 }  // namespace
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   int beams = 0, threads = 0;
   double length_penalty = 1.0;
   int64_t prefill_chunk = 512;
+  wm::llm::TextMemoryConfig memory;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text (else --prompt-file, else standard input)");
   app.add_option("-f,--prompt-file", prompt_file, "read the prompt from this file ('-': standard input)")
@@ -97,6 +101,16 @@ int main(int argc, char** argv) {
       ->check(wm::cli::FiniteRange(-10.0, 10.0));
   app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--policy", memory.policy, "KV memory policy")
+      ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  app.add_option("--kv-budget", memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--sink", memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--window", memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dump-logits", dump_logits, "write the logits at the prompt's last position to this .npy file");
   app.add_option("--stats-json", stats_json_path, "write timing and KV figures as JSON to this file");
   app.add_flag("--no-stream", no_stream, "print the text at the end instead of as it is generated");
@@ -148,6 +162,9 @@ int main(int argc, char** argv) {
 
     wm::llm::SessionOptions so;
     so.prefill_chunk = prefill_chunk;
+    so.memory = memory;
+    if (beams > 0 && memory.policy != "full")
+      throw wm::Error("--beams keeps the whole context (its beam table); --policy works with sampling only");
     wm::llm::LlmSession session(model, tok, dev, dt, so);
     nlohmann::json turns = nlohmann::json::array();
     bool last_stop_im_end = false;

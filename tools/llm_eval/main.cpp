@@ -1,5 +1,8 @@
-// wm_llm_eval: accuracy of a model on the text tasks, held-out seeds, with the full KV cache:
-// per task and context length, the fraction of answers that greedy decoding reproduces exactly.
+// wm_llm_eval: accuracy of a model on the text tasks, held-out seeds, under memory policies and
+// KV budgets: per task, context length, policy and budget, the fraction of answers that greedy
+// decoding reproduces exactly. Each sample runs as a session would see it: the context before the
+// question prefilled in chunks (the policy acting after each), the question as one step, then
+// every later token one at a time (teacher forcing).
 #include <CLI/CLI.hpp>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -12,10 +15,11 @@
 
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "llmkv/session.h"
+#include "llmkv/text_policy.h"
 #include "llmkv/tokenizer.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/window.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
@@ -36,14 +40,58 @@ std::pair<double, double> wilson(int64_t k, int64_t n) {
   return {std::max(0.0, c - h), std::min(1.0, c + h)};
 }
 
+// A budget as given: "64" tokens, or "25%" of the context length.
+struct Budget {
+  std::string text;
+  int64_t tokens = 0;
+  double fraction = 0.0;
+  int64_t at(int64_t context) const {
+    return fraction > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(fraction * context))) : tokens;
+  }
+};
+
+Budget parse_budget(const std::string& s) {
+  Budget b;
+  b.text = s;
+  try {
+    size_t used = 0;
+    if (!s.empty() && s.back() == '%') {
+      const double pct = std::stod(s.substr(0, s.size() - 1), &used);
+      if (used == s.size() - 1 && pct > 0 && pct <= 100) {
+        b.fraction = pct / 100.0;
+        return b;
+      }
+    } else {
+      const long long t = std::stoll(s, &used);
+      if (used == s.size() && t > 0) {
+        b.tokens = t;
+        return b;
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  throw wm::Error(wm::str_cat("bad KV budget '", s, "': give tokens (64) or a percentage of the context (25%)"));
+}
+
+// Where the steps of a sample are cut: the question (the segment before the first answer) starts
+// a step of its own and the first answer token starts token-by-token decoding.
+std::vector<int64_t> question_cuts(const wm::llmdata::TokenizedSample& s, const wm::llmtasks::Sample& raw) {
+  const auto targets = raw.targets();
+  if (targets.empty() || s.answers.empty()) return {};
+  const int64_t a0 = s.answers.front().first;
+  int64_t q = targets.front() > 0 ? s.segment_spans.at(targets.front() - 1).first : a0;
+  if (q <= 0) q = a0;
+  return q < a0 ? std::vector<int64_t>{q, a0} : std::vector<int64_t>{a0};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds with the full KV cache"};
+  CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds, under memory policies and KV budgets"};
   std::string model_dir = kEmbeddedModel, json_out, device = "auto";
-  std::vector<std::string> tasks;
+  std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
-  int64_t samples = 50, prefill_chunk = 512;
+  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -52,6 +100,16 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "held-out samples per task and context")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   app.add_option("--prefill-chunk", prefill_chunk, "tokens per forward pass")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--policies", policies, "memory policies to compare (full runs once, without a budget)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  app.add_option("--budgets", budget_text,
+                 "KV budgets per layer for the other policies: tokens (64) or a share of the context (25%)")
+      ->capture_default_str();
+  app.add_option("--sink", sink, "streaming_llm: attention-sink tokens")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--window", window, "snapkv, pyramidkv: observation window (last queries)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--json", json_out, "write the results as JSON to this file");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
@@ -79,67 +137,94 @@ int main(int argc, char** argv) {
     auto counter = wm::llmdata::token_counter(tok);
     torch::NoGradGuard ng;
 
+    std::vector<Budget> budgets;
+    for (const auto& b : budget_text) budgets.push_back(parse_budget(b));
+    // (policy, budget) runs: full once, every other policy at every budget.
+    std::vector<std::pair<std::string, const Budget*>> runs;
+    for (const auto& p : policies) {
+      if (p == "full") runs.emplace_back(p, nullptr);
+      else
+        for (const auto& b : budgets) runs.emplace_back(p, &b);
+    }
+
     nlohmann::json results = nlohmann::json::array();
     wm::cli::ProgressLine progress(15);
-    const int64_t total = static_cast<int64_t>(tasks.size() * contexts.size()) * samples;
+    const int64_t total = static_cast<int64_t>(tasks.size() * contexts.size() * runs.size()) * samples;
     int64_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t ctx : contexts) {
       for (const auto& task : tasks) {
-        int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0;
+        // The samples once per task and context: every policy sees the same ones.
+        std::vector<wm::llmdata::TokenizedSample> tokenized;
+        std::vector<std::vector<int64_t>> cuts;
         for (int64_t i = 0; i < samples; ++i) {
           wm::llmtasks::GenOptions go;
           go.target_tokens = ctx;
           go.count = counter;
-          const auto s = wm::llmdata::tokenize(
-              wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go), tok);
-          // The full cache: the whole sample prefilled through the window in chunks, every
-          // position's logits kept; an answer is right when greedy decoding reproduces it.
-          wm::KvWindow window(model->kv_spec(dev), {"recent"}, static_cast<int64_t>(s.ids.size()));
-          std::vector<int64_t> arg;
-          at::Tensor ids = at::tensor(s.ids, at::kLong);
-          const int64_t n = ids.size(0);
-          wm::llm::StepOptions so;
-          so.all_logits = true;
-          for (int64_t b = 0; b < n; b += prefill_chunk) {
-            const int64_t c = std::min(prefill_chunk, n - b);
-            at::Tensor am = model->step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so)
-                                .logits.argmax(-1).to(at::kCPU);
-            arg.insert(arg.end(), am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
-          }
-          bool all = true;
-          for (const auto& a : s.answers) {
-            const bool ok = wm::llmdata::answer_correct(s.ids, arg, a);
-            correct += ok;
-            all = all && ok;
-            ++answers;
-          }
-          samples_right += all;
-          tokens += n;
-          ++done;
-          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          progress.show(done == total, "wm_llm_eval: %lld/%lld samples (%s at %lld tokens), %.0f s",
-                        static_cast<long long>(done), static_cast<long long>(total), task.c_str(),
-                        static_cast<long long>(ctx), el);
+          const auto raw = wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go);
+          tokenized.push_back(wm::llmdata::tokenize(raw, tok));
+          cuts.push_back(question_cuts(tokenized.back(), raw));
         }
-        const auto [lo, hi] = wilson(correct, answers);
-        results.push_back({{"task", task},
-                           {"context", ctx},
-                           {"samples", samples},
-                           {"answers", answers},
-                           {"accuracy", answers ? static_cast<double>(correct) / answers : 0.0},
-                           {"wilson95", {lo, hi}},
-                           {"samples_all_right", static_cast<double>(samples_right) / samples},
-                           {"mean_tokens", static_cast<double>(tokens) / samples}});
+        for (const auto& [policy, budget] : runs) {
+          wm::llm::SessionOptions so;
+          so.prefill_chunk = prefill_chunk;
+          so.regions = {"recent"};
+          so.memory.policy = policy;
+          so.memory.budget = budget ? budget->at(ctx) : 0;
+          so.memory.sink = sink;
+          so.memory.window = window;
+          wm::llm::LlmSession session(model, tok, dev, at::kFloat, so);
+          int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0;
+          double seconds = 0.0;
+          for (int64_t i = 0; i < samples; ++i) {
+            const auto& s = tokenized[i];
+            session.reset();
+            const auto ts = std::chrono::steady_clock::now();
+            const std::vector<int64_t> arg = session.predict(s.ids, cuts[i]);
+            seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+            bool all = true;
+            for (const auto& a : s.answers) {
+              const bool ok = wm::llmdata::answer_correct(s.ids, arg, a);
+              correct += ok;
+              all = all && ok;
+              ++answers;
+            }
+            samples_right += all;
+            tokens += static_cast<int64_t>(s.ids.size());
+            peak = std::max(peak, session.peak_tokens());
+            ++done;
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            progress.show(done == total, "wm_llm_eval: %lld/%lld samples (%s at %lld tokens, %s), %.0f s",
+                          static_cast<long long>(done), static_cast<long long>(total), task.c_str(),
+                          static_cast<long long>(ctx), policy.c_str(), el);
+          }
+          const auto [lo, hi] = wilson(correct, answers);
+          results.push_back({{"task", task},
+                             {"context", ctx},
+                             {"policy", policy},
+                             {"budget", budget ? budget->text : "-"},
+                             {"budget_tokens", so.memory.budget},
+                             {"samples", samples},
+                             {"answers", answers},
+                             {"accuracy", answers ? static_cast<double>(correct) / answers : 0.0},
+                             {"wilson95", {lo, hi}},
+                             {"samples_all_right", static_cast<double>(samples_right) / samples},
+                             {"mean_tokens", static_cast<double>(tokens) / samples},
+                             {"peak_kv_tokens", peak},
+                             {"tokens_per_s", seconds > 0 ? tokens / seconds : 0.0}});
+        }
       }
     }
     progress.finish();
-    std::printf("%-10s %8s %8s %9s %17s %10s\n", "task", "context", "answers", "accuracy", "Wilson 95%", "tokens");
+    std::printf("%-10s %8s %-14s %7s %8s %9s %17s %8s %9s\n", "task", "context", "policy", "budget", "answers",
+                "accuracy", "Wilson 95%", "tokens", "peak KV");
     for (const auto& r : results)
-      std::printf("%-10s %8lld %8lld %8.1f%% %7.1f - %5.1f%% %10.0f\n", r["task"].get<std::string>().c_str(),
-                  static_cast<long long>(r["context"].get<int64_t>()), static_cast<long long>(r["answers"].get<int64_t>()),
+      std::printf("%-10s %8lld %-14s %7s %8lld %8.1f%% %7.1f - %5.1f%% %8.0f %9lld\n", r["task"].get<std::string>().c_str(),
+                  static_cast<long long>(r["context"].get<int64_t>()), r["policy"].get<std::string>().c_str(),
+                  r["budget"].get<std::string>().c_str(), static_cast<long long>(r["answers"].get<int64_t>()),
                   100 * r["accuracy"].get<double>(), 100 * r["wilson95"][0].get<double>(),
-                  100 * r["wilson95"][1].get<double>(), r["mean_tokens"].get<double>());
+                  100 * r["wilson95"][1].get<double>(), r["mean_tokens"].get<double>(),
+                  static_cast<long long>(r["peak_kv_tokens"].get<int64_t>()));
     if (json_file) {
       json_file->stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
       json_file->commit();

@@ -1,0 +1,17 @@
+// full: no eviction; the window holds the whole context (the reference the others are measured
+// against).
+#include "llmkv/text_policy.h"
+
+namespace wm::llm {
+namespace {
+
+class Full final : public TextPolicy {
+ public:
+  using TextPolicy::TextPolicy;
+};
+
+}  // namespace
+
+std::unique_ptr<TextPolicy> make_full(const TextMemoryConfig& cfg) { return std::make_unique<Full>(cfg); }
+
+}  // namespace wm::llm

@@ -1,0 +1,29 @@
+// recency: keeps the last `budget` tokens of every layer (truncation from the front).
+#include "llmkv/text_policy.h"
+
+namespace wm::llm {
+namespace {
+
+class Recency final : public TextPolicy {
+ public:
+  using TextPolicy::TextPolicy;
+
+  MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>&, int64_t) override {
+    MemoryPlan plan;
+    const KvWindow& w = memory.window();
+    for (int l = 0; l < w.spec().n_layers; ++l) {
+      const int64_t n = w.size(l);
+      if (n <= cfg_.budget) continue;
+      std::vector<int64_t> keep(cfg_.budget);
+      for (int64_t i = 0; i < cfg_.budget; ++i) keep[i] = n - cfg_.budget + i;
+      plan.keep(l, std::move(keep));
+    }
+    return plan;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TextPolicy> make_recency(const TextMemoryConfig& cfg) { return std::make_unique<Recency>(cfg); }
+
+}  // namespace wm::llm

@@ -1,0 +1,49 @@
+// The text memory policies by name. Adding one: a file in this folder defining the class and its
+// factory (make_<name>), the factory's declaration below, and its line in the table.
+#include <utility>
+
+#include "llmkv/text_policy.h"
+#include "runtime/error.h"
+
+namespace wm::llm {
+
+std::unique_ptr<TextPolicy> make_full(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_recency(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_streaming_llm(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_h2o(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_snapkv(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg);
+
+namespace {
+
+using Factory = std::unique_ptr<TextPolicy> (*)(const TextMemoryConfig&);
+
+// In the order programs list them.
+const std::vector<std::pair<std::string, Factory>>& registry() {
+  static const std::vector<std::pair<std::string, Factory>> table = {
+      {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
+      {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> text_policy_names() {
+  std::vector<std::string> out;
+  for (auto& [name, make] : registry()) out.push_back(name);
+  return out;
+}
+
+std::unique_ptr<TextPolicy> make_text_policy(const TextMemoryConfig& cfg) {
+  for (auto& [name, make] : registry())
+    if (name == cfg.policy) {
+      cfg.validate();
+      return make(cfg);
+    }
+  std::string known;
+  for (auto& [name, make] : registry()) known += (known.empty() ? "" : ", ") + name;
+  throw Error(str_cat("unknown memory policy '", cfg.policy, "' (known: ", known, ")"));
+}
+
+}  // namespace wm::llm

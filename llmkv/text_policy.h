@@ -1,0 +1,73 @@
+#pragma once
+// The text path's memory policies: classes of the core's MemoryPolicy, one per file in
+// llmkv/policies/, registered by name in policies/registry.cpp. The decoder appends each forward
+// step's K/V to the window itself; after every step (a prefill chunk, a decoded token) the
+// session asks the policy to observe() it, with the attention mass the keys received when the
+// policy wants it, and applies the plan: which tokens each layer keeps, which it re-anchors.
+//
+// Budgets are in KV tokens per layer, checked after each step (a step may overshoot the budget
+// by its own tokens while it runs). Token choices are per layer, the kv heads' scores summed:
+// the window keeps one token set per layer, not per head.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/memory.h"
+
+namespace wm::llm {
+
+struct TextMemoryConfig {
+  std::string policy = "full";  // a registered name (text_policy_names())
+  int64_t budget = 0;           // KV tokens per layer after each step; 0 only for "full"
+  int64_t sink = 4;             // streaming_llm: the first tokens, always kept
+  int64_t recent = 0;           // h2o: the last tokens always kept (0: half the budget)
+  int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
+  int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
+  double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
+  // Throws wm::Error naming the field; the policy's own needs are checked when it is made.
+  void validate() const;
+};
+
+class TextPolicy : public MemoryPolicy {
+ public:
+  explicit TextPolicy(TextMemoryConfig cfg) : cfg_(std::move(cfg)) {}
+  const TextMemoryConfig& config() const { return cfg_; }
+  const std::string& name() const { return cfg_.policy; }
+
+  // The session lays out its own regions; text policies work on tokens, whatever the region.
+  std::vector<std::string> regions() const override { return {"system", "blocks", "recent"}; }
+  MemoryPlan prepare(const KvMemory&, const BlockMeta&) override { return {}; }
+  MemoryPlan admit(const KvMemory&, Block block) override { return MemoryPlan().insert("blocks", std::move(block)); }
+
+  // The last queries whose attention mass observe() wants (0: all of the step's).
+  virtual int64_t mass_queries() const { return 0; }
+  // The position the next token takes, given the one it would take with nothing re-anchored.
+  virtual int64_t next_position(const KvWindow& window, int64_t next) const {
+    (void)window;
+    return next;
+  }
+  // Forgets per-token state (the session's context was emptied).
+  virtual void reset() {}
+
+ protected:
+  TextMemoryConfig cfg_;
+};
+
+// The policy cfg.policy names. Throws wm::Error listing the registered names if none is, or if
+// cfg does not suit it (a budget too small for its sinks or window, ...).
+std::unique_ptr<TextPolicy> make_text_policy(const TextMemoryConfig& cfg);
+// The registered names, in the registry's order.
+std::vector<std::string> text_policy_names();
+
+// Shared by the policies: the indices [0, n) of layer l that remain when the top `k` of
+// `scores` (a float tensor [m], m <= n, over tokens [0, m)) join the tokens [n - recent, n);
+// strictly increasing. Ties go to the earlier token.
+std::vector<int64_t> keep_top_and_recent(const at::Tensor& scores, int64_t k, int64_t n, int64_t recent);
+
+// PyramidKV's per-layer budgets: from the bottom layer to the top an arithmetic sequence whose
+// top is max(floor, budget / beta) and whose sum is n_layers * budget exactly (the lower layers
+// take the rounding); equal budgets when that top is not below the budget.
+std::vector<int64_t> pyramid_budgets(int64_t budget, int n_layers, double beta, int64_t floor);
+
+}  // namespace wm::llm

@@ -1,0 +1,219 @@
+// The text memory policies: which tokens each keeps on constructed cases, the plans applied to a
+// real window, and the session running them end to end.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "llm_test_util.h"
+#include "llmkv/session.h"
+#include "llmkv/text_policy.h"
+#include "llmkv/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/rope.h"
+
+namespace wm::llm {
+namespace {
+
+constexpr int64_t kVocab = 61;
+
+// A memory in the small test model's layout holding n tokens at positions 0..n-1 in every layer,
+// their raw (unrotated) keys returned for checks.
+struct Filled {
+  KvMemory memory;
+  at::Tensor raw;  // [n_kv_heads, n, head_dim]
+};
+
+Filled filled(int64_t n) {
+  const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+  Filled f{KvMemory(spec, {"system", "blocks", "recent"}, StoreConfig{}), at::randn({spec.n_kv_heads, n, spec.head_dim})};
+  const at::Tensor pos = at::arange(n, at::kLong).unsqueeze(1);
+  for (int l = 0; l < spec.n_layers; ++l)
+    f.memory.window().append("recent", "recent", l, apply_rope(f.raw, pos, spec.rope), f.raw * 2, pos);
+  return f;
+}
+
+TextMemoryConfig config(const std::string& policy, int64_t budget) {
+  TextMemoryConfig c;
+  c.policy = policy;
+  c.budget = budget;
+  return c;
+}
+
+std::vector<int64_t> range(int64_t a, int64_t b) {
+  std::vector<int64_t> v(b - a);
+  std::iota(v.begin(), v.end(), a);
+  return v;
+}
+
+// Mass with every key at `base` except the ones given, per layer [n_kv_heads, n].
+std::vector<at::Tensor> mass(int layers, int64_t heads, int64_t n, const std::vector<std::pair<int64_t, double>>& hot,
+                             double base = 0.01) {
+  std::vector<at::Tensor> out;
+  for (int l = 0; l < layers; ++l) {
+    at::Tensor m = at::full({heads, n}, base);
+    for (auto [i, x] : hot) m.select(1, i).fill_(x);
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<int64_t> positions(const KvWindow& w, int l) {
+  const at::Tensor p = w.pos(l).select(1, 0).contiguous();
+  return std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+}
+
+TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
+  EXPECT_EQ(text_policy_names(),
+            (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv"}));
+  for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
+  EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
+  EXPECT_THROW(make_text_policy(config("h2o", 0)), Error);            // a budget is needed
+  EXPECT_THROW(make_text_policy(config("streaming_llm", 4)), Error);  // no room beside 4 sinks
+  EXPECT_NO_THROW(make_text_policy(config("full", 0)));
+}
+
+TEST(TextPolicy, RecencyKeepsTheLastTokens) {
+  Filled f = filled(20);
+  auto p = make_text_policy(config("recency", 8));
+  f.memory.apply(p->observe(f.memory, {}, 20));
+  for (int l = 0; l < f.memory.spec().n_layers; ++l) EXPECT_EQ(positions(f.memory.window(), l), range(12, 20));
+}
+
+// The sinks and the most recent tokens stay; the recent ones are re-anchored right after the
+// sinks (keys equal to RoPE of their raw keys at the new positions), and the next token follows.
+TEST(TextPolicy, StreamingLlmKeepsSinksAndRecentReanchored) {
+  Filled f = filled(20);
+  auto p = make_text_policy(config("streaming_llm", 10));  // 4 sinks + 6 recent
+  f.memory.apply(p->observe(f.memory, {}, 20));
+  const KvWindow& w = f.memory.window();
+  const KvSpec& spec = f.memory.spec();
+  std::vector<int64_t> kept = range(0, 4), tail = range(14, 20);
+  kept.insert(kept.end(), tail.begin(), tail.end());
+  const at::Tensor idx = at::tensor(kept, at::kLong);
+  for (int l = 0; l < spec.n_layers; ++l) {
+    EXPECT_EQ(positions(w, l), range(0, 10));
+    const at::Tensor want = apply_rope(f.raw.index_select(1, idx), at::arange(10, at::kLong).unsqueeze(1), spec.rope);
+    EXPECT_LE((w.k(l) - want).abs().max().item<double>(), 1e-5) << l;
+    EXPECT_TRUE(w.v(l).equal(f.raw.index_select(1, idx) * 2)) << l;
+  }
+  EXPECT_EQ(p->next_position(w, 20), 10);
+}
+
+// A key that got much attention in an early step stays through later steps that do not look at
+// it (accumulated, not last-step, mass); the recent half of the budget always stays.
+TEST(TextPolicy, H2oKeepsTheAccumulatedHeavyHitter) {
+  Filled f = filled(12);
+  const int L = f.memory.spec().n_layers;
+  const int64_t KH = f.memory.spec().n_kv_heads;
+  auto p = make_text_policy(config("h2o", 8));  // 4 heavy + 4 recent
+  f.memory.apply(p->observe(f.memory, mass(L, KH, 12, {{2, 5.0}, {5, 1.0}, {7, 0.5}}), 12));
+  // 12 tokens for 8: the recent 8..11, and 2, 5, 7 and the best of the rest (a tie: the earliest, 0).
+  EXPECT_EQ(positions(f.memory.window(), 0), (std::vector<int64_t>{0, 2, 5, 7, 8, 9, 10, 11}));
+  // Four more tokens; this step favours 0 and 8 a little, never 2.
+  const at::Tensor pos = at::arange(12, 16, at::kLong).unsqueeze(1);
+  for (int l = 0; l < L; ++l)
+    f.memory.window().append("recent", "recent", l, at::randn({KH, 4, f.memory.spec().head_dim}),
+                             at::randn({KH, 4, f.memory.spec().head_dim}), pos);
+  at::Tensor m = at::full({KH, 12}, 0.01);
+  m.select(1, 0).fill_(0.6);  // window index 0 = position 0
+  m.select(1, 4).fill_(0.6);  // window index 4 = position 8
+  f.memory.apply(p->observe(f.memory, std::vector<at::Tensor>(L, m), 4));
+  // Accumulated over both steps (two heads): 2 (10.02), 5 (2.02), 0 and 8 (1.22 each) stay, 7
+  // (1.02) goes; the recent 12..15.
+  EXPECT_EQ(positions(f.memory.window(), 1), (std::vector<int64_t>{0, 2, 5, 8, 12, 13, 14, 15}));
+}
+
+// The observation window's votes, max-pooled over 7 neighbouring keys, pick the target and its
+// neighbourhood; the window's own tokens stay.
+TEST(TextPolicy, SnapKvKeepsTheObservationWindowsTarget) {
+  Filled f = filled(64);
+  const int L = f.memory.spec().n_layers;
+  const int64_t KH = f.memory.spec().n_kv_heads;
+  TextMemoryConfig c = config("snapkv", 16);
+  c.window = 8;
+  c.kernel = 3;
+  auto p = make_text_policy(c);
+  EXPECT_EQ(p->mass_queries(), 8);
+  f.memory.apply(p->observe(f.memory, mass(L, KH, 64, {{20, 3.0}, {40, 2.0}}), 64));
+  // 8 window tokens (56..63) and 8 by votes: 19-21 and 39-41 pooled from the two targets, then
+  // the earliest of the even rest (0, 1).
+  EXPECT_EQ(positions(f.memory.window(), 0),
+            (std::vector<int64_t>{0, 1, 19, 20, 21, 39, 40, 41, 56, 57, 58, 59, 60, 61, 62, 63}));
+  // A decoded token is kept: SnapKV compresses prompts only.
+  const size_t before = f.memory.window().size(0);
+  EXPECT_TRUE(p->observe(f.memory, mass(L, KH, before, {}), 1).empty());
+}
+
+TEST(TextPolicy, PyramidBudgetsShrinkUpwardsAndSumToTheTotal) {
+  for (int L : {1, 2, 6, 24, 28})
+    for (int64_t B : {40, 64, 100, 1000}) {
+      const auto b = pyramid_budgets(B, L, 20.0, 33);
+      EXPECT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), B * L) << L << " " << B;
+      for (int l = 1; l < L; ++l) EXPECT_LE(b[l], b[l - 1]) << L << " " << B;
+      if (L > 1 && B > 33) EXPECT_GT(b.front(), b.back());
+      for (int64_t x : b) EXPECT_GE(x, std::min<int64_t>(B, 33));
+    }
+  // Layers of the small model at budget 48 with window 8: pyramidkv's total equals snapkv's.
+  Filled f = filled(96);
+  TextMemoryConfig c = config("pyramidkv", 48);
+  c.window = 8;
+  auto p = make_text_policy(c);
+  const int L = f.memory.spec().n_layers;
+  f.memory.apply(p->observe(f.memory, mass(L, f.memory.spec().n_kv_heads, 96, {}), 96));
+  int64_t total = 0;
+  for (int l = 0; l < L; ++l) total += f.memory.window().size(l);
+  EXPECT_EQ(total, 48 * L);
+  EXPECT_GT(f.memory.window().size(0), f.memory.window().size(L - 1));
+}
+
+Tokenizer fixture_tokenizer() {
+  return Tokenizer::load(std::string(WM_SOURCE_DIR) + "/tests/llmkv/fixtures/tokenizer/cpp_trained.tokenizer.json");
+}
+
+// End to end through the session: each policy keeps the window within its budget after every
+// step, and the full policy's predictions are those of a budget no context reaches.
+TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
+  const Tokenizer tok = fixture_tokenizer();
+  LlmModel m = test::random_model(tok.vocab_size(), 5);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 12; ++i) {
+    auto part = tok.encode("Recall fada: 3117 and piti: 42\n");
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  ASSERT_GT(ids.size(), 100u);
+  const int64_t prefill = static_cast<int64_t>(ids.size()) - 20;
+  SessionOptions base;
+  base.prefill_chunk = 32;
+  LlmSession full(m, tok, at::kCPU, at::kFloat, base);
+  const std::vector<int64_t> want = full.predict(ids, {prefill});
+  ASSERT_EQ(want.size(), ids.size());
+  for (const auto& name : text_policy_names()) {
+    SessionOptions so = base;
+    so.memory = config(name, name == "full" ? 0 : 40);
+    so.memory.window = 8;
+    LlmSession s(m, tok, at::kCPU, at::kFloat, so);
+    const std::vector<int64_t> got = s.predict(ids, {prefill});
+    ASSERT_EQ(got.size(), ids.size()) << name;
+    if (name == "full") {
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(s.window().size(0), static_cast<int64_t>(ids.size()));
+      continue;
+    }
+    // Until the first eviction every policy predicts as the full cache does.
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + 32, want.begin())) << name;
+    // The budget holds over the layers (pyramidkv's differ per layer); snapkv and pyramidkv keep
+    // the 20 decoded tokens on top.
+    const bool snap = name == "snapkv" || name == "pyramidkv";
+    const int L = m->config().num_hidden_layers;
+    int64_t total = 0;
+    for (int l = 0; l < L; ++l) total += s.window().size(l);
+    EXPECT_EQ(total, L * (snap ? 40 + 20 : 40)) << name;
+    EXPECT_EQ(s.peak_tokens(), snap ? 60 : 40) << name;
+    EXPECT_EQ(s.tokens_per_layer(), snap ? 60 : 40) << name;
+    s.reset();
+    EXPECT_EQ(s.predict(ids, {prefill}), got) << name << ": a reset session repeats itself";
+  }
+}
+
+}  // namespace
+}  // namespace wm::llm
