@@ -203,6 +203,10 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     ao.n_window = st.n_window;
     AttentionResult ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
     if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);
+    if (opt.capture_query) {
+      const int64_t H = p.q.size(0), KH = p.k.size(0);
+      res.query.push_back(p.q.select(1, n - 1).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
+    }
     if (opt.append) window.append(opt.region, segment, l, p.k, p.v, pos_window);
     x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
   }

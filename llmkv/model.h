@@ -86,6 +86,7 @@ struct StepOptions {
   bool all_logits = false;        // logits for every token (else for the last one only)
   bool capture_mass = false;      // per layer, the attention mass each key received
   int64_t mass_queries = 0;       // ... from the last mass_queries tokens only (0: from all)
+  bool capture_query = false;     // per layer, the last token's query (rotated), per kv head
   bool append = true;             // false: attend over window + tokens but leave the window as it was
 };
 
@@ -93,6 +94,8 @@ struct StepResult {
   at::Tensor logits;                   // [n, vocab] or [1, vocab], float32
   at::Tensor hidden;                   // [n, hidden] after the final norm, float32
   std::vector<at::Tensor> key_mass;    // per layer [n_kv_heads, n_window + n] float32 (if captured)
+  std::vector<at::Tensor> query;       // per layer [n_kv_heads, head_dim] float32: the last token's
+                                       // query, its group's query heads averaged (if captured)
 };
 
 // Per-layer projections of a layer's input x [..., n, hidden] at positions pos [n] (int64):

@@ -64,8 +64,10 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
   so.region = region;
   so.segment = segment.empty() ? region : segment;
   so.all_logits = argmax != nullptr;
-  so.capture_mass = policy_->wants_key_mass();
-  so.mass_queries = policy_->mass_queries();
+  const StepNeeds needs = policy_->step_needs();
+  so.capture_mass = needs.key_mass;
+  so.mass_queries = needs.mass_queries;
+  so.capture_query = needs.query;
   if (chunk <= 0) chunk = opt_.prefill_chunk;
   const int64_t n_text = std::min<int64_t>(tok_.vocab_size(), V);
   at::Tensor all = at::tensor(ids, at::kLong);
@@ -80,7 +82,11 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
       at::Tensor am = (n_text < V ? logits.narrow(1, 0, n_text) : logits).argmax(-1).to(at::kCPU);
       argmax->insert(argmax->end(), am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
     }
-    memory_.apply(policy_->observe(memory_, r.key_mass, c));
+    StepView view;
+    view.fresh = c;
+    view.key_mass = std::move(r.key_mass);
+    view.query = std::move(r.query);
+    memory_.apply(policy_->observe(memory_, view));
     next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
     peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
   }

@@ -2,8 +2,8 @@
 // The text path's memory policies: classes of the core's MemoryPolicy, one per file in
 // llmkv/policies/, registered by name in policies/registry.cpp. The decoder appends each forward
 // step's K/V to the window itself; after every step (a prefill chunk, a decoded token) the
-// session asks the policy to observe() it, with the attention mass the keys received when the
-// policy wants it, and applies the plan: which tokens each layer keeps, which it re-anchors.
+// session asks the policy to observe() it, with what its step_needs() asked the step to capture
+// (the attention mass the keys received, the last query), and applies the plan: which tokens each layer keeps, which it re-anchors.
 //
 // Budgets are in KV tokens per layer, checked after each step (a step may overshoot the budget
 // by its own tokens while it runs). Token choices are per layer, the kv heads' scores summed:
@@ -40,8 +40,6 @@ class TextPolicy : public MemoryPolicy {
   MemoryPlan prepare(const KvMemory&, const BlockMeta&) override { return {}; }
   MemoryPlan admit(const KvMemory&, Block block) override { return MemoryPlan().insert("blocks", std::move(block)); }
 
-  // The last queries whose attention mass observe() wants (0: all of the step's).
-  virtual int64_t mass_queries() const { return 0; }
   // The position the next token takes, given the one it would take with nothing re-anchored.
   virtual int64_t next_position(const KvWindow& window, int64_t next) const {
     (void)window;

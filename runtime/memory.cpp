@@ -63,6 +63,19 @@ MemoryPlan& MemoryPlan::shift(int layer, int64_t begin, int64_t count, Reanchor 
   return *this;
 }
 
+MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Write;
+  op.id = str_cat("layer ", layer);
+  op.layer = layer;
+  op.tokens = std::move(tokens);
+  op.k = std::move(k);
+  op.v = std::move(v);
+  op.logw = std::move(logw);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
 KvMemory::KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank) {
   bank.device = spec.device;
   window_ = std::make_unique<KvWindow>(std::move(spec), std::move(regions));
@@ -78,6 +91,7 @@ const char* op_name(MemoryOp::Kind k) {
     case MemoryOp::Kind::Insert: return "insert";
     case MemoryOp::Kind::Keep: return "keep";
     case MemoryOp::Kind::Shift: return "shift";
+    case MemoryOp::Kind::Write: return "write";
   }
   return "?";
 }
@@ -106,6 +120,9 @@ void KvMemory::apply(MemoryPlan plan) {
           break;
         case MemoryOp::Kind::Shift:
           window_->shift_tokens(op.layer, op.begin, op.count, op.reanchor.value_or(Reanchor{}));
+          break;
+        case MemoryOp::Kind::Write:
+          window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw);
           break;
       }
     } catch (const CorruptData& e) {

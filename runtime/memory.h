@@ -33,6 +33,7 @@ struct MemoryOp {
     Insert,  // put `block`, a new one, at the end of `region`
     Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region)
     Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
+    Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
   };
   Kind kind = Kind::Drop;
   std::string id;                                   // Insert: block.id
@@ -40,9 +41,10 @@ struct MemoryOp {
   std::optional<Reanchor> reanchor;                 // Fetch
   std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
   Block block;                                      // Insert
-  int layer = 0;                                    // Keep, Shift
-  std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing
+  int layer = 0;                                    // Keep, Shift, Write
+  std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing; Write: distinct
   int64_t begin = 0, count = 0;                     // Shift
+  at::Tensor k, v, logw;                            // Write: [n_kv_heads, m, head_dim] twice, [m]
 };
 
 // Ops, carried out in order. The builders append one op and return the plan.
@@ -55,6 +57,7 @@ struct MemoryPlan {
   MemoryPlan& insert(std::string region, Block block);
   MemoryPlan& keep(int layer, std::vector<int64_t> tokens);
   MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
+  MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw);
   bool empty() const { return ops.empty(); }
 };
 
@@ -83,6 +86,21 @@ class KvMemory {
   std::unique_ptr<BlockStore> bank_;
 };
 
+// What a policy asks a forward step to capture for observe().
+struct StepNeeds {
+  bool key_mass = false;     // the attention mass each window key received
+  int64_t mass_queries = 0;  // ... from the step's last mass_queries queries only (0: from all)
+  bool query = false;        // the step's last query
+};
+
+// What a forward step (its tokens already appended to the window) shows the policy.
+struct StepView {
+  int64_t fresh = 0;                  // the step's token count (the window's last tokens)
+  std::vector<at::Tensor> key_mass;   // per layer [n_kv_heads, size] float32, if asked
+  std::vector<at::Tensor> query;      // per layer [n_kv_heads, head_dim] float32: the last query,
+                                      // rotated, its group's query heads averaged, if asked
+};
+
 // A memory policy: prepares plans, never mutates the memory itself. Implementations are small
 // classes of their path, built by name from the path's registry.
 class MemoryPolicy {
@@ -99,13 +117,11 @@ class MemoryPolicy {
   virtual MemoryPlan admit(const KvMemory& memory, Block block) = 0;
 
   // Paths whose model appends its tokens' K/V to the window itself (the text path's decoder)
-  // call observe() after each forward step instead of admit(): `key_mass` holds, per layer, the
-  // attention mass each window key received from the step's queries ([n_kv_heads, size]
-  // float32, the step's tokens last) when wants_key_mass() asked for it, else nothing; `fresh`
-  // is the step's token count. The plan makes room (Keep, Shift, Drop, Bank).
-  virtual bool wants_key_mass() const { return false; }
-  virtual MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>& key_mass, int64_t fresh) {
-    (void)memory, (void)key_mass, (void)fresh;
+  // call observe() after each forward step instead of admit(), with what step_needs() asked
+  // the step to capture. The plan makes room (Keep, Shift, Write, Drop, Bank).
+  virtual StepNeeds step_needs() const { return {}; }
+  virtual MemoryPlan observe(const KvMemory& memory, const StepView& step) {
+    (void)memory, (void)step;
     return {};
   }
 };

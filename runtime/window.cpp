@@ -194,6 +194,27 @@ void KvWindow::keep_tokens(int l, const std::vector<int64_t>& keep) {
   pos_[l].narrow(0, 0, m).copy_(pos_[l].narrow(0, 0, used).index_select(0, idx));
 }
 
+void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& logw) {
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  const int64_t m = static_cast<int64_t>(idx.size()), used = size(l);
+  std::vector<bool> seen(used, false);
+  for (int64_t i : idx) {
+    WM_CHECK(i >= 0 && i < used, "token ", i, " is outside layer ", l, " (", used, " tokens)");
+    WM_CHECK(!seen[i], "token ", i, " is written twice");
+    seen[i] = true;
+  }
+  const std::vector<int64_t> want{spec_.n_kv_heads, m, spec_.head_dim};
+  WM_CHECK(k.sizes() == at::IntArrayRef(want) && v.sizes() == at::IntArrayRef(want), "k and v must be ", want,
+           ", got ", k.sizes(), " and ", v.sizes());
+  WM_CHECK(logw.dim() == 1 && logw.size(0) == m, "logw must be [", m, "], got ", logw.sizes());
+  if (m == 0) return;
+  const at::Tensor at_idx = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(k_[l].device());
+  k_[l].index_copy_(1, at_idx, k.to(k_[l].device(), k_[l].scalar_type()));
+  v_[l].index_copy_(1, at_idx, v.to(v_[l].device(), v_[l].scalar_type()));
+  logw_[l].index_copy_(0, at_idx, logw.to(logw_[l].device(), logw_[l].scalar_type()));
+}
+
 void KvWindow::shift_tokens(int l, int64_t begin, int64_t n, Reanchor re) {
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   WM_CHECK(begin >= 0 && n >= 0 && begin + n <= size(l), "tokens [", begin, ", ", begin + n, ") leave layer ", l,

@@ -65,6 +65,11 @@ class KvWindow {
   // lost and stay, even when empty in a layer. Throws wm::Error on an index out of range or
   // out of order.
   void keep_tokens(int l, const std::vector<int64_t>& keep);
+  // Overwrites the K/V and log-weights of layer l's tokens at `idx` (layer coordinates,
+  // distinct) with k, v [n_kv_heads, m, head_dim] and logw [m]; positions and segments stay
+  // (KeepKV's merged entries). Throws wm::Error on a shape mismatch or an index out of range.
+  void write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& logw);
   // Moves layer l's tokens [begin, begin + n) by re.delta on RoPE axis re.axis: positions
   // shifted, keys rotated to match, V and log-weights untouched (StreamingLLM's re-anchoring of
   // what follows an evicted span). Throws wm::Error if the range leaves the layer.

@@ -14,9 +14,11 @@ class H2o final : public TextPolicy {
     WM_CHECK(recent_ < cfg.budget, "h2o needs a KV budget above its ", recent_, " recent tokens, got ", cfg.budget);
   }
 
-  bool wants_key_mass() const override { return true; }
+  StepNeeds step_needs() const override { return {true, 0, false}; }
 
-  MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>& mass, int64_t fresh) override {
+  MemoryPlan observe(const KvMemory& memory, const StepView& step) override {
+    const std::vector<at::Tensor>& mass = step.key_mass;
+    const int64_t fresh = step.fresh;
     const KvWindow& w = memory.window();
     const int L = w.spec().n_layers;
     WM_CHECK(static_cast<int>(mass.size()) == L, "h2o needs the key mass of all ", L, " layers, got ", mass.size());

@@ -8,7 +8,7 @@ class Recency final : public TextPolicy {
  public:
   using TextPolicy::TextPolicy;
 
-  MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>&, int64_t) override {
+  MemoryPlan observe(const KvMemory& memory, const StepView&) override {
     MemoryPlan plan;
     const KvWindow& w = memory.window();
     for (int l = 0; l < w.spec().n_layers; ++l) {

@@ -13,7 +13,9 @@ SnapKv::SnapKv(const TextMemoryConfig& cfg) : TextPolicy(cfg) {
   WM_CHECK(cfg.budget >= 2, "snapkv needs a KV budget of at least 2 tokens, got ", cfg.budget);
 }
 
-MemoryPlan SnapKv::observe(const KvMemory& memory, const std::vector<at::Tensor>& mass, int64_t fresh) {
+MemoryPlan SnapKv::observe(const KvMemory& memory, const StepView& step) {
+  const std::vector<at::Tensor>& mass = step.key_mass;
+  const int64_t fresh = step.fresh;
   MemoryPlan plan;
   if (fresh <= 1) return plan;
   const KvWindow& w = memory.window();

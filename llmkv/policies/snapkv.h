@@ -12,9 +12,8 @@ namespace wm::llm {
 class SnapKv : public TextPolicy {
  public:
   explicit SnapKv(const TextMemoryConfig& cfg);
-  bool wants_key_mass() const override { return true; }
-  int64_t mass_queries() const override { return cfg_.window; }
-  MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>& mass, int64_t fresh) override;
+  StepNeeds step_needs() const override { return {true, cfg_.window, false}; }
+  MemoryPlan observe(const KvMemory& memory, const StepView& step) override;
 
  protected:
   // Tokens each layer keeps.

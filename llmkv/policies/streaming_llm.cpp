@@ -15,7 +15,7 @@ class StreamingLlm final : public TextPolicy {
              cfg.budget);
   }
 
-  MemoryPlan observe(const KvMemory& memory, const std::vector<at::Tensor>&, int64_t) override {
+  MemoryPlan observe(const KvMemory& memory, const StepView&) override {
     MemoryPlan plan;
     const KvWindow& w = memory.window();
     const int64_t S = cfg_.sink, R = cfg_.budget - cfg_.sink;

@@ -57,6 +57,14 @@ std::vector<at::Tensor> mass(int layers, int64_t heads, int64_t n, const std::ve
   return out;
 }
 
+// A step of `fresh` tokens that showed this key mass.
+StepView view(std::vector<at::Tensor> key_mass, int64_t fresh) {
+  StepView v;
+  v.fresh = fresh;
+  v.key_mass = std::move(key_mass);
+  return v;
+}
+
 std::vector<int64_t> positions(const KvWindow& w, int l) {
   const at::Tensor p = w.pos(l).select(1, 0).contiguous();
   return std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
@@ -75,7 +83,7 @@ TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
 TEST(TextPolicy, RecencyKeepsTheLastTokens) {
   Filled f = filled(20);
   auto p = make_text_policy(config("recency", 8));
-  f.memory.apply(p->observe(f.memory, {}, 20));
+  f.memory.apply(p->observe(f.memory, view({}, 20)));
   for (int l = 0; l < f.memory.spec().n_layers; ++l) EXPECT_EQ(positions(f.memory.window(), l), range(12, 20));
 }
 
@@ -84,7 +92,7 @@ TEST(TextPolicy, RecencyKeepsTheLastTokens) {
 TEST(TextPolicy, StreamingLlmKeepsSinksAndRecentReanchored) {
   Filled f = filled(20);
   auto p = make_text_policy(config("streaming_llm", 10));  // 4 sinks + 6 recent
-  f.memory.apply(p->observe(f.memory, {}, 20));
+  f.memory.apply(p->observe(f.memory, view({}, 20)));
   const KvWindow& w = f.memory.window();
   const KvSpec& spec = f.memory.spec();
   std::vector<int64_t> kept = range(0, 4), tail = range(14, 20);
@@ -106,7 +114,7 @@ TEST(TextPolicy, H2oKeepsTheAccumulatedHeavyHitter) {
   const int L = f.memory.spec().n_layers;
   const int64_t KH = f.memory.spec().n_kv_heads;
   auto p = make_text_policy(config("h2o", 8));  // 4 heavy + 4 recent
-  f.memory.apply(p->observe(f.memory, mass(L, KH, 12, {{2, 5.0}, {5, 1.0}, {7, 0.5}}), 12));
+  f.memory.apply(p->observe(f.memory, view(mass(L, KH, 12, {{2, 5.0}, {5, 1.0}, {7, 0.5}}), 12)));
   // 12 tokens for 8: the recent 8..11, and 2, 5, 7 and the best of the rest (a tie: the earliest, 0).
   EXPECT_EQ(positions(f.memory.window(), 0), (std::vector<int64_t>{0, 2, 5, 7, 8, 9, 10, 11}));
   // Four more tokens; this step favours 0 and 8 a little, never 2.
@@ -117,7 +125,7 @@ TEST(TextPolicy, H2oKeepsTheAccumulatedHeavyHitter) {
   at::Tensor m = at::full({KH, 12}, 0.01);
   m.select(1, 0).fill_(0.6);  // window index 0 = position 0
   m.select(1, 4).fill_(0.6);  // window index 4 = position 8
-  f.memory.apply(p->observe(f.memory, std::vector<at::Tensor>(L, m), 4));
+  f.memory.apply(p->observe(f.memory, view(std::vector<at::Tensor>(L, m), 4)));
   // Accumulated over both steps (two heads): 2 (10.02), 5 (2.02), 0 and 8 (1.22 each) stay, 7
   // (1.02) goes; the recent 12..15.
   EXPECT_EQ(positions(f.memory.window(), 1), (std::vector<int64_t>{0, 2, 5, 8, 12, 13, 14, 15}));
@@ -133,15 +141,15 @@ TEST(TextPolicy, SnapKvKeepsTheObservationWindowsTarget) {
   c.window = 8;
   c.kernel = 3;
   auto p = make_text_policy(c);
-  EXPECT_EQ(p->mass_queries(), 8);
-  f.memory.apply(p->observe(f.memory, mass(L, KH, 64, {{20, 3.0}, {40, 2.0}}), 64));
+  EXPECT_EQ(p->step_needs().mass_queries, 8);
+  f.memory.apply(p->observe(f.memory, view(mass(L, KH, 64, {{20, 3.0}, {40, 2.0}}), 64)));
   // 8 window tokens (56..63) and 8 by votes: 19-21 and 39-41 pooled from the two targets, then
   // the earliest of the even rest (0, 1).
   EXPECT_EQ(positions(f.memory.window(), 0),
             (std::vector<int64_t>{0, 1, 19, 20, 21, 39, 40, 41, 56, 57, 58, 59, 60, 61, 62, 63}));
   // A decoded token is kept: SnapKV compresses prompts only.
   const size_t before = f.memory.window().size(0);
-  EXPECT_TRUE(p->observe(f.memory, mass(L, KH, before, {}), 1).empty());
+  EXPECT_TRUE(p->observe(f.memory, view(mass(L, KH, before, {}), 1)).empty());
 }
 
 TEST(TextPolicy, PyramidBudgetsShrinkUpwardsAndSumToTheTotal) {
@@ -159,7 +167,7 @@ TEST(TextPolicy, PyramidBudgetsShrinkUpwardsAndSumToTheTotal) {
   c.window = 8;
   auto p = make_text_policy(c);
   const int L = f.memory.spec().n_layers;
-  f.memory.apply(p->observe(f.memory, mass(L, f.memory.spec().n_kv_heads, 96, {}), 96));
+  f.memory.apply(p->observe(f.memory, view(mass(L, f.memory.spec().n_kv_heads, 96, {}), 96)));
   int64_t total = 0;
   for (int l = 0; l < L; ++l) total += f.memory.window().size(l);
   EXPECT_EQ(total, 48 * L);

@@ -240,6 +240,35 @@ TEST(Window, KeepTokensGathersOneLayerAndShrinksItsSegments) {
   EXPECT_THROW(w.keep_tokens(2, {0}), Error);     // no such layer
 }
 
+// write_tokens overwrites K/V/log-weights of chosen tokens in place; positions, the other
+// tokens and the other layers stay.
+TEST(Window, WriteTokensOverwritesInPlace) {
+  KvSpec spec = small_spec(2);
+  KvWindow w(spec, {"recent"});
+  w.place("recent", test::random_block("b", 2, 2, 8, 12, at::kFloat, 3));
+  const at::Tensor k0 = w.k(0).clone(), k1 = w.k(1).clone(), v1 = w.v(1).clone(), lw1 = w.logw(1).clone(),
+                   p1 = w.pos(1).clone();
+  const std::vector<int64_t> idx = {6, 1};
+  const at::Tensor k = at::randn({2, 2, 12}), v = at::randn({2, 2, 12}), lw = at::tensor({0.5f, -1.0f});
+  w.write_tokens(1, idx, k, v, lw);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_TRUE(test::bit_equal(w.k(1).select(1, idx[j]), k.select(1, j)));
+    EXPECT_TRUE(test::bit_equal(w.v(1).select(1, idx[j]), v.select(1, j)));
+    EXPECT_EQ(w.logw(1)[idx[j]].item<float>(), lw[j].item<float>());
+  }
+  for (int64_t t : {0, 2, 3, 4, 5, 7}) {
+    EXPECT_TRUE(test::bit_equal(w.k(1).select(1, t), k1.select(1, t))) << t;
+    EXPECT_TRUE(test::bit_equal(w.v(1).select(1, t), v1.select(1, t))) << t;
+    EXPECT_EQ(w.logw(1)[t].item<float>(), lw1[t].item<float>()) << t;
+  }
+  EXPECT_TRUE(test::bit_equal(w.pos(1), p1));
+  EXPECT_TRUE(test::bit_equal(w.k(0), k0));
+  EXPECT_THROW(w.write_tokens(1, {8}, k.narrow(1, 0, 1), v.narrow(1, 0, 1), lw.narrow(0, 0, 1)), Error);  // range
+  EXPECT_THROW(w.write_tokens(1, {2, 2}, k, v, lw), Error);                                              // twice
+  EXPECT_THROW(w.write_tokens(1, {2, 3}, k.narrow(2, 0, 6), v, lw), Error);                              // shape
+  EXPECT_THROW(w.write_tokens(1, {2, 3}, k, v, lw.narrow(0, 0, 1)), Error);                              // logw
+}
+
 // shift_tokens re-anchors a span: its keys equal RoPE of the raw keys at the shifted positions,
 // V and log-weights and the tokens outside the span untouched.
 TEST(Window, ShiftTokensEqualsRopeAtShiftedPositions) {
