@@ -21,7 +21,9 @@ struct TextMemoryConfig {
   std::string policy = "full";  // a registered name (text_policy_names())
   int64_t budget = 0;           // KV tokens per layer after each step; 0 only for "full"
   int64_t sink = 4;             // streaming_llm: the first tokens, always kept
-  int64_t recent = 0;           // h2o: the last tokens always kept (0: half the budget)
+  int64_t recent = 0;           // h2o, keepkv: the last tokens always kept (0: h2o half the budget,
+                                // keepkv a quarter)
+  double score_decay = 0.9;     // keepkv: the attention scores' moving-average decay, in (0, 1)
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)

@@ -13,6 +13,8 @@ std::unique_ptr<TextPolicy> make_streaming_llm(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_h2o(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_snapkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg);
 
 namespace {
 
@@ -23,6 +25,7 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
   static const std::vector<std::pair<std::string, Factory>> table = {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
+      {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev},
   };
   return table;
 }

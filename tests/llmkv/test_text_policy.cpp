@@ -8,6 +8,7 @@
 #include "llmkv/session.h"
 #include "llmkv/text_policy.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/attention.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
 
@@ -72,7 +73,8 @@ std::vector<int64_t> positions(const KvWindow& w, int l) {
 
 TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
   EXPECT_EQ(text_policy_names(),
-            (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv"}));
+            (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "keepkv",
+                                      "keepkv_ev"}));
   for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
   EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
   EXPECT_THROW(make_text_policy(config("h2o", 0)), Error);            // a budget is needed
@@ -172,6 +174,65 @@ TEST(TextPolicy, PyramidBudgetsShrinkUpwardsAndSumToTheTotal) {
   for (int l = 0; l < L; ++l) total += f.memory.window().size(l);
   EXPECT_EQ(total, 48 * L);
   EXPECT_GT(f.memory.window().size(0), f.memory.window().size(L - 1));
+}
+
+// KeepKV on a constructed case: 12 entries for a budget of 8 (recent 2). The four entries with
+// the least attention merge, each into the kept entry with the most similar key; token 3 is
+// built as a near copy of token 1, so it joins 1. For the step's query the attention output over
+// the window is unchanged (ZIP); keepkv_ev, same choices, moves it.
+TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
+  const int64_t n = 12;
+  for (const std::string name : {"keepkv", "keepkv_ev"}) {
+    at::manual_seed(5);  // the same case for both
+    Filled f = filled(n);
+    const KvSpec& spec = f.memory.spec();
+    const int L = spec.n_layers;
+    const int64_t KH = spec.n_kv_heads;
+    // Token 3's key := token 1's as the window holds it, slightly perturbed.
+    for (int l = 0; l < L; ++l) {
+      at::Tensor k = f.memory.window().k(l);
+      k.select(1, 3).copy_(k.select(1, 1) + 0.01 * at::randn({KH, spec.head_dim}));
+    }
+    // Attention: low for 3, 4, 6, 9; high elsewhere.
+    auto mass = [&](int l) {
+      (void)l;
+      at::Tensor m = at::full({KH, n}, 1.0);
+      for (int64_t i : {3, 4, 6, 9}) m.select(1, i).fill_(0.01);
+      return m;
+    };
+    StepView v;
+    v.fresh = n;
+    std::vector<at::Tensor> before;
+    for (int l = 0; l < L; ++l) {
+      v.key_mass.push_back(mass(l));
+      v.query.push_back(at::randn({KH, spec.head_dim}));
+    }
+    auto attend = [&](int l) {
+      AttentionOptions ao;
+      ao.n_window = f.memory.window().size(l);
+      return attention(v.query[l].unsqueeze(1), f.memory.window().k(l), f.memory.window().v(l),
+                       f.memory.window().logw(l), ao)
+          .out;
+    };
+    for (int l = 0; l < L; ++l) before.push_back(attend(l));
+    TextMemoryConfig c = config(name, 8);
+    c.recent = 2;
+    auto p = make_text_policy(c);
+    EXPECT_TRUE(p->step_needs().key_mass && p->step_needs().query);
+    f.memory.apply(p->observe(f.memory, v));
+    for (int l = 0; l < L; ++l) {
+      EXPECT_EQ(positions(f.memory.window(), l), (std::vector<int64_t>{0, 1, 2, 5, 7, 8, 10, 11})) << name;
+      // Entry 1 (index 1) holds tokens 1 and 3 (and whichever other source found its key nearest).
+      EXPECT_GE(f.memory.window().logw(l)[1].item<double>(), std::log(2.0) - 1e-6) << name;
+      // Four votes merged in, twelve in all.
+      EXPECT_NEAR(f.memory.window().logw(l).exp().sum().item<double>(), 12.0, 1e-4) << name;
+      const double diff = (attend(l) - before[l]).abs().max().item<double>();
+      if (name == "keepkv")
+        EXPECT_LE(diff, 1e-5) << "layer " << l;
+      else
+        EXPECT_GT(diff, 1e-3) << "layer " << l;
+    }
+  }
 }
 
 Tokenizer fixture_tokenizer() {

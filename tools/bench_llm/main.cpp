@@ -1,10 +1,14 @@
 // wm_bench_llm: prefill and decode throughput of decoders over the KV window, and the window's
 // bytes, at several context lengths. A model is a folder (its weights) or a config.json (random
-// weights at that shape, e.g. configs/qwen2-0.5b.json).
+// weights at that shape, e.g. configs/qwen2-0.5b.json). Then, per model, EVOKE's trade: a block
+// of --bank-block tokens moved out of the window into the bank (host memory, and disk) and
+// spliced back re-anchored, against computing it again.
 //   wm_bench_llm --model assets/models/tiny-llm --model configs/qwen2-0.5b.json --contexts 1024 4096 16384
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +20,7 @@
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "runtime/block_store.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
@@ -29,13 +34,79 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }  // waits for queued device work
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct BankFigures {
+  double save_ms = 0, load_ms = 0, recompute_ms = 0;  // medians over the repetitions
+  size_t block_bytes = 0;
+};
+
+// A block of n tokens: computed into the window (in prefill chunks, nothing before it: the
+// cheapest recompute there is), moved out into a bank tier (save), brought back into the window
+// moved by n positions, keys rotated (load). Repetitions interleave the three; the first is a
+// warm-up and not counted.
+BankFigures bench_bank(wm::llm::LlmModelImpl& model, at::Device dev, at::ScalarType dt, int64_t n,
+                       int64_t prefill_chunk, wm::Tier tier, int reps, uint64_t seed) {
+  const auto& cfg = model.config();
+  at::manual_seed(seed);
+  const at::Tensor ids = at::randint(0, cfg.vocab_size, {n}, at::kLong);
+  wm::StoreConfig sc;
+  sc.device = dev;
+  sc.device_budget = 0;
+  std::filesystem::path spill;
+  if (tier == wm::Tier::Disk) {
+    sc.host_budget = 0;
+    spill = std::filesystem::temp_directory_path() /
+            ("wm_bench_llm_bank_" + std::to_string(static_cast<long long>(::getpid())));
+    sc.spill_dir = spill.string();
+  }
+  std::vector<double> save, load, recompute;
+  size_t bytes = 0;
+  {
+    wm::BlockStore bank(sc);
+    wm::KvWindow window(model.kv_spec(dev, dt), {"blocks"}, 2 * n);
+    wm::llm::StepOptions so;
+    so.region = "blocks";
+    so.segment = "file:block#0";
+    for (int r = 0; r <= reps; ++r) {
+      window.clear();
+      auto t0 = Clock::now();
+      at::Tensor logits;
+      for (int64_t b = 0; b < n; b += prefill_chunk) {
+        const int64_t c = std::min(prefill_chunk, n - b);
+        logits = model.step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
+      }
+      sync(logits);
+      const double rc = 1000.0 * seconds_since(t0);
+      t0 = Clock::now();
+      wm::Block blk = window.remove(so.segment);
+      bytes = blk.nbytes();
+      bank.put(std::move(blk), tier);
+      const double sv = 1000.0 * seconds_since(t0);
+      t0 = Clock::now();
+      window.place("blocks", bank.get(so.segment), wm::Reanchor{0, n});
+      sync(window.k(cfg.num_hidden_layers - 1));
+      const double ld = 1000.0 * seconds_since(t0);
+      bank.erase(so.segment);
+      if (r > 0) recompute.push_back(rc), save.push_back(sv), load.push_back(ld);
+    }
+  }
+  if (!spill.empty()) std::filesystem::remove_all(spill);
+  return {median(save), median(load), median(recompute), bytes};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_bench_llm: prefill and decode tokens/s and KV bytes of decoders at several context lengths"};
   std::vector<std::string> models = {"assets/models/tiny-llm", "configs/qwen2-0.5b.json"};
   std::vector<int64_t> contexts = {1024, 4096, 16384};
-  int64_t decode_tokens = 32, prefill_chunk = 512;
+  int64_t decode_tokens = 32, prefill_chunk = 512, bank_block = 1280;
+  int bank_reps = 3;
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
@@ -47,6 +118,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+  app.add_option("--bank-block", bank_block,
+                 "tokens of the block saved to the bank and loaded back against recomputing it (0: skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
+  app.add_option("--bank-reps", bank_reps, "repetitions of the bank figures (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
   app.add_option("--seed", seed, "random weights and token ids")->capture_default_str();
@@ -67,7 +145,8 @@ int main(int argc, char** argv) {
                 dtype.c_str(), static_cast<long long>(prefill_chunk));
     std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
                 "decode tok/s", "KV MiB", "KV B/token");
-    nlohmann::json rows = nlohmann::json::array();
+    nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array();
+    std::vector<std::string> bank_lines;
     for (const auto& m : models) {
       wm::llm::LlmModel model{nullptr};
       std::string name;
@@ -116,9 +195,38 @@ int main(int argc, char** argv) {
                         {"kv_bytes", window.bytes_used()},
                         {"kv_bytes_allocated", window.bytes_allocated()}});
       }
+      if (bank_block > 0) {
+        for (wm::Tier tier : {wm::Tier::Host, wm::Tier::Disk}) {
+          const BankFigures f = bench_bank(*model, dev, dt, bank_block, prefill_chunk, tier, bank_reps, seed);
+          const char* tname = tier == wm::Tier::Host ? "host" : "disk";
+          char line[256];
+          std::snprintf(line, sizeof line, "%-28s %8lld %6s %10.2f %10.2f %14.1f %10.1fx %10.2f", name.c_str(),
+                        static_cast<long long>(bank_block), tname, f.save_ms, f.load_ms, f.recompute_ms,
+                        f.recompute_ms / (f.save_ms + f.load_ms), f.block_bytes / 1048576.0);
+          bank_lines.push_back(line);
+          std::fprintf(stderr, "wm_bench_llm: %s\n", line);
+          bank_rows.push_back({{"model", name},
+                               {"block_tokens", bank_block},
+                               {"tier", tname},
+                               {"save_ms", f.save_ms},
+                               {"load_ms", f.load_ms},
+                               {"recompute_ms", f.recompute_ms},
+                               {"speedup", f.recompute_ms / (f.save_ms + f.load_ms)},
+                               {"block_bytes", f.block_bytes}});
+        }
+      }
+    }
+    if (!bank_lines.empty()) {
+      std::printf("\nBank: a block moved out of the window into a tier (save) and spliced back re-anchored (load),\n"
+                  "against computing it again (recompute; medians of %d)\n",
+                  bank_reps);
+      std::printf("%-28s %8s %6s %10s %10s %14s %11s %10s\n", "model", "tokens", "tier", "save ms", "load ms",
+                  "recompute ms", "speedup", "MiB");
+      for (const auto& l : bank_lines) std::printf("%s\n", l.c_str());
     }
     if (json_file) {
-      json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows}}.dump(2)
+      json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows},
+                                            {"bank", bank_rows}}.dump(2)
                           << "\n";
       json_file->commit();
     }
