@@ -95,28 +95,54 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
 
 std::vector<int64_t> LlmSession::predict(const std::vector<int64_t>& ids, const std::vector<int64_t>& cuts) {
   const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<PromptPiece> pieces;
+  for (int64_t c : cuts) pieces.push_back({c, "", false, false});
+  const int64_t last = cuts.empty() ? n : cuts.back();
+  if (last < n || pieces.empty()) pieces.push_back({n, "", false, last < n});
+  return predict_pieces(ids, pieces);
+}
+
+std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids, const std::vector<PromptPiece>& pieces) {
+  const int64_t n = static_cast<int64_t>(ids.size());
   WM_CHECK(n > 0, "predict() needs at least one token");
   int64_t prev = 0;
-  for (int64_t c : cuts) {
-    WM_CHECK(c > prev && c <= n, "cuts must be strictly increasing within [1, ", n, "], got ", c, " after ", prev);
-    prev = c;
+  for (const auto& p : pieces) {
+    WM_CHECK(p.end > prev && p.end <= n, "pieces must end strictly increasing within [1, ", n, "], got ", p.end,
+             " after ", prev);
+    prev = p.end;
   }
+  WM_CHECK(prev == n, "the pieces end at ", prev, ", the ids at ", n);
   WM_CHECK(!pending_, "predict() needs a context without a pending generated token (feed it first)");
   std::vector<int64_t> out;
   out.reserve(ids.size());
-  // Pieces [0, c0), [c0, c1), ... each in prefill chunks (a policy that acts at the end of a
-  // prompt sees each piece end), then the tokens after the last cut one per step.
   int64_t begin = 0;
-  const int64_t last = cuts.empty() ? n : cuts.back();
-  for (size_t i = 0; i <= cuts.size(); ++i) {
-    const int64_t end = i < cuts.size() ? cuts[i] : last;
-    if (end > begin) {
-      last_logits_ = run(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), "recent", "recent", 0, &out);
-      begin = end;
-    }
+  for (const auto& p : pieces) {
+    const std::vector<int64_t> part(ids.begin() + begin, ids.begin() + p.end);
+    if (p.message) recall_for(part);
+    const std::string region = p.segment.empty() ? "recent" : "blocks";
+    last_logits_ = run(part, region, p.segment.empty() ? region : p.segment, p.stepwise ? 1 : 0, &out);
+    begin = p.end;
   }
-  if (last < n) last_logits_ = run(std::vector<int64_t>(ids.begin() + last, ids.end()), "recent", "recent", 1, &out);
   return out;
+}
+
+void LlmSession::recall_for(const std::vector<int64_t>& message) {
+  if (!policy_->wants_recall() || message.empty()) return;
+  const int64_t V = model_->config().vocab_size;
+  for (int64_t id : message) WM_CHECK(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
+  torch::NoGradGuard no_grad;
+  StepOptions so;
+  so.append = false;
+  so.capture_query = true;
+  const int64_t c = static_cast<int64_t>(message.size());
+  StepResult r = model_->step(at::tensor(message, at::kLong).to(device_), at::arange(next_pos_, next_pos_ + c, at::kLong),
+                              memory_.window(), so);
+  StepView view;
+  view.fresh = c;
+  view.query = std::move(r.query);
+  memory_.apply(policy_->recall(memory_, view));
+  next_pos_ = policy_->next_position(memory_.window(), next_pos_);
+  peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
 }
 
 at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {

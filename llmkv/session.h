@@ -62,6 +62,14 @@ struct Generation {
 
 using TextCallback = std::function<void(const std::string&)>;
 
+// A piece of a teacher-forced text (LlmSession::predict): tokens [the previous piece's end, end).
+struct PromptPiece {
+  int64_t end = 0;
+  std::string segment;    // its block id in region "blocks"; empty: region "recent"
+  bool message = false;   // a new user message: the memory policy may recall for it first
+  bool stepwise = false;  // one token per step, as generated tokens arrive (else prefill chunks)
+};
+
 class LlmSession {
  public:
   // The tokenizer gives stop strings and text (a shared handle: copying it is cheap).
@@ -90,6 +98,9 @@ class LlmSession {
   // would. No cuts: all of ids in prefill chunks. Throws wm::Error as feed() does, or when the
   // cuts are not strictly increasing within [1, ids.size()].
   std::vector<int64_t> predict(const std::vector<int64_t>& ids, const std::vector<int64_t>& cuts);
+  // The same over explicit pieces (their ends strictly increasing, the last = ids.size()): block
+  // ids for block-wise policies, user messages the policy recalls for (recall()), stepwise parts.
+  std::vector<int64_t> predict_pieces(const std::vector<int64_t>& ids, const std::vector<PromptPiece>& pieces);
 
   // The position the next token takes (a pending generated one included): the count of tokens
   // in the context unless the memory policy re-anchors.
@@ -113,6 +124,9 @@ class LlmSession {
   // the logits at the last token, and the argmax after every token in *argmax if given.
   at::Tensor run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment,
                  int64_t chunk = 0, std::vector<int64_t>* argmax = nullptr);
+  // When the policy wants it: probes a new user message (nothing appended) and applies the
+  // policy's recall plan for it.
+  void recall_for(const std::vector<int64_t>& message);
 
   LlmModel model_;
   Tokenizer tok_;

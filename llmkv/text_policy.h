@@ -27,6 +27,11 @@ struct TextMemoryConfig {
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
+  std::string recovery = "restore";  // evoke: "restore" (bank and bring back) or "discard"
+  std::string placement = "tail";    // evoke: a restored block "tail" (re-anchored) or "original"
+  int relevance_layer = -1;          // evoke: the layer whose query-key scores rank blocks (-1: last)
+  int64_t recall_blocks = 0;         // evoke: banked blocks restored per message at most (0: what fits)
+  int64_t reserve = 4;               // evoke: tokens kept free for the message's answer
   // Throws wm::Error naming the field; the policy's own needs are checked when it is made.
   void validate() const;
 };
@@ -49,6 +54,22 @@ class TextPolicy : public MemoryPolicy {
   }
   // Forgets per-token state (the session's context was emptied).
   virtual void reset() {}
+
+  // Whether context should arrive as named blocks: one segment per block (a turn, a document,
+  // a fact) in region "blocks", as LlmSession::predict's pieces and feed(ids, region, segment)
+  // give it.
+  virtual bool block_wise() const { return false; }
+  // Before a new user message the session probes it (a forward pass over the message that
+  // appends nothing; the probe's last query per layer in the view) when wants_recall(), and
+  // applies recall()'s plan before feeding the message: what to bring back for it.
+  virtual bool wants_recall() const { return false; }
+  // Blocks the policy has moved out of the window, and brought back, since the last reset().
+  virtual int64_t evictions() const { return 0; }
+  virtual int64_t recoveries() const { return 0; }
+  virtual MemoryPlan recall(const KvMemory& memory, const StepView& probe) {
+    (void)memory, (void)probe;
+    return {};
+  }
 
  protected:
   TextMemoryConfig cfg_;

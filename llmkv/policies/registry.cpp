@@ -15,6 +15,8 @@ std::unique_ptr<TextPolicy> make_snapkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_evoke_discard(const TextMemoryConfig& cfg);
 
 namespace {
 
@@ -25,7 +27,8 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
   static const std::vector<std::pair<std::string, Factory>> table = {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
-      {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev},
+      {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev}, {"evoke", make_evoke},
+      {"evoke_discard", make_evoke_discard},
   };
   return table;
 }

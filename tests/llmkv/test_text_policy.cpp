@@ -74,7 +74,7 @@ std::vector<int64_t> positions(const KvWindow& w, int l) {
 TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
   EXPECT_EQ(text_policy_names(),
             (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "keepkv",
-                                      "keepkv_ev"}));
+                                      "keepkv_ev", "evoke", "evoke_discard"}));
   for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
   EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
   EXPECT_THROW(make_text_policy(config("h2o", 0)), Error);            // a budget is needed
@@ -235,6 +235,58 @@ TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
   }
 }
 
+// EVOKE on a constructed case: five blocks of 6 tokens for a budget of 20. The oldest leave
+// for the bank as the window overflows; a message whose query matches a key of the first block
+// brings that block back (re-anchored after everything, K as RoPE at its new positions, V bit
+// for bit) with the block before the message, and the rest make room. evoke_discard drops.
+TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
+  for (const std::string name : {"evoke", "evoke_discard"}) {
+    at::manual_seed(9);
+    const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+    KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+    TextMemoryConfig c = config(name, 20);
+    c.reserve = 6;  // room for the last block and one more: 20 - 2 (message) - 6
+    auto p = make_text_policy(c);
+    EXPECT_TRUE(p->block_wise());
+    EXPECT_EQ(p->wants_recall(), name == "evoke");
+    std::vector<at::Tensor> raw;
+    for (int b = 0; b < 5; ++b) {
+      raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
+      const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
+      for (int l = 0; l < spec.n_layers; ++l)
+        mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
+      mem.apply(p->observe(mem, view({}, 6)));
+      EXPECT_LE(mem.window().size(0), 20) << name << " after block " << b;
+    }
+    // 24 tokens after block 3: b0 leaves; after block 4: b1.
+    std::vector<std::string> ids;
+    for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"b2", "b3", "b4"})) << name;
+    EXPECT_EQ(p->evictions(), 2) << name;
+    EXPECT_EQ(mem.bank().size(), name == "evoke" ? 2u : 0u) << name;
+    if (name != "evoke") continue;
+    // The message's last query: b0's token 3 as the window held it, scaled up.
+    const at::Tensor k03 = apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
+    StepView probe;
+    probe.fresh = 2;
+    for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
+    mem.apply(p->recall(mem, probe));
+    ids.clear();
+    for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"b4", "b0"}));
+    EXPECT_EQ(p->recoveries(), 1);
+    EXPECT_EQ(p->evictions(), 4);  // b2 and b3 made room
+    const at::Tensor want_pos = at::arange(30, 36, at::kLong).unsqueeze(1);
+    for (int l = 0; l < spec.n_layers; ++l) {
+      const at::Tensor k = mem.window().k(l).narrow(1, 6, 6), v = mem.window().v(l).narrow(1, 6, 6);
+      EXPECT_TRUE(at::equal(mem.window().pos(l).narrow(0, 6, 6), want_pos)) << l;
+      EXPECT_LE((k - apply_rope(raw[0], want_pos, spec.rope)).abs().max().item<double>(), 1e-5) << l;
+      EXPECT_TRUE(at::equal(v, raw[0] * 2)) << l;
+    }
+    EXPECT_EQ(p->next_position(mem.window(), 0), 36);
+  }
+}
+
 Tokenizer fixture_tokenizer() {
   return Tokenizer::load(std::string(WM_SOURCE_DIR) + "/tests/llmkv/fixtures/tokenizer/cpp_trained.tokenizer.json");
 }
@@ -261,7 +313,16 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
     so.memory = config(name, name == "full" ? 0 : 40);
     so.memory.window = 8;
     LlmSession s(m, tok, at::kCPU, at::kFloat, so);
-    const std::vector<int64_t> got = s.predict(ids, {prefill});
+    // Block-wise policies get the context as blocks of 10 tokens, the last 20 one per step in a
+    // block of their own, the last of them a message.
+    std::vector<PromptPiece> pieces;
+    for (int64_t e = 10; e < prefill; e += 10) pieces.push_back({e, "b" + std::to_string(e / 10), false, false});
+    pieces.push_back({prefill, "last", false, false});
+    pieces.push_back({static_cast<int64_t>(ids.size()) - 5, "tail", true, true});
+    pieces.push_back({static_cast<int64_t>(ids.size()), "answer", false, true});
+    const bool blocks = s.policy().block_wise();
+    auto run = [&] { return blocks ? s.predict_pieces(ids, pieces) : s.predict(ids, {prefill}); };
+    const std::vector<int64_t> got = run();
     ASSERT_EQ(got.size(), ids.size()) << name;
     if (name == "full") {
       EXPECT_EQ(got, want);
@@ -276,11 +337,17 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
     const int L = m->config().num_hidden_layers;
     int64_t total = 0;
     for (int l = 0; l < L; ++l) total += s.window().size(l);
-    EXPECT_EQ(total, L * (snap ? 40 + 20 : 40)) << name;
-    EXPECT_EQ(s.peak_tokens(), snap ? 60 : 40) << name;
-    EXPECT_EQ(s.tokens_per_layer(), snap ? 60 : 40) << name;
+    if (blocks) {  // whole blocks leave: at most the budget
+      EXPECT_LE(total, L * 40) << name;
+      EXPECT_LE(s.peak_tokens(), 40) << name;
+      EXPECT_GT(s.policy().evictions(), 0) << name;
+    } else {
+      EXPECT_EQ(total, L * (snap ? 40 + 20 : 40)) << name;
+      EXPECT_EQ(s.peak_tokens(), snap ? 60 : 40) << name;
+      EXPECT_EQ(s.tokens_per_layer(), snap ? 60 : 40) << name;
+    }
     s.reset();
-    EXPECT_EQ(s.predict(ids, {prefill}), got) << name << ": a reset session repeats itself";
+    EXPECT_EQ(run(), got) << name << ": a reset session repeats itself";
   }
 }
 

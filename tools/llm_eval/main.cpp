@@ -84,11 +84,33 @@ std::vector<int64_t> question_cuts(const wm::llmdata::TokenizedSample& s, const 
   return q < a0 ? std::vector<int64_t>{q, a0} : std::vector<int64_t>{a0};
 }
 
+// The sample as named blocks, for block-wise policies (evoke): every segment a block of its own
+// (its id), the segment before each answer a user message the policy recalls for, and from the
+// first answer on one token per step, as question_cuts() has it.
+std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSample& s, const wm::llmtasks::Sample& raw) {
+  const int64_t a0 = s.answers.empty() ? static_cast<int64_t>(s.ids.size()) : s.answers.front().first;
+  std::vector<wm::llm::PromptPiece> out;
+  for (size_t i = 0; i < raw.segments.size() && i < s.segment_spans.size(); ++i) {
+    const auto [b, e] = s.segment_spans[i];
+    if (e <= b) continue;
+    const bool before_target = i + 1 < raw.segments.size() && raw.segments[i + 1].target && !raw.segments[i].target;
+    if (b < a0 && e > a0) {  // a segment the first answer starts inside: split there
+      out.push_back({a0, raw.segments[i].id, false, false});
+      out.push_back({e, raw.segments[i].id, before_target, true});
+      continue;
+    }
+    out.push_back({e, raw.segments[i].id, before_target, b >= a0});
+  }
+  if (out.empty() || out.back().end < static_cast<int64_t>(s.ids.size()))
+    out.push_back({static_cast<int64_t>(s.ids.size()), "tail", false, true});
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds, under memory policies and KV budgets"};
-  std::string model_dir = kEmbeddedModel, json_out, device = "auto";
+  std::string model_dir = kEmbeddedModel, json_out, device = "auto", placement = "tail";
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32;
@@ -111,6 +133,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--window", window, "snapkv, pyramidkv: observation window (last queries)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--placement", placement, "evoke: restored blocks at the tail (re-anchored) or at their original positions")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tail", "original"}));
   app.add_option("--json", json_out, "write the results as JSON to this file");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
@@ -157,6 +182,7 @@ int main(int argc, char** argv) {
         // The samples once per task and context: every policy sees the same ones.
         std::vector<wm::llmdata::TokenizedSample> tokenized;
         std::vector<std::vector<int64_t>> cuts;
+        std::vector<std::vector<wm::llm::PromptPiece>> blocks;
         for (int64_t i = 0; i < samples; ++i) {
           wm::llmtasks::GenOptions go;
           go.target_tokens = ctx;
@@ -164,23 +190,29 @@ int main(int argc, char** argv) {
           const auto raw = wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go);
           tokenized.push_back(wm::llmdata::tokenize(raw, tok));
           cuts.push_back(question_cuts(tokenized.back(), raw));
+          blocks.push_back(block_pieces(tokenized.back(), raw));
         }
         for (const auto& [policy, budget] : runs) {
           wm::llm::SessionOptions so;
           so.prefill_chunk = prefill_chunk;
-          so.regions = {"recent"};
+          so.regions = {"blocks", "recent"};
           so.memory.policy = policy;
           so.memory.budget = budget ? budget->at(ctx) : 0;
           so.memory.sink = sink;
           so.memory.window = window;
+          so.memory.placement = placement;
           wm::llm::LlmSession session(model, tok, dev, at::kFloat, so);
-          int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0;
+          const bool block_wise = session.policy().block_wise();
+          int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0, evictions = 0, recoveries = 0;
           double seconds = 0.0;
           for (int64_t i = 0; i < samples; ++i) {
             const auto& s = tokenized[i];
             session.reset();
             const auto ts = std::chrono::steady_clock::now();
-            const std::vector<int64_t> arg = session.predict(s.ids, cuts[i]);
+            const std::vector<int64_t> arg =
+                block_wise ? session.predict_pieces(s.ids, blocks[i]) : session.predict(s.ids, cuts[i]);
+            evictions += session.policy().evictions();
+            recoveries += session.policy().recoveries();
             seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
             bool all = true;
             for (const auto& a : s.answers) {
@@ -211,20 +243,24 @@ int main(int argc, char** argv) {
                              {"samples_all_right", static_cast<double>(samples_right) / samples},
                              {"mean_tokens", static_cast<double>(tokens) / samples},
                              {"peak_kv_tokens", peak},
+                             {"evictions_per_sample", static_cast<double>(evictions) / samples},
+                             {"recoveries_per_sample", static_cast<double>(recoveries) / samples},
                              {"tokens_per_s", seconds > 0 ? tokens / seconds : 0.0}});
         }
       }
     }
     progress.finish();
-    std::printf("%-10s %8s %-14s %7s %8s %9s %17s %8s %9s\n", "task", "context", "policy", "budget", "answers",
-                "accuracy", "Wilson 95%", "tokens", "peak KV");
+    std::printf("%-10s %8s %-14s %7s %8s %9s %17s %8s %9s %8s %8s\n", "task", "context", "policy", "budget",
+                "answers", "accuracy", "Wilson 95%", "tokens", "peak KV", "evicted", "restored");
     for (const auto& r : results)
-      std::printf("%-10s %8lld %-14s %7s %8lld %8.1f%% %7.1f - %5.1f%% %8.0f %9lld\n", r["task"].get<std::string>().c_str(),
+      std::printf("%-10s %8lld %-14s %7s %8lld %8.1f%% %7.1f - %5.1f%% %8.0f %9lld %8.1f %8.1f\n",
+                  r["task"].get<std::string>().c_str(),
                   static_cast<long long>(r["context"].get<int64_t>()), r["policy"].get<std::string>().c_str(),
                   r["budget"].get<std::string>().c_str(), static_cast<long long>(r["answers"].get<int64_t>()),
                   100 * r["accuracy"].get<double>(), 100 * r["wilson95"][0].get<double>(),
                   100 * r["wilson95"][1].get<double>(), r["mean_tokens"].get<double>(),
-                  static_cast<long long>(r["peak_kv_tokens"].get<int64_t>()));
+                  static_cast<long long>(r["peak_kv_tokens"].get<int64_t>()),
+                  r["evictions_per_sample"].get<double>(), r["recoveries_per_sample"].get<double>());
     if (json_file) {
       json_file->stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
       json_file->commit();
