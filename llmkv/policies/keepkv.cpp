@@ -77,16 +77,23 @@ class KeepKv final : public TextPolicy {
     const auto* b = best.data_ptr<int64_t>();
     for (size_t s = 0; s < sources.size(); ++s) group[sources[s]] = group[targets[b[s]]];
     const int64_t G = static_cast<int64_t>(keep.size());
-    const MergedKv merged = merge_groups(w.k(l), w.v(l), w.logw(l), group, G, q.to(w.k(l).device()), scale, rule_);
-    // Write the merged entries only (the others are unchanged), then drop the sources.
-    std::vector<int64_t> gidx, widx;
-    std::vector<bool> grown(G, false);
-    for (int64_t s : sources) grown[group[s]] = true;
-    for (int64_t g = 0; g < G; ++g)
-      if (grown[g]) gidx.push_back(g), widx.push_back(keep[g]);
-    const at::Tensor gi = at::tensor(gidx, at::kLong).to(merged.k.device());
-    plan.write(l, widx, merged.k.index_select(1, gi), merged.v.index_select(1, gi),
-               merged.logw.index_select(0, gi.to(merged.logw.device())));
+    // Merge only what changes: the sources and the kept entries they join (groups of one come
+    // out as they went in, so the rest of the layer need not be touched).
+    std::vector<int64_t> local(G, -1), written, sub;
+    for (int64_t src : sources)
+      if (local[group[src]] < 0) {
+        local[group[src]] = static_cast<int64_t>(written.size());
+        written.push_back(keep[group[src]]);
+      }
+    std::vector<int64_t> sub_group;
+    for (int64_t i = 0; i < n; ++i)
+      if (group[i] >= 0 && local[group[i]] >= 0) sub.push_back(i), sub_group.push_back(local[group[i]]);
+    const at::Tensor si_dev = at::tensor(sub, at::kLong).to(w.k(l).device());
+    const MergedKv merged =
+        merge_groups(w.k(l).index_select(1, si_dev), w.v(l).index_select(1, si_dev),
+                     w.logw(l).index_select(0, si_dev), sub_group, static_cast<int64_t>(written.size()),
+                     q.to(w.k(l).device()), scale, rule_);
+    plan.write(l, written, merged.k, merged.v, merged.logw);
     // A merged entry scores what its members scored, and has been seen as long as its target.
     const at::Tensor gi_all = at::tensor(group, at::kLong);
     at::Tensor ema_g = at::zeros({G}, at::kDouble).index_add_(0, gi_all, ema);

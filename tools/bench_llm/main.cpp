@@ -20,6 +20,8 @@
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "llmkv/session.h"
+#include "llmkv/tokenizer.h"
 #include "runtime/block_store.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -107,6 +109,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> contexts = {1024, 4096, 16384};
   int64_t decode_tokens = 32, prefill_chunk = 512, bank_block = 1280;
   int bank_reps = 3;
+  std::vector<std::string> policies;
+  double policy_share = 0.1;
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
@@ -125,6 +129,13 @@ int main(int argc, char** argv) {
   app.add_option("--bank-reps", bank_reps, "repetitions of the bank figures (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--policies", policies,
+                 "also decode under these memory policies, each against the full cache in the same run (models "
+                 "with a tokenizer.json only)")
+      ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  app.add_option("--policy-budget", policy_share, "the policies' KV budget as a share of the context")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1.0));
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
   app.add_option("--seed", seed, "random weights and token ids")->capture_default_str();
@@ -145,8 +156,9 @@ int main(int argc, char** argv) {
                 dtype.c_str(), static_cast<long long>(prefill_chunk));
     std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
                 "decode tok/s", "KV MiB", "KV B/token");
-    nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array();
-    std::vector<std::string> bank_lines;
+    nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array(),
+                   policy_rows = nlohmann::json::array();
+    std::vector<std::string> bank_lines, policy_lines;
     for (const auto& m : models) {
       wm::llm::LlmModel model{nullptr};
       std::string name;
@@ -195,6 +207,49 @@ int main(int argc, char** argv) {
                         {"kv_bytes", window.bytes_used()},
                         {"kv_bytes_allocated", window.bytes_allocated()}});
       }
+      const std::string tok_path = m + "/tokenizer.json";
+      if (!policies.empty() && std::filesystem::is_regular_file(tok_path)) {
+        // Decode speed under each policy against the full cache, the same context and tokens,
+        // interleaved per context: full, then each policy.
+        const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(tok_path);
+        for (int64_t ctx : contexts) {
+          at::manual_seed(static_cast<uint64_t>(seed + ctx));
+          const at::Tensor t = at::randint(0, std::min<int64_t>(tok.vocab_size(), cfg.vocab_size), {ctx}, at::kLong);
+          const std::vector<int64_t> ids(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + ctx);
+          double full_tps = 0;
+          std::vector<std::string> names = {"full"};
+          names.insert(names.end(), policies.begin(), policies.end());
+          for (const auto& pname : names) {
+            wm::llm::SessionOptions so;
+            so.prefill_chunk = prefill_chunk;
+            so.memory.policy = pname;
+            so.memory.budget = pname == "full" ? 0 : std::max<int64_t>(1, static_cast<int64_t>(policy_share * ctx));
+            wm::llm::LlmSession session(model, tok, dev, dt, so);
+            session.feed(ids);
+            wm::llm::GenerateOptions go;
+            go.max_new_tokens = decode_tokens + 1;  // the first new token comes from the prompt's logits
+            const wm::llm::Generation g = session.generate({}, go);
+            const double tps = g.stats.decode_tokens_per_s();
+            if (pname == "full") full_tps = tps;
+            char line[256];
+            std::snprintf(line, sizeof line, "%-28s %8lld %-14s %8lld %14.2f %8.2fx %10.2f", name.c_str(),
+                          static_cast<long long>(ctx), pname.c_str(), static_cast<long long>(so.memory.budget), tps,
+                          full_tps > 0 ? tps / full_tps : 0.0, g.stats.kv_bytes_used / 1048576.0);
+            policy_lines.push_back(line);
+            std::fprintf(stderr, "wm_bench_llm: %s\n", line);
+            policy_rows.push_back({{"model", name},
+                                   {"context", ctx},
+                                   {"policy", pname},
+                                   {"budget_tokens", so.memory.budget},
+                                   {"decode_tokens_per_s", tps},
+                                   {"against_full", full_tps > 0 ? tps / full_tps : 0.0},
+                                   {"kv_bytes", g.stats.kv_bytes_used},
+                                   {"kv_tokens_peak", g.stats.kv_tokens_peak}});
+          }
+        }
+      } else if (!policies.empty()) {
+        std::fprintf(stderr, "wm_bench_llm: %s has no tokenizer.json: no policy figures for it\n", m.c_str());
+      }
       if (bank_block > 0) {
         for (wm::Tier tier : {wm::Tier::Host, wm::Tier::Disk}) {
           const BankFigures f = bench_bank(*model, dev, dt, bank_block, prefill_chunk, tier, bank_reps, seed);
@@ -216,6 +271,13 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (!policy_lines.empty()) {
+      std::printf("\nDecode under memory policies (budget %.0f%% of the context), against the full cache\n",
+                  100 * policy_share);
+      std::printf("%-28s %8s %-14s %8s %14s %9s %10s\n", "model", "context", "policy", "budget", "decode tok/s",
+                  "vs full", "KV MiB");
+      for (const auto& l : policy_lines) std::printf("%s\n", l.c_str());
+    }
     if (!bank_lines.empty()) {
       std::printf("\nBank: a block moved out of the window into a tier (save) and spliced back re-anchored (load),\n"
                   "against computing it again (recompute; medians of %d)\n",
@@ -226,7 +288,7 @@ int main(int argc, char** argv) {
     }
     if (json_file) {
       json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows},
-                                            {"bank", bank_rows}}.dump(2)
+                                            {"bank", bank_rows}, {"policies", policy_rows}}.dump(2)
                           << "\n";
       json_file->commit();
     }

@@ -106,6 +106,38 @@ std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSampl
   return out;
 }
 
+// The tokens the window's first layer holds, in position order, as text; "[...]" where tokens
+// are missing. Positions a policy re-anchored (streaming_llm, evoke at the tail) no longer name
+// the sample's tokens, so they are shown as their count.
+void print_kept(const wm::llm::LlmSession& session, const wm::llmdata::TokenizedSample& s, const std::string& task,
+                int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok) {
+  const at::Tensor pos = std::get<0>(session.window().pos(0).select(1, 0).sort());
+  const int64_t n = static_cast<int64_t>(s.ids.size());
+  std::string text;
+  int64_t prev = -1, moved = 0;
+  std::vector<int64_t> run;
+  auto flush = [&] {
+    text += tok.decode(run);
+    run.clear();
+  };
+  for (int64_t i = 0; i < pos.size(0); ++i) {
+    const int64_t p = pos[i].item<int64_t>();
+    if (p >= n) {
+      ++moved;
+      continue;
+    }
+    if (p != prev + 1) flush(), text += "[...]";
+    run.push_back(s.ids[p]);
+    prev = p;
+  }
+  flush();
+  std::fprintf(stderr, "\nkept by %s (%s) on %s at %lld tokens, seed %llu: %lld tokens%s\n%s\n", policy.c_str(),
+               budget.c_str(), task.c_str(), static_cast<long long>(ctx), static_cast<unsigned long long>(s.seed),
+               static_cast<long long>(pos.size(0)),
+               moved ? wm::str_cat(" (", moved, " at positions past the sample: re-anchored)").c_str() : "",
+               text.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,7 +145,7 @@ int main(int argc, char** argv) {
   std::string model_dir = kEmbeddedModel, json_out, device = "auto", placement = "tail";
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
-  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32;
+  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -136,6 +168,9 @@ int main(int argc, char** argv) {
   app.add_option("--placement", placement, "evoke: restored blocks at the tail (re-anchored) or at their original positions")
       ->capture_default_str()
       ->check(CLI::IsMember({"tail", "original"}));
+  app.add_option("--show-kept", show_kept,
+                 "print the tokens the window holds (layer 0) at the end of the first N samples of each run")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   app.add_option("--json", json_out, "write the results as JSON to this file");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
@@ -224,6 +259,7 @@ int main(int argc, char** argv) {
             samples_right += all;
             tokens += static_cast<int64_t>(s.ids.size());
             peak = std::max(peak, session.peak_tokens());
+            if (i < show_kept) print_kept(session, s, task, ctx, policy, budget ? budget->text : "-", tok);
             ++done;
             const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             progress.show(done == total, "wm_llm_eval: %lld/%lld samples (%s at %lld tokens, %s), %.0f s",
