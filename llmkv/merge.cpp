@@ -1,6 +1,7 @@
 #include "llmkv/merge.h"
 
 
+#include <algorithm>
 #include <limits>
 
 #include "runtime/error.h"
@@ -20,9 +21,17 @@ namespace {
 
 // Per group, the log of the sum of exp(x) over its members: x [rows, n], idx [n] -> [rows, groups].
 at::Tensor group_logsumexp(const at::Tensor& x, const at::Tensor& idx, int64_t groups) {
-  const int64_t rows = x.size(0);
-  at::Tensor mx = at::full({rows, groups}, -std::numeric_limits<double>::infinity(), x.options());
-  mx = mx.scatter_reduce(1, idx.unsqueeze(0).expand_as(x), x, "amax", true);
+  const int64_t rows = x.size(0), n = x.size(1);
+  // Per group maxima (for a stable exp), on the CPU: groups are few and small.
+  const at::Tensor xc = x.to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor ic = idx.to(at::kCPU, at::kLong).contiguous();
+  at::Tensor mc = at::full({rows, groups}, -std::numeric_limits<double>::infinity(), at::kDouble);
+  const double* px = xc.data_ptr<double>();
+  const int64_t* pi = ic.data_ptr<int64_t>();
+  double* pm = mc.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) pm[r * groups + pi[i]] = std::max(pm[r * groups + pi[i]], px[r * n + i]);
+  const at::Tensor mx = mc.to(x.device());
   const at::Tensor e = (x - mx.index_select(1, idx)).exp();
   return at::zeros({rows, groups}, x.options()).index_add_(1, idx, e).log() + mx;
 }

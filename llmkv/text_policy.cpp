@@ -9,6 +9,7 @@ namespace wm::llm {
 void TextMemoryConfig::validate() const {
   WM_CHECK(budget >= 0, "the KV budget must be >= 0 tokens, got ", budget);
   WM_CHECK(policy == "full" || budget > 0, "policy '", policy, "' needs a KV budget (--kv-budget) in tokens");
+  WM_CHECK(slack >= 0 && (budget == 0 || slack < budget), "slack must be in [0, budget), got ", slack);
   WM_CHECK(sink >= 0, "sink must be >= 0, got ", sink);
   WM_CHECK(recent >= 0, "recent must be >= 0, got ", recent);
   WM_CHECK(window > 0, "the observation window must be > 0, got ", window);

@@ -20,6 +20,9 @@ namespace wm::llm {
 struct TextMemoryConfig {
   std::string policy = "full";  // a registered name (text_policy_names())
   int64_t budget = 0;           // KV tokens per layer after each step; 0 only for "full"
+  int64_t slack = 0;            // recency, streaming_llm, h2o, keepkv: a layer over budget is cut to
+                                // budget - slack, so that eviction (a compaction of the layer)
+                                // runs once per slack + 1 steps instead of every step
   int64_t sink = 4;             // streaming_llm: the first tokens, always kept
   int64_t recent = 0;           // h2o, keepkv: the last tokens always kept (0: h2o half the budget,
                                 // keepkv a quarter)
@@ -52,6 +55,8 @@ class TextPolicy : public MemoryPolicy {
     (void)window;
     return next;
   }
+  // Where a layer over budget is cut to: budget - slack.
+  int64_t evict_to() const { return cfg_.budget - cfg_.slack; }
   // Forgets per-token state (the session's context was emptied).
   virtual void reset() {}
 

@@ -11,7 +11,8 @@ class H2o final : public TextPolicy {
  public:
   explicit H2o(const TextMemoryConfig& cfg) : TextPolicy(cfg) {
     recent_ = cfg.recent > 0 ? cfg.recent : cfg.budget / 2;
-    WM_CHECK(recent_ < cfg.budget, "h2o needs a KV budget above its ", recent_, " recent tokens, got ", cfg.budget);
+    WM_CHECK(recent_ < cfg.budget - cfg.slack, "h2o needs a KV budget (less slack) above its ", recent_,
+             " recent tokens, got ", cfg.budget - cfg.slack);
   }
 
   StepNeeds step_needs() const override { return {true, 0, false}; }
@@ -34,7 +35,7 @@ class H2o final : public TextPolicy {
       if (!acc_[l].defined() || acc_[l].size(0) != before) acc_[l] = at::zeros({before}, m.options());
       at::Tensor acc = at::cat({acc_[l], at::zeros({fresh}, m.options())}) + m;
       if (n > cfg_.budget) {
-        std::vector<int64_t> keep = keep_top_and_recent(acc, cfg_.budget - recent_, n, recent_);
+        std::vector<int64_t> keep = keep_top_and_recent(acc, evict_to() - recent_, n, recent_);
         acc = acc.index_select(0, at::tensor(keep, at::kLong).to(acc.device()));
         plan.keep(l, std::move(keep));
       }

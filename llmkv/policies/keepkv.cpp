@@ -19,8 +19,8 @@ class KeepKv final : public TextPolicy {
  public:
   KeepKv(const TextMemoryConfig& cfg, MergeRule rule) : TextPolicy(cfg), rule_(rule) {
     recent_ = cfg.recent > 0 ? cfg.recent : cfg.budget / 4;
-    WM_CHECK(recent_ < cfg.budget, name(), " needs a KV budget above its ", recent_, " recent tokens, got ",
-             cfg.budget);
+    WM_CHECK(recent_ < cfg.budget - cfg.slack, name(), " needs a KV budget (less slack) above its ", recent_,
+             " recent tokens, got ", cfg.budget - cfg.slack);
   }
 
   StepNeeds step_needs() const override { return {true, 0, true}; }
@@ -59,7 +59,7 @@ class KeepKv final : public TextPolicy {
   // Plans layer l's merge down to the budget and leaves ema/seen as the kept entries' state.
   void merge_layer(const KvWindow& w, int l, const at::Tensor& q, double scale, at::Tensor& ema, at::Tensor& seen,
                    MemoryPlan& plan) const {
-    const int64_t n = w.size(l), excess = n - cfg_.budget, cand = n - recent_;
+    const int64_t n = w.size(l), excess = n - evict_to(), cand = n - recent_;
     // Bias-corrected scores of the candidates; the lowest `excess` go.
     const at::Tensor score = ema / (1.0 - at::pow(cfg_.score_decay, seen));
     std::vector<int64_t> keep = keep_top_and_recent(score.narrow(0, 0, cand), cand - excess, n, recent_);

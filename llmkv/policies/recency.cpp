@@ -1,4 +1,5 @@
-// recency: keeps the last `budget` tokens of every layer (truncation from the front).
+// recency: keeps the last `budget` tokens of every layer (truncation from the front; with a
+// slack, the last budget - slack once the budget is passed).
 #include "llmkv/text_policy.h"
 
 namespace wm::llm {
@@ -14,8 +15,9 @@ class Recency final : public TextPolicy {
     for (int l = 0; l < w.spec().n_layers; ++l) {
       const int64_t n = w.size(l);
       if (n <= cfg_.budget) continue;
-      std::vector<int64_t> keep(cfg_.budget);
-      for (int64_t i = 0; i < cfg_.budget; ++i) keep[i] = n - cfg_.budget + i;
+      const int64_t m = evict_to();
+      std::vector<int64_t> keep(m);
+      for (int64_t i = 0; i < m; ++i) keep[i] = n - m + i;
       plan.keep(l, std::move(keep));
     }
     return plan;

@@ -11,19 +11,19 @@ namespace {
 class StreamingLlm final : public TextPolicy {
  public:
   explicit StreamingLlm(const TextMemoryConfig& cfg) : TextPolicy(cfg) {
-    WM_CHECK(cfg.budget > cfg.sink, "streaming_llm needs a KV budget above its ", cfg.sink, " sink tokens, got ",
-             cfg.budget);
+    WM_CHECK(cfg.budget - cfg.slack > cfg.sink, "streaming_llm needs a KV budget (less slack) above its ", cfg.sink,
+             " sink tokens, got ", cfg.budget - cfg.slack);
   }
 
   MemoryPlan observe(const KvMemory& memory, const StepView&) override {
     MemoryPlan plan;
     const KvWindow& w = memory.window();
-    const int64_t S = cfg_.sink, R = cfg_.budget - cfg_.sink;
+    const int64_t S = cfg_.sink, R = evict_to() - cfg_.sink;
     for (int l = 0; l < w.spec().n_layers; ++l) {
       const int64_t n = w.size(l);
       if (n <= cfg_.budget) continue;
       std::vector<int64_t> keep;
-      keep.reserve(cfg_.budget);
+      keep.reserve(S + R);
       for (int64_t i = 0; i < S; ++i) keep.push_back(i);
       for (int64_t i = n - R; i < n; ++i) keep.push_back(i);
       const at::Tensor pos = w.pos(l);  // [n, 1] CPU

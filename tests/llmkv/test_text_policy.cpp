@@ -87,6 +87,20 @@ TEST(TextPolicy, RecencyKeepsTheLastTokens) {
   auto p = make_text_policy(config("recency", 8));
   f.memory.apply(p->observe(f.memory, view({}, 20)));
   for (int l = 0; l < f.memory.spec().n_layers; ++l) EXPECT_EQ(positions(f.memory.window(), l), range(12, 20));
+  // With a slack of 3 a layer over budget is cut to 5; below the budget nothing happens.
+  Filled g = filled(20);
+  TextMemoryConfig c = config("recency", 8);
+  c.slack = 3;
+  auto q = make_text_policy(c);
+  g.memory.apply(q->observe(g.memory, view({}, 20)));
+  for (int l = 0; l < g.memory.spec().n_layers; ++l) EXPECT_EQ(positions(g.memory.window(), l), range(15, 20));
+  const at::Tensor pos = at::arange(20, 23, at::kLong).unsqueeze(1);
+  for (int l = 0; l < g.memory.spec().n_layers; ++l)
+    g.memory.window().append("recent", "recent", l, at::randn({g.memory.spec().n_kv_heads, 3, g.memory.spec().head_dim}),
+                             at::randn({g.memory.spec().n_kv_heads, 3, g.memory.spec().head_dim}), pos);
+  EXPECT_TRUE(q->observe(g.memory, view({}, 3)).empty());  // 8 tokens: at the budget
+  c.slack = 8;
+  EXPECT_THROW(make_text_policy(c), Error);  // no budget left
 }
 
 // The sinks and the most recent tokens stay; the recent ones are re-anchored right after the

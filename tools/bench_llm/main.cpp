@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   int bank_reps = 3;
   std::vector<std::string> policies;
   double policy_share = 0.1;
+  int64_t evict_slack = 0;
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
@@ -136,6 +137,10 @@ int main(int argc, char** argv) {
   app.add_option("--policy-budget", policy_share, "the policies' KV budget as a share of the context")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1.0));
+  app.add_option("--evict-slack", evict_slack,
+                 "the policies cut a layer over budget to budget - slack (eviction every slack + 1 steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
   app.add_option("--seed", seed, "random weights and token ids")->capture_default_str();
@@ -224,6 +229,7 @@ int main(int argc, char** argv) {
             so.prefill_chunk = prefill_chunk;
             so.memory.policy = pname;
             so.memory.budget = pname == "full" ? 0 : std::max<int64_t>(1, static_cast<int64_t>(policy_share * ctx));
+            so.memory.slack = pname == "full" ? 0 : evict_slack;
             wm::llm::LlmSession session(model, tok, dev, dt, so);
             session.feed(ids);
             wm::llm::GenerateOptions go;

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   std::string model_dir = kEmbeddedModel, json_out, device = "auto", placement = "tail";
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
-  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0;
+  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
   app.add_option("--placement", placement, "evoke: restored blocks at the tail (re-anchored) or at their original positions")
       ->capture_default_str()
       ->check(CLI::IsMember({"tail", "original"}));
+  app.add_option("--evict-slack", evict_slack,
+                 "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--show-kept", show_kept,
                  "print the tokens the window holds (layer 0) at the end of the first N samples of each run")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
@@ -236,6 +240,7 @@ int main(int argc, char** argv) {
           so.memory.sink = sink;
           so.memory.window = window;
           so.memory.placement = placement;
+          so.memory.slack = budget ? evict_slack : 0;
           wm::llm::LlmSession session(model, tok, dev, at::kFloat, so);
           const bool block_wise = session.policy().block_wise();
           int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0, evictions = 0, recoveries = 0;
