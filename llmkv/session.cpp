@@ -81,6 +81,12 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
     if (argmax) {
       at::Tensor am = (n_text < V ? logits.narrow(1, 0, n_text) : logits).argmax(-1).to(at::kCPU);
       argmax->insert(argmax->end(), am.data_ptr<int64_t>(), am.data_ptr<int64_t>() + am.numel());
+      for (size_t k = 0; k < lp_at_.size(); ++k) {
+        const int64_t row = lp_at_[k] - lp_base_;
+        if (row >= 0 && row < c)
+          lp_[k] = (n_text < V ? logits[row].narrow(0, 0, n_text) : logits[row]).to(at::kCPU, at::kFloat).log_softmax(0);
+      }
+      lp_base_ += c;
     }
     StepView view;
     view.fresh = c;
@@ -115,6 +121,9 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
   WM_CHECK(!pending_, "predict() needs a context without a pending generated token (feed it first)");
   std::vector<int64_t> out;
   out.reserve(ids.size());
+  for (int64_t i : lp_at_) WM_CHECK(i >= 0 && i < n, "log-probabilities asked after token ", i, " of ", n);
+  lp_.assign(lp_at_.size(), at::Tensor());
+  lp_base_ = 0;
   int64_t begin = 0;
   for (const auto& p : pieces) {
     const std::vector<int64_t> part(ids.begin() + begin, ids.begin() + p.end);
@@ -123,6 +132,13 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
     last_logits_ = run(part, region, p.segment.empty() ? region : p.segment, p.stepwise ? 1 : 0, &out);
     begin = p.end;
   }
+  return out;
+}
+
+std::vector<at::Tensor> LlmSession::take_log_probs() {
+  std::vector<at::Tensor> out = std::move(lp_);
+  lp_.clear();
+  lp_at_.clear();
   return out;
 }
 

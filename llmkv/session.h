@@ -101,6 +101,11 @@ class LlmSession {
   // The same over explicit pieces (their ends strictly increasing, the last = ids.size()): block
   // ids for block-wise policies, user messages the policy recalls for (recall()), stepwise parts.
   std::vector<int64_t> predict_pieces(const std::vector<int64_t>& ids, const std::vector<PromptPiece>& pieces);
+  // Asks the next predict() / predict_pieces() to keep the log-probabilities (over the
+  // tokenizer's ids, float32, CPU) after the tokens at these indices of its ids, and hands
+  // them over in the order given and clears the request (take_log_probs).
+  void keep_log_probs(std::vector<int64_t> at) { lp_at_ = std::move(at), lp_.clear(); }
+  std::vector<at::Tensor> take_log_probs();
 
   // The position the next token takes (a pending generated one included): the count of tokens
   // in the context unless the memory policy re-anchors.
@@ -139,6 +144,9 @@ class LlmSession {
   std::optional<int64_t> pending_;  // the last generated token, not yet run through the model
   at::Tensor last_logits_;          // [vocab] at the last token run (CPU)
   int64_t generations_ = 0;         // generate() calls so far (each draws its own random stream)
+  std::vector<int64_t> lp_at_;      // keep_log_probs(): indices into predict()'s ids
+  std::vector<at::Tensor> lp_;      // their log-probabilities, by index (undefined until seen)
+  int64_t lp_base_ = 0;             // the index of the next token run() sees in predict()
 };
 
 }  // namespace wm::llm

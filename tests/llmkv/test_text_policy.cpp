@@ -365,5 +365,31 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
   }
 }
 
+// keep_log_probs(): the log-probabilities after chosen tokens, their argmax predict()'s own
+// prediction there, normalised; the request is gone after take_log_probs().
+TEST(TextPolicy, LogProbsAfterChosenTokensMatchThePredictions) {
+  const Tokenizer tok = fixture_tokenizer();
+  LlmModel m = test::random_model(tok.vocab_size(), 5);
+  const std::vector<int64_t> ids = tok.encode("Recall fada: 3117 and piti: 42\nRecall fada:");
+  SessionOptions so;
+  so.prefill_chunk = 4;
+  LlmSession s(m, tok, at::kCPU, at::kFloat, so);
+  s.keep_log_probs({10, 2, static_cast<int64_t>(ids.size()) - 1});
+  const std::vector<int64_t> arg = s.predict(ids, {static_cast<int64_t>(ids.size()) - 3});
+  const std::vector<at::Tensor> lp = s.take_log_probs();
+  ASSERT_EQ(lp.size(), 3u);
+  const std::vector<int64_t> at_idx = {10, 2, static_cast<int64_t>(ids.size()) - 1};
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(lp[k].defined()) << k;
+    EXPECT_EQ(lp[k].argmax().item<int64_t>(), arg[at_idx[k]]) << k;
+    EXPECT_NEAR(lp[k].exp().sum().item<double>(), 1.0, 1e-5) << k;
+  }
+  s.reset();
+  s.predict(ids, {static_cast<int64_t>(ids.size())});
+  EXPECT_TRUE(s.take_log_probs().empty());
+  s.keep_log_probs({static_cast<int64_t>(ids.size())});
+  EXPECT_THROW(s.predict(ids, {static_cast<int64_t>(ids.size())}), Error);  // past the ids
+}
+
 }  // namespace
 }  // namespace wm::llm

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0;
+  bool kl = false;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -172,6 +173,9 @@ int main(int argc, char** argv) {
                  "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_flag("--kl", kl,
+               "also the mean KL divergence of each policy's next-token distribution from the full cache's over "
+               "the answer tokens");
   app.add_option("--show-kept", show_kept,
                  "print the tokens the window holds (layer 0) at the end of the first N samples of each run")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
@@ -231,6 +235,23 @@ int main(int argc, char** argv) {
           cuts.push_back(question_cuts(tokenized.back(), raw));
           blocks.push_back(block_pieces(tokenized.back(), raw));
         }
+        // With --kl: the full cache's log-probabilities before every answer token, per sample.
+        std::vector<std::vector<int64_t>> kl_at(samples);
+        std::vector<std::vector<at::Tensor>> kl_ref(samples);
+        if (kl) {
+          wm::llm::SessionOptions so;
+          so.prefill_chunk = prefill_chunk;
+          so.regions = {"blocks", "recent"};
+          wm::llm::LlmSession ref(model, tok, dev, at::kFloat, so);
+          for (int64_t i = 0; i < samples; ++i) {
+            for (const auto& a : tokenized[i].answers)
+              for (int64_t t = a.first; t < a.second; ++t) kl_at[i].push_back(t - 1);
+            ref.reset();
+            ref.keep_log_probs(kl_at[i]);
+            ref.predict(tokenized[i].ids, cuts[i]);
+            kl_ref[i] = ref.take_log_probs();
+          }
+        }
         for (const auto& [policy, budget] : runs) {
           wm::llm::SessionOptions so;
           so.prefill_chunk = prefill_chunk;
@@ -244,13 +265,21 @@ int main(int argc, char** argv) {
           wm::llm::LlmSession session(model, tok, dev, at::kFloat, so);
           const bool block_wise = session.policy().block_wise();
           int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0, evictions = 0, recoveries = 0;
+          double kl_sum = 0;
+          int64_t kl_n = 0;
           double seconds = 0.0;
           for (int64_t i = 0; i < samples; ++i) {
             const auto& s = tokenized[i];
             session.reset();
+            if (kl) session.keep_log_probs(kl_at[i]);
             const auto ts = std::chrono::steady_clock::now();
             const std::vector<int64_t> arg =
                 block_wise ? session.predict_pieces(s.ids, blocks[i]) : session.predict(s.ids, cuts[i]);
+            if (kl) {
+              const std::vector<at::Tensor> lp = session.take_log_probs();
+              for (size_t k = 0; k < lp.size(); ++k, ++kl_n)
+                kl_sum += (kl_ref[i][k].exp() * (kl_ref[i][k] - lp[k])).sum().item<double>();
+            }
             evictions += session.policy().evictions();
             recoveries += session.policy().recoveries();
             seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
@@ -285,16 +314,18 @@ int main(int argc, char** argv) {
                              {"mean_tokens", static_cast<double>(tokens) / samples},
                              {"peak_kv_tokens", peak},
                              {"evictions_per_sample", static_cast<double>(evictions) / samples},
+                             {"kl_from_full", kl_n ? kl_sum / kl_n : std::nan("")},
                              {"recoveries_per_sample", static_cast<double>(recoveries) / samples},
                              {"tokens_per_s", seconds > 0 ? tokens / seconds : 0.0}});
         }
       }
     }
     progress.finish();
-    std::printf("%-10s %8s %-14s %7s %8s %9s %17s %8s %9s %8s %8s\n", "task", "context", "policy", "budget",
-                "answers", "accuracy", "Wilson 95%", "tokens", "peak KV", "evicted", "restored");
-    for (const auto& r : results)
-      std::printf("%-10s %8lld %-14s %7s %8lld %8.1f%% %7.1f - %5.1f%% %8.0f %9lld %8.1f %8.1f\n",
+    std::printf("%-10s %8s %-14s %7s %8s %9s %17s %8s %9s %8s %8s%s\n", "task", "context", "policy", "budget",
+                "answers", "accuracy", "Wilson 95%", "tokens", "peak KV", "evicted", "restored",
+                kl ? "  KL from full" : "");
+    for (const auto& r : results) {
+      std::printf("%-10s %8lld %-14s %7s %8lld %8.1f%% %7.1f - %5.1f%% %8.0f %9lld %8.1f %8.1f",
                   r["task"].get<std::string>().c_str(),
                   static_cast<long long>(r["context"].get<int64_t>()), r["policy"].get<std::string>().c_str(),
                   r["budget"].get<std::string>().c_str(), static_cast<long long>(r["answers"].get<int64_t>()),
@@ -302,6 +333,9 @@ int main(int argc, char** argv) {
                   100 * r["wilson95"][1].get<double>(), r["mean_tokens"].get<double>(),
                   static_cast<long long>(r["peak_kv_tokens"].get<int64_t>()),
                   r["evictions_per_sample"].get<double>(), r["recoveries_per_sample"].get<double>());
+      if (kl && r["kl_from_full"].is_number()) std::printf("  %13.4f", r["kl_from_full"].get<double>());
+      std::printf("\n");
+    }
     if (json_file) {
       json_file->stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
       json_file->commit();
