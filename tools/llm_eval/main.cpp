@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,7 @@
 #include "tools/cli/progress.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
+#include "tools/rollout/plot.h"
 
 namespace {
 
@@ -138,11 +141,43 @@ void print_kept(const wm::llm::LlmSession& session, const wm::llmdata::Tokenized
                text.c_str());
 }
 
+// Accuracy (%) against the KV budget (tokens per layer) per policy, one chart per task and
+// context; the full cache as a level line across the budgets.
+void write_plots(const std::string& dir, const nlohmann::json& results) {
+  std::map<std::pair<std::string, int64_t>, std::map<std::string, wm::rollout::Series>> charts;
+  std::map<std::pair<std::string, int64_t>, double> full;
+  for (const auto& r : results) {
+    const auto key = std::make_pair(r["task"].get<std::string>(), r["context"].get<int64_t>());
+    const std::string policy = r["policy"].get<std::string>();
+    const double acc = 100.0 * r["accuracy"].get<double>();
+    if (policy == "full") {
+      full[key] = acc;
+      continue;
+    }
+    auto& s = charts[key][policy];
+    s.name = policy;
+    s.points.push_back({static_cast<double>(r["budget_tokens"].get<int64_t>()), acc});
+  }
+  for (auto& [key, by_policy] : charts) {
+    std::vector<wm::rollout::Series> series;
+    double lo = 1e30, hi = 0;
+    for (auto& [name, s] : by_policy) {
+      std::sort(s.points.begin(), s.points.end());
+      lo = std::min(lo, s.points.front().first), hi = std::max(hi, s.points.back().first);
+      series.push_back(s);
+    }
+    if (full.count(key)) series.push_back({"full", {{lo, full[key]}, {hi, full[key]}}});
+    const std::string path = wm::str_cat(dir, "/accuracy_", key.first, "_", key.second, ".png");
+    wm::rollout::line_chart(path, wm::str_cat(key.first, " at ", key.second, " tokens: accuracy against KV budget"),
+                            "KV budget (tokens per layer)", "accuracy (%)", series);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds, under memory policies and KV budgets"};
-  std::string model_dir = kEmbeddedModel, json_out, device = "auto", placement = "tail";
+  std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto", placement = "tail";
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0;
@@ -180,6 +215,9 @@ int main(int argc, char** argv) {
                  "print the tokens the window holds (layer 0) at the end of the first N samples of each run")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   app.add_option("--json", json_out, "write the results as JSON to this file");
+  app.add_option("--csv", csv_out, "write the results as CSV to this file");
+  app.add_option("--plots", plot_dir,
+                 "write PNG charts to this folder: accuracy against KV budget per policy, one per task and context");
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
@@ -188,6 +226,9 @@ int main(int argc, char** argv) {
   try {
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
+    std::unique_ptr<wm::cli::OutputFile> csv_file;
+    if (!csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(csv_out);
+    if (!plot_dir.empty()) std::filesystem::create_directories(plot_dir);
     wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
     if (tasks.empty()) tasks = wm::llmtasks::task_names();
@@ -336,6 +377,19 @@ int main(int argc, char** argv) {
       if (kl && r["kl_from_full"].is_number()) std::printf("  %13.4f", r["kl_from_full"].get<double>());
       std::printf("\n");
     }
+    if (csv_file) {
+      auto& o = csv_file->stream();
+      o << "task,context,policy,budget,budget_tokens,samples,answers,accuracy,wilson_lo,wilson_hi,peak_kv_tokens,"
+           "evictions_per_sample,recoveries_per_sample,kl_from_full,tokens_per_s\n";
+      for (const auto& r : results)
+        o << r["task"].get<std::string>() << "," << r["context"] << "," << r["policy"].get<std::string>() << ","
+          << r["budget"].get<std::string>() << "," << r["budget_tokens"] << "," << r["samples"] << ","
+          << r["answers"] << "," << r["accuracy"] << "," << r["wilson95"][0] << "," << r["wilson95"][1] << ","
+          << r["peak_kv_tokens"] << "," << r["evictions_per_sample"] << "," << r["recoveries_per_sample"] << ","
+          << (r["kl_from_full"].is_number() && std::isfinite(r["kl_from_full"].get<double>()) ? r["kl_from_full"].dump() : "") << "," << r["tokens_per_s"] << "\n";
+      csv_file->commit();
+    }
+    if (!plot_dir.empty()) write_plots(plot_dir, results);
     if (json_file) {
       json_file->stream() << nlohmann::json{{"model", model_dir}, {"results", results}}.dump(2) << "\n";
       json_file->commit();
