@@ -31,7 +31,8 @@ struct TextMemoryConfig {
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
   std::string recovery = "restore";  // evoke: "restore" (bank and bring back) or "discard"
-  std::string placement = "tail";    // evoke: a restored block "tail" (re-anchored) or "original"
+  std::string placement = "original";  // evoke: a restored block at its "original" positions or at
+                                       // the "tail" (re-anchored after everything)
   int relevance_layer = -1;          // evoke: the layer whose query-key scores rank blocks (-1: last)
   int64_t recall_blocks = 0;         // evoke: banked blocks restored per message at most (0: what fits)
   int64_t reserve = 4;               // evoke: tokens kept free for the message's answer

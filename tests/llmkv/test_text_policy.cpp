@@ -260,6 +260,7 @@ TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
     KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
     TextMemoryConfig c = config(name, 20);
     c.reserve = 6;  // room for the last block and one more: 20 - 2 (message) - 6
+    c.placement = "tail";
     auto p = make_text_policy(c);
     EXPECT_TRUE(p->block_wise());
     EXPECT_EQ(p->wants_recall(), name == "evoke");

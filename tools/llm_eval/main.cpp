@@ -177,7 +177,7 @@ void write_plots(const std::string& dir, const nlohmann::json& results) {
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds, under memory policies and KV budgets"};
-  std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto", placement = "tail";
+  std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto", placement = "original";
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0;
