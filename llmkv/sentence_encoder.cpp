@@ -146,4 +146,14 @@ at::Tensor SentenceEncoder::embed(const std::vector<std::string>& texts) const {
   return out;
 }
 
+TextEmbedder sentence_embedder(std::shared_ptr<const SentenceEncoder> encoder, Tokenizer decoder_tokenizer) {
+  WM_CHECK(encoder != nullptr, "sentence_embedder needs an encoder");
+  return [encoder = std::move(encoder), tok = std::move(decoder_tokenizer)](const std::vector<std::vector<int64_t>>& ids) {
+    std::vector<std::string> texts;
+    texts.reserve(ids.size());
+    for (const auto& t : ids) texts.push_back(tok.decode(t, /*skip_special=*/true));
+    return encoder->embed(texts).to(at::kCPU);
+  };
+}
+
 }  // namespace wm::llm

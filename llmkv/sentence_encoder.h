@@ -16,10 +16,13 @@
 // all-MiniLM-L6-v2), else to max_position_embeddings, or to the length given to load.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "llmkv/bert.h"
+#include "llmkv/text_policy.h"
+#include "llmkv/tokenizer.h"
 #include "llmkv/wordpiece.h"
 
 namespace wm::llm {
@@ -63,5 +66,10 @@ class SentenceEncoder {
   int64_t max_length_;
   int64_t batch_size_ = 32;
 };
+
+// The embedder evoke's relevance "embedding" takes: token ids of the decoder's tokenizer ->
+// decoded text without special tokens (ChatML's <|im_start|> and <|im_end|> say nothing of a
+// turn's topic) -> the encoder's embeddings, on the CPU. Both handles are shared.
+TextEmbedder sentence_embedder(std::shared_ptr<const SentenceEncoder> encoder, Tokenizer decoder_tokenizer);
 
 }  // namespace wm::llm

@@ -90,6 +90,9 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
     }
     StepView view;
     view.fresh = c;
+    view.segment = so.segment;
+    view.tokens = all.narrow(0, s, c);
+    if (needs.hidden) view.hidden = r.hidden;
     view.key_mass = std::move(r.key_mass);
     view.query = std::move(r.query);
     memory_.apply(policy_->observe(memory_, view));
@@ -127,8 +130,9 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
   int64_t begin = 0;
   for (const auto& p : pieces) {
     const std::vector<int64_t> part(ids.begin() + begin, ids.begin() + p.end);
+    feed_breadcrumbs();
     if (p.message) recall_for(part);
-    const std::string region = p.segment.empty() ? "recent" : "blocks";
+    const std::string region = !p.region.empty() ? p.region : p.segment.empty() ? "recent" : "blocks";
     last_logits_ = run(part, region, p.segment.empty() ? region : p.segment, p.stepwise ? 1 : 0, &out);
     begin = p.end;
   }
@@ -140,6 +144,12 @@ std::vector<at::Tensor> LlmSession::take_log_probs() {
   lp_.clear();
   lp_at_.clear();
   return out;
+}
+
+void LlmSession::feed_breadcrumbs() {
+  // Feeding may drop more blocks, and so leave more breadcrumbs (never for a breadcrumb).
+  for (auto crumbs = policy_->take_breadcrumbs(); !crumbs.empty(); crumbs = policy_->take_breadcrumbs())
+    for (const auto& [id, text] : crumbs) run(tok_.encode(text, false), "blocks", id);
 }
 
 void LlmSession::recall_for(const std::vector<int64_t>& message) {
@@ -155,6 +165,8 @@ void LlmSession::recall_for(const std::vector<int64_t>& message) {
                               memory_.window(), so);
   StepView view;
   view.fresh = c;
+  view.tokens = at::tensor(message, at::kLong);
+  view.hidden = r.hidden;
   view.query = std::move(r.query);
   memory_.apply(policy_->recall(memory_, view));
   next_pos_ = policy_->next_position(memory_.window(), next_pos_);
@@ -162,6 +174,7 @@ void LlmSession::recall_for(const std::vector<int64_t>& message) {
 }
 
 at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment) {
+  if (!pending_) feed_breadcrumbs();
   std::vector<int64_t> all;
   if (pending_) all.push_back(*pending_);
   all.insert(all.end(), ids.begin(), ids.end());

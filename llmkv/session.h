@@ -65,9 +65,10 @@ using TextCallback = std::function<void(const std::string&)>;
 // A piece of a teacher-forced text (LlmSession::predict): tokens [the previous piece's end, end).
 struct PromptPiece {
   int64_t end = 0;
-  std::string segment;    // its block id in region "blocks"; empty: region "recent"
+  std::string segment;    // its block id (pieces with one id form one block); empty: region "recent"
   bool message = false;   // a new user message: the memory policy may recall for it first
   bool stepwise = false;  // one token per step, as generated tokens arrive (else prefill chunks)
+  std::string region;     // where the block goes; empty: "blocks" (a segment) or "recent" (none)
 };
 
 class LlmSession {
@@ -132,6 +133,8 @@ class LlmSession {
   // When the policy wants it: probes a new user message (nothing appended) and applies the
   // policy's recall plan for it.
   void recall_for(const std::vector<int64_t>& message);
+  // Feeds the breadcrumbs the policy has for blocks it dropped (recovery "breadcrumb").
+  void feed_breadcrumbs();
 
   LlmModel model_;
   Tokenizer tok_;

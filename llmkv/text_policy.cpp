@@ -15,10 +15,12 @@ void TextMemoryConfig::validate() const {
   WM_CHECK(window > 0, "the observation window must be > 0, got ", window);
   WM_CHECK(kernel > 0 && kernel % 2 == 1, "the pooling kernel must be odd and > 0, got ", kernel);
   WM_CHECK(score_decay > 0.0 && score_decay < 1.0, "score_decay must be in (0, 1), got ", score_decay);
-  WM_CHECK(recovery == "restore" || recovery == "discard", "recovery must be restore or discard, got '", recovery,
-           "'");
-  WM_CHECK(placement == "tail" || placement == "original", "placement must be tail or original, got '", placement,
-           "'");
+  WM_CHECK(recovery == "restore" || recovery == "discard" || recovery == "breadcrumb",
+           "recovery must be restore, discard or breadcrumb, got '", recovery, "'");
+  WM_CHECK(placement == "tail" || placement == "original" || placement == "compact",
+           "placement must be original, tail or compact, got '", placement, "'");
+  WM_CHECK(relevance == "attention" || relevance == "hidden" || relevance == "embedding",
+           "relevance must be attention, hidden or embedding, got '", relevance, "'");
   WM_CHECK(recall_blocks >= 0, "recall_blocks must be >= 0, got ", recall_blocks);
   WM_CHECK(reserve >= 0, "reserve must be >= 0, got ", reserve);
   WM_CHECK(pyramid_beta >= 1.0, "pyramid_beta must be >= 1, got ", pyramid_beta);

@@ -9,13 +9,19 @@
 // by its own tokens while it runs). Token choices are per layer, the kv heads' scores summed:
 // the window keeps one token set per layer, not per head.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/memory.h"
 
 namespace wm::llm {
+
+// Embeds token sequences (evoke's relevance "embedding"): n sequences -> [n, d] float32, rows of
+// unit norm (llmkv/sentence_encoder.h: sentence_embedder()).
+using TextEmbedder = std::function<at::Tensor(const std::vector<std::vector<int64_t>>& texts)>;
 
 struct TextMemoryConfig {
   std::string policy = "full";  // a registered name (text_policy_names())
@@ -30,9 +36,19 @@ struct TextMemoryConfig {
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
-  std::string recovery = "restore";  // evoke: "restore" (bank and bring back) or "discard"
-  std::string placement = "original";  // evoke: a restored block at its "original" positions or at
-                                       // the "tail" (re-anchored after everything)
+  std::string recovery = "restore";  // evoke: "restore" (bank and bring back), "discard", or
+                                     // "breadcrumb" (gone, a short text stub in its place)
+  std::string placement = "original";  // evoke: a restored block at its "original" positions, at
+                                       // the "tail" (re-anchored after everything), or "compact":
+                                       // every block re-anchored so that the window's positions
+                                       // run 0, 1, ... in the blocks' first order, gaps closed
+                                       // (as StreamingLLM re-anchors its cache)
+  std::string relevance = "attention";  // evoke: how blocks are scored against a message: "attention"
+                                       // (the message's last query against the block's keys at
+                                       // relevance_layer), "hidden" (cosine of the model's mean
+                                       // last-layer hidden states) or "embedding" (cosine of
+                                       // sentence embeddings of the texts: needs `embedder`)
+  TextEmbedder embedder;               // evoke with relevance "embedding"
   int relevance_layer = -1;          // evoke: the layer whose query-key scores rank blocks (-1: last)
   int64_t recall_blocks = 0;         // evoke: banked blocks restored per message at most (0: what fits)
   int64_t reserve = 4;               // evoke: tokens kept free for the message's answer
@@ -76,6 +92,10 @@ class TextPolicy : public MemoryPolicy {
     (void)memory, (void)probe;
     return {};
   }
+  // Recovery "breadcrumb": short texts standing for blocks the policy dropped, {segment id,
+  // text}, for the session to feed (region "blocks", a segment each) before the next piece of
+  // context. Handing them over clears them.
+  virtual std::vector<std::pair<std::string, std::string>> take_breadcrumbs() { return {}; }
 
  protected:
   TextMemoryConfig cfg_;

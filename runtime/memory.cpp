@@ -76,6 +76,15 @@ MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor
   return *this;
 }
 
+MemoryPlan& MemoryPlan::move(std::string id, Reanchor reanchor) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Move;
+  op.id = std::move(id);
+  op.reanchor = reanchor;
+  ops.push_back(std::move(op));
+  return *this;
+}
+
 KvMemory::KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank) {
   bank.device = spec.device;
   window_ = std::make_unique<KvWindow>(std::move(spec), std::move(regions));
@@ -92,6 +101,7 @@ const char* op_name(MemoryOp::Kind k) {
     case MemoryOp::Kind::Keep: return "keep";
     case MemoryOp::Kind::Shift: return "shift";
     case MemoryOp::Kind::Write: return "write";
+    case MemoryOp::Kind::Move: return "move";
   }
   return "?";
 }
@@ -124,6 +134,13 @@ void KvMemory::apply(MemoryPlan plan) {
         case MemoryOp::Kind::Write:
           window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw);
           break;
+        case MemoryOp::Kind::Move: {
+          WM_CHECK(window_->layout().find(op.id).first >= 0, "no segment '", op.id, "' in the window");
+          const Reanchor re = op.reanchor.value_or(Reanchor{});
+          for (int l = 0; l < window_->spec().n_layers; ++l)
+            window_->shift_tokens(l, window_->layout().segment_begin(l, op.id), window_->layout().segment_len(l, op.id), re);
+          break;
+        }
       }
     } catch (const CorruptData& e) {
       throw CorruptData(str_cat("memory: ", op_name(op.kind), " '", op.id, "': ", e.what()));

@@ -34,11 +34,12 @@ struct MemoryOp {
     Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region)
     Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
     Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
+    Move,    // move segment `id` (every layer) by `reanchor`: positions shifted, keys rotated
   };
   Kind kind = Kind::Drop;
   std::string id;                                   // Insert: block.id
   std::string region;                               // Fetch, Insert
-  std::optional<Reanchor> reanchor;                 // Fetch
+  std::optional<Reanchor> reanchor;                 // Fetch, Shift, Move
   std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
   Block block;                                      // Insert
   int layer = 0;                                    // Keep, Shift, Write
@@ -58,6 +59,7 @@ struct MemoryPlan {
   MemoryPlan& keep(int layer, std::vector<int64_t> tokens);
   MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
   MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw);
+  MemoryPlan& move(std::string id, Reanchor reanchor);
   bool empty() const { return ops.empty(); }
 };
 
@@ -91,11 +93,15 @@ struct StepNeeds {
   bool key_mass = false;     // the attention mass each window key received
   int64_t mass_queries = 0;  // ... from the step's last mass_queries queries only (0: from all)
   bool query = false;        // the step's last query
+  bool hidden = false;       // the step's output hidden states (the model's last layer)
 };
 
 // What a forward step (its tokens already appended to the window) shows the policy.
 struct StepView {
   int64_t fresh = 0;                  // the step's token count (the window's last tokens)
+  std::string segment;                // the segment its tokens went to (or would have: a probe)
+  at::Tensor tokens;                  // [fresh] int64 CPU: its input ids, where the path has them
+  at::Tensor hidden;                  // [fresh, hidden] float32: the last layer's output, if asked
   std::vector<at::Tensor> key_mass;   // per layer [n_kv_heads, size] float32, if asked
   std::vector<at::Tensor> query;      // per layer [n_kv_heads, head_dim] float32: the last query,
                                       // rotated, its group's query heads averaged, if asked

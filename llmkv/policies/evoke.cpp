@@ -3,16 +3,24 @@
 // least recently used blocks leave it, oldest first (the block being written stays, and so does
 // region "system", which is never evicted): into the bank with recovery "restore", gone with "discard"
 // (evoke_discard). Before each new user message the message is probed and every block, in the
-// window or banked, is scored by its relevance to it: the probe's last query against the
-// block's keys at one layer (the largest scaled dot product, summed over the kv heads). The most
+// window or banked, is scored by its relevance to it (TextMemoryConfig::relevance): the probe's
+// last query against the block's keys at one layer (the largest scaled dot product, summed over
+// the kv heads: "attention"), the cosine of the mean last-layer hidden states of the block and
+// of the message ("hidden"), or the cosine of sentence embeddings of their texts
+// ("embedding", the config's embedder). The most
 // relevant blocks that fit the budget (less the message and `reserve` tokens for its answer)
 // are the window's: banked ones come back without recompute, re-anchored to the tail by one
 // RoPE rotation (placement "tail") or at their original positions ("original"), and the others
-// make room for them.
+// make room for them. With placement "compact" every eviction and recall ends with the window
+// re-anchored so that its positions run 0, 1, ... with no gaps, the blocks in the order they
+// first arrived (a restored block between the ones around it then): the model never sees a
+// position beyond the budget, however long the session.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "llmkv/text_policy.h"
 #include "runtime/error.h"
@@ -22,18 +30,26 @@ namespace {
 
 class Evoke final : public TextPolicy {
  public:
-  Evoke(const TextMemoryConfig& cfg, bool discard) : TextPolicy(cfg), discard_(discard || cfg.recovery == "discard") {
+  Evoke(const TextMemoryConfig& cfg, const std::string& recovery)
+      : TextPolicy(cfg), recovery_(recovery), discard_(recovery != "restore") {
     WM_CHECK(cfg.budget > cfg.reserve, name(), " needs a KV budget above its ", cfg.reserve,
              " reserved answer tokens, got ", cfg.budget);
+    WM_CHECK(cfg.relevance != "embedding" || cfg.embedder, name(),
+             " with relevance 'embedding' needs a sentence embedder (a sentence-embedding model folder)");
   }
 
   bool block_wise() const override { return true; }
   bool wants_recall() const override { return !discard_; }
-  StepNeeds step_needs() const override { return {}; }
+  StepNeeds step_needs() const override {
+    StepNeeds n;
+    n.hidden = cfg_.relevance == "hidden";
+    return n;
+  }
 
-  MemoryPlan observe(const KvMemory& memory, const StepView&) override {
+  MemoryPlan observe(const KvMemory& memory, const StepView& step) override {
     const KvWindow& w = memory.window();
     touch_new(w);
+    if (!discard_) describe(step);
     MemoryPlan plan;
     int64_t size = w.size(0);
     if (size <= cfg_.budget) return plan;
@@ -41,11 +57,14 @@ class Evoke final : public TextPolicy {
     std::vector<std::pair<int64_t, std::string>> order;
     for (const auto& id : evictable(w)) order.push_back({used_.at(id), id});
     std::sort(order.begin(), order.end());
+    std::set<std::string> leaving;
     for (const auto& [when, id] : order) {
       if (size <= cfg_.budget) break;
       size -= w.layout().segment_len(0, id);
       evict(w, id, plan);
+      leaving.insert(id);
     }
+    if (compact_) compact(w, leaving, {}, plan);
     return plan;
   }
 
@@ -60,8 +79,22 @@ class Evoke final : public TextPolicy {
     WM_CHECK(static_cast<int>(probe.query.size()) == L, name(), " needs the probe's query at every layer");
     const at::Tensor q = probe.query[layer].to(at::kCPU, at::kFloat);  // [KH, d]
     const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
-    auto relevance = [&](const at::Tensor& k) {  // k [KH, n, d] -> sum over heads of the best key
+    auto by_keys = [&](const at::Tensor& k) {  // k [KH, n, d] -> sum over heads of the best key
       return (k.to(at::kCPU, at::kFloat).matmul(q.unsqueeze(-1)).squeeze(-1) * scale).amax(1).sum().item<double>();
+    };
+    // "hidden" and "embedding": the message's own vector, and the blocks' as described so far.
+    at::Tensor message;
+    if (cfg_.relevance == "hidden") {
+      message = probe.hidden.to(at::kCPU, at::kDouble).mean(0);
+      message = message / message.norm().clamp_min(1e-12);
+    } else if (cfg_.relevance == "embedding") {
+      message = embed_pending(probe.tokens);
+    }
+    auto relevance = [&](const std::string& id, const at::Tensor& keys) {
+      if (cfg_.relevance == "attention") return by_keys(keys);
+      const auto it = vec_.find(id);
+      if (it == vec_.end() || !it->second.defined()) return -std::numeric_limits<double>::infinity();
+      return at::dot(it->second, message).item<double>();
     };
     // Candidates: the window's evictable blocks and the banked ones.
     struct Cand {
@@ -77,11 +110,11 @@ class Evoke final : public TextPolicy {
     for (const auto& id : evictable(w, true)) {
       const int64_t b = w.layout().segment_begin(layer, id), n = w.layout().segment_len(layer, id);
       const double rel = id == last_block(w) ? std::numeric_limits<double>::infinity()
-                                             : relevance(w.k(layer).narrow(1, b, n));
+                                             : relevance(id, w.k(layer).narrow(1, b, n));
       cands.push_back({id, rel, w.layout().segment_len(0, id), false});
       fixed -= w.layout().segment_len(0, id);
     }
-    for (const auto& [id, b] : banked_) cands.push_back({id, relevance(b.keys), b.len, true});
+    for (const auto& [id, b] : banked_) cands.push_back({id, relevance(id, b.keys), b.len, true});
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.rel > b.rel; });
     int64_t room = cfg_.budget - fixed - probe.fresh - cfg_.reserve;
     int64_t restored = 0;
@@ -97,28 +130,33 @@ class Evoke final : public TextPolicy {
       }
     }
     for (const auto& id : leave) evict(w, id, plan);
-    // The next free position: after everything the window holds (restored blocks go there).
-    int64_t next = next_position(w, 0);
-    for (const auto& id : back) {
-      const Banked& b = banked_.at(id);
-      if (cfg_.placement == "tail") {
-        plan.fetch(id, "blocks", Reanchor{0, next - b.first});
-        next += b.span;
-      } else {
-        plan.fetch(id, "blocks");
+    if (compact_) {
+      compact(w, std::set<std::string>(leave.begin(), leave.end()), back, plan);
+    } else {
+      // The next free position: after everything the window holds (restored blocks go there).
+      int64_t next = next_position(w, 0);
+      for (const auto& id : back) {
+        const Banked& b = banked_.at(id);
+        if (cfg_.placement == "tail") {
+          plan.fetch(id, "blocks", Reanchor{0, next - b.first});
+          next += b.span;
+        } else {
+          plan.fetch(id, "blocks");
+        }
       }
-      banked_.erase(id);
-      ++recoveries_;
     }
+    for (const auto& id : back) banked_.erase(id), ++recoveries_;
     return plan;
   }
 
   int64_t next_position(const KvWindow& w, int64_t next) const override {
-    int64_t top = next;
+    int64_t top = compact_ ? 0 : next;  // compact: right after the window's last position
     for (int l = 0; l < w.spec().n_layers; ++l)
       if (w.size(l) > 0) top = std::max(top, w.pos(l).select(1, 0).max().item<int64_t>() + 1);
     return top;
   }
+
+  std::vector<std::pair<std::string, std::string>> take_breadcrumbs() override { return std::exchange(crumbs_, {}); }
 
   int64_t evictions() const override { return evictions_; }
   int64_t recoveries() const override { return recoveries_; }
@@ -126,6 +164,11 @@ class Evoke final : public TextPolicy {
   void reset() override {
     banked_.clear();
     used_.clear();
+    born_.clear();
+    hidden_.clear();
+    crumbs_.clear();
+    ids_.clear();
+    vec_.clear();
     clock_ = evictions_ = recoveries_ = 0;
   }
 
@@ -157,16 +200,90 @@ class Evoke final : public TextPolicy {
     return out;
   }
 
-  // Stamps blocks seen for the first time (use order).
+  // Keeps what relevance "hidden" or "embedding" needs of the step's segment: the sum of its
+  // hidden states, or its token ids (its vector is made again when next needed).
+  void describe(const StepView& step) {
+    if (cfg_.relevance == "hidden" && step.hidden.defined()) {
+      at::Tensor& sum = hidden_[step.segment];
+      const at::Tensor add = step.hidden.to(at::kCPU, at::kDouble).sum(0);
+      sum = sum.defined() ? sum + add : add;
+      vec_[step.segment] = sum / sum.norm().clamp_min(1e-12);
+    } else if (cfg_.relevance == "embedding" && step.tokens.defined()) {
+      const at::Tensor t = step.tokens.to(at::kCPU, at::kLong).contiguous();
+      auto& ids = ids_[step.segment];
+      ids.insert(ids.end(), t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+      vec_.erase(step.segment);
+    }
+  }
+
+  // Relevance "embedding": embeds the message and every block whose text changed since its
+  // last embedding, in one call; returns the message's vector.
+  at::Tensor embed_pending(const at::Tensor& message_tokens) {
+    const at::Tensor t = message_tokens.to(at::kCPU, at::kLong).contiguous();
+    std::vector<std::vector<int64_t>> texts{{t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()}};
+    std::vector<std::string> which;
+    for (const auto& [id, ids] : ids_)
+      if (!vec_.count(id)) texts.push_back(ids), which.push_back(id);
+    const at::Tensor e = cfg_.embedder(texts).to(at::kCPU, at::kDouble);
+    WM_CHECK(e.dim() == 2 && e.size(0) == static_cast<int64_t>(texts.size()), name(), ": the embedder gave ",
+             e.sizes(), " for ", texts.size(), " texts");
+    for (size_t i = 0; i < which.size(); ++i) vec_[which[i]] = e[static_cast<int64_t>(i) + 1];
+    return e[0];
+  }
+
+  // Stamps blocks seen for the first time (use order, arrival order).
   void touch_new(const KvWindow& w) {
     for (const auto& s : w.layout().segments(w.layout().region("blocks")))
       if (!used_.count(s.id)) used_[s.id] = ++clock_;
+    for (const auto& r : w.layout().region_names())
+      for (const auto& s : w.layout().segments(w.layout().region(r)))
+        if (!born_.count(s.id) && w.layout().segment_len(0, s.id) > 0) born_[s.id] = ++arrivals_;
+  }
+
+  // Placement "compact": the plan's last ops re-anchor what the window will hold (its segments
+  // but `leaving`, and the banked blocks `back` it fetches) to positions 0, 1, ... in arrival
+  // order. Each block's positions are one contiguous run (it was fed that way and moves whole).
+  void compact(const KvWindow& w, const std::set<std::string>& leaving, const std::vector<std::string>& back,
+               MemoryPlan& plan) {
+    struct Run {
+      int64_t born, first, span;
+      std::string id;
+      bool fetched;
+    };
+    std::vector<Run> runs;
+    const at::Tensor pos = w.size(0) > 0 ? w.pos(0).select(1, 0) : at::Tensor();
+    for (const auto& r : w.layout().region_names())
+      for (const auto& s : w.layout().segments(w.layout().region(r))) {
+        const int64_t n = w.layout().segment_len(0, s.id);
+        if (n == 0 || leaving.count(s.id)) continue;
+        const at::Tensor p = pos.narrow(0, w.layout().segment_begin(0, s.id), n);
+        const int64_t first = p.min().item<int64_t>();
+        runs.push_back({born_.at(s.id), first, p.max().item<int64_t>() - first + 1, s.id, false});
+      }
+    for (const auto& id : back) {
+      const Banked& b = banked_.at(id);
+      runs.push_back({born_.at(id), b.first, b.span, id, true});
+    }
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.born < b.born; });
+    int64_t next = 0;
+    for (const auto& r : runs) {
+      const int64_t delta = next - r.first;
+      if (r.fetched) plan.fetch(r.id, "blocks", Reanchor{0, delta});
+      else if (delta != 0) plan.move(r.id, Reanchor{0, delta});
+      next += r.span;
+    }
   }
 
   void evict(const KvWindow& w, const std::string& id, MemoryPlan& plan) {
     ++evictions_;
     if (discard_) {
       plan.drop(id);
+      // A breadcrumb stands where the block stood (in arrival order); a breadcrumb leaves none.
+      if (recovery_ == "breadcrumb" && id.rfind(kCrumb, 0) != 0) {
+        const std::string crumb = kCrumb + id;
+        crumbs_.push_back({crumb, "[" + id + " moved out of context]\n"});
+        if (born_.count(id)) born_[crumb] = born_.at(id);
+      }
       return;
     }
     const int L = w.spec().n_layers;
@@ -182,18 +299,34 @@ class Evoke final : public TextPolicy {
     plan.bank(id);
   }
 
-  bool discard_;
+  static constexpr const char* kCrumb = "crumb:";  // a breadcrumb's segment: "crumb:" + the block's id
+
+  std::string recovery_;  // restore, discard or breadcrumb
+  bool discard_;          // evicted blocks are gone (discard, breadcrumb)
+  std::vector<std::pair<std::string, std::string>> crumbs_;  // breadcrumbs not yet handed over
+  bool compact_ = cfg_.placement == "compact";
   std::map<std::string, Banked> banked_;
   std::map<std::string, int64_t> used_;  // per block: when it was last placed or found relevant
-  int64_t clock_ = 0;
+  std::map<std::string, int64_t> born_;  // per segment: its arrival order (placement "compact")
+  // Relevance "hidden": per segment the sum of its hidden states; "embedding": its token ids.
+  // vec_: per segment its unit vector for the message's to meet (float64, CPU).
+  std::map<std::string, at::Tensor> hidden_;
+  std::map<std::string, std::vector<int64_t>> ids_;
+  std::map<std::string, at::Tensor> vec_;
+  int64_t clock_ = 0, arrivals_ = 0;
   int64_t evictions_ = 0, recoveries_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg) { return std::make_unique<Evoke>(cfg, false); }
+std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg) {
+  return std::make_unique<Evoke>(cfg, cfg.recovery);
+}
 std::unique_ptr<TextPolicy> make_evoke_discard(const TextMemoryConfig& cfg) {
-  return std::make_unique<Evoke>(cfg, true);
+  return std::make_unique<Evoke>(cfg, "discard");
+}
+std::unique_ptr<TextPolicy> make_evoke_breadcrumb(const TextMemoryConfig& cfg) {
+  return std::make_unique<Evoke>(cfg, "breadcrumb");
 }
 
 }  // namespace wm::llm

@@ -17,6 +17,7 @@ std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke_discard(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_evoke_breadcrumb(const TextMemoryConfig& cfg);
 
 namespace {
 
@@ -28,7 +29,7 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
       {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev}, {"evoke", make_evoke},
-      {"evoke_discard", make_evoke_discard},
+      {"evoke_discard", make_evoke_discard}, {"evoke_breadcrumb", make_evoke_breadcrumb},
   };
   return table;
 }

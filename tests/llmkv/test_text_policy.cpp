@@ -74,7 +74,7 @@ std::vector<int64_t> positions(const KvWindow& w, int l) {
 TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
   EXPECT_EQ(text_policy_names(),
             (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "keepkv",
-                                      "keepkv_ev", "evoke", "evoke_discard"}));
+                                      "keepkv_ev", "evoke", "evoke_discard", "evoke_breadcrumb"}));
   for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
   EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
   EXPECT_THROW(make_text_policy(config("h2o", 0)), Error);            // a budget is needed
@@ -300,6 +300,182 @@ TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
     }
     EXPECT_EQ(p->next_position(mem.window(), 0), 36);
   }
+}
+
+// Placement "compact": every eviction and recall leaves the window's positions 0, 1, ... in the
+// order the blocks arrived, keys rotated to match (V untouched), and a restored block lands
+// between the blocks around it.
+TEST(TextPolicy, EvokeCompactKeepsPositionsDenseInArrivalOrder) {
+  at::manual_seed(11);
+  const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+  KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+  TextMemoryConfig c = config("evoke", 20);
+  c.reserve = 6;
+  c.placement = "compact";
+  auto p = make_text_policy(c);
+  std::vector<at::Tensor> raw;
+  int64_t next = 0;
+  for (int b = 0; b < 5; ++b) {
+    raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
+    const at::Tensor pos = at::arange(next, next + 6, at::kLong).unsqueeze(1);
+    for (int l = 0; l < spec.n_layers; ++l)
+      mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
+    mem.apply(p->observe(mem, view({}, 6)));
+    next = p->next_position(mem.window(), next + 6);
+  }
+  // b0 left after block 3, b1 after block 4; what stays moved down to 0..17.
+  auto check = [&](const std::vector<int>& blocks) {
+    std::vector<std::string> ids;
+    for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+    ASSERT_EQ(ids.size(), blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const std::string id = "b" + std::to_string(blocks[i]);
+      for (int l = 0; l < spec.n_layers; ++l) {
+        const int64_t b = mem.window().layout().segment_begin(l, id);
+        const at::Tensor pos = mem.window().pos(l).narrow(0, b, 6);
+        const int64_t first = pos[0][0].item<int64_t>();
+        // In arrival order, no gaps: the i-th block of the list sits at 6 i.
+        EXPECT_EQ(first, 6 * static_cast<int64_t>(i)) << id << " layer " << l;
+        EXPECT_TRUE(at::equal(pos, at::arange(first, first + 6, at::kLong).unsqueeze(1))) << id;
+        EXPECT_LE((mem.window().k(l).narrow(1, b, 6) - apply_rope(raw[blocks[i]], pos, spec.rope)).abs().max().item<double>(),
+                  1e-5)
+            << id << " layer " << l;
+        EXPECT_TRUE(at::equal(mem.window().v(l).narrow(1, b, 6), raw[blocks[i]] * 2)) << id;
+      }
+    }
+  };
+  check({2, 3, 4});
+  EXPECT_EQ(next, 18);
+  EXPECT_EQ(p->next_position(mem.window(), 1000), 18);  // the window's end, whatever the count says
+  // A message whose last query is b0's token 3 as banked (at positions 0..5): b0 comes back
+  // before b4 (it arrived first), b2 and b3 make room.
+  const at::Tensor k03 = apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
+  StepView probe;
+  probe.fresh = 2;
+  for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
+  mem.apply(p->recall(mem, probe));
+  std::vector<std::string> ids;
+  for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"b4", "b0"}));  // region order: b0 was fetched to the end
+  // Positions: b0 at 0..5, b4 at 6..11.
+  for (int l = 0; l < spec.n_layers; ++l) {
+    EXPECT_TRUE(at::equal(mem.window().pos(l).narrow(0, 6, 6), at::arange(0, 6, at::kLong).unsqueeze(1)));
+    EXPECT_TRUE(at::equal(mem.window().pos(l).narrow(0, 0, 6), at::arange(6, 12, at::kLong).unsqueeze(1)));
+    EXPECT_LE((mem.window().k(l).narrow(1, 6, 6) - apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope))
+                  .abs().max().item<double>(),
+              1e-5);
+    EXPECT_LE((mem.window().k(l).narrow(1, 0, 6) - apply_rope(raw[4], at::arange(6, 12, at::kLong).unsqueeze(1), spec.rope))
+                  .abs().max().item<double>(),
+              1e-5);
+  }
+  EXPECT_EQ(p->next_position(mem.window(), 0), 12);
+  EXPECT_EQ(p->recoveries(), 1);
+}
+
+// The core's move: one segment, every layer, re-anchored as one RoPE rotation; an absent segment
+// is an error naming it.
+TEST(TextPolicy, MoveReanchorsOneSegmentInEveryLayer) {
+  Filled f = filled(10);
+  const KvSpec& spec = f.memory.spec();
+  const at::Tensor raw = at::randn({spec.n_kv_heads, 4, spec.head_dim});
+  const at::Tensor pos = at::arange(10, 14, at::kLong).unsqueeze(1);
+  for (int l = 0; l < spec.n_layers; ++l)
+    f.memory.window().append("blocks", "x", l, apply_rope(raw, pos, spec.rope), raw, pos);
+  f.memory.apply(MemoryPlan().move("x", Reanchor{0, -7}));
+  for (int l = 0; l < spec.n_layers; ++l) {
+    const int64_t b = f.memory.window().layout().segment_begin(l, "x");
+    EXPECT_TRUE(at::equal(f.memory.window().pos(l).narrow(0, b, 4), pos - 7));
+    EXPECT_LE((f.memory.window().k(l).narrow(1, b, 4) - apply_rope(raw, pos - 7, spec.rope)).abs().max().item<double>(), 1e-5);
+    const int64_t r = f.memory.window().layout().segment_begin(l, "recent");  // untouched
+    EXPECT_TRUE(at::equal(f.memory.window().pos(l).narrow(0, r, 10), at::arange(10, at::kLong).unsqueeze(1)));
+  }
+  try {
+    f.memory.apply(MemoryPlan().move("nope", Reanchor{0, 1}));
+    ADD_FAILURE() << "moving an absent segment must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
+  }
+}
+
+// Relevance by the model's hidden states or by sentence embeddings: the block whose vector
+// matches the message's comes back (here the vectors are one-hot: hidden states by block, and an
+// embedder keyed by a text's first token).
+TEST(TextPolicy, EvokeRelevanceByHiddenStatesOrEmbeddingsRestoresTheMatchingBlock) {
+  for (const std::string relevance : {"hidden", "embedding"}) {
+    at::manual_seed(13);
+    const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+    KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+    TextMemoryConfig c = config("evoke", 20);
+    c.reserve = 6;
+    c.relevance = relevance;
+    int embedded = 0;
+    c.embedder = [&embedded](const std::vector<std::vector<int64_t>>& texts) {
+      at::Tensor out = at::zeros({static_cast<int64_t>(texts.size()), 8});
+      for (size_t i = 0; i < texts.size(); ++i) out[static_cast<int64_t>(i)][texts[i].at(0) % 8] = 1.0;
+      embedded += static_cast<int>(texts.size());
+      return out;
+    };
+    auto p = make_text_policy(c);
+    EXPECT_EQ(p->step_needs().hidden, relevance == "hidden");
+    for (int b = 0; b < 5; ++b) {
+      const std::string id = "b" + std::to_string(b);
+      const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
+      for (int l = 0; l < spec.n_layers; ++l)
+        mem.window().append("blocks", id, l, at::randn({spec.n_kv_heads, 6, spec.head_dim}),
+                            at::randn({spec.n_kv_heads, 6, spec.head_dim}), pos);
+      StepView v = view({}, 6);
+      v.segment = id;
+      v.tokens = at::full({6}, b, at::kLong);
+      v.hidden = at::zeros({6, 5});
+      v.hidden.select(1, b).fill_(1.0);
+      mem.apply(p->observe(mem, v));
+    }
+    StepView probe;
+    probe.fresh = 2;
+    probe.tokens = at::full({2}, 1, at::kLong);  // embeds like b1
+    probe.hidden = at::zeros({2, 5});
+    probe.hidden.select(1, 1).fill_(1.0);  // b1's hidden states
+    for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(at::zeros({spec.n_kv_heads, spec.head_dim}));
+    mem.apply(p->recall(mem, probe));
+    std::vector<std::string> ids;
+    for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"b4", "b1"})) << relevance;
+    if (relevance == "embedding") EXPECT_EQ(embedded, 6);  // the message and the 5 blocks, once each
+  }
+  TextMemoryConfig c = config("evoke", 20);
+  c.relevance = "embedding";  // without an embedder
+  EXPECT_THROW(make_text_policy(c), Error);
+  c.relevance = "nearest";
+  EXPECT_THROW(make_text_policy(c), Error);
+}
+
+// Recovery "breadcrumb": an evicted block is gone from window and bank, and a stub stands for
+// it, once; a stub that leaves in its turn leaves none.
+TEST(TextPolicy, EvokeBreadcrumbLeavesAStubForAnEvictedBlock) {
+  const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+  KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+  auto p = make_text_policy(config("evoke_breadcrumb", 20));
+  EXPECT_FALSE(p->wants_recall());
+  auto add = [&](const std::string& id, int64_t first, int64_t n) {
+    const at::Tensor pos = at::arange(first, first + n, at::kLong).unsqueeze(1);
+    for (int l = 0; l < spec.n_layers; ++l)
+      mem.window().append("blocks", id, l, at::randn({spec.n_kv_heads, n, spec.head_dim}),
+                          at::randn({spec.n_kv_heads, n, spec.head_dim}), pos);
+    mem.apply(p->observe(mem, view({}, n)));
+  };
+  for (int b = 0; b < 4; ++b) add("b" + std::to_string(b), 6 * b, 6);
+  EXPECT_EQ(mem.window().layout().find("b0").first, -1);
+  EXPECT_EQ(mem.bank().size(), 0u);
+  const auto crumbs = p->take_breadcrumbs();
+  ASSERT_EQ(crumbs.size(), 1u);
+  EXPECT_EQ(crumbs[0].first, "crumb:b0");
+  EXPECT_NE(crumbs[0].second.find("b0"), std::string::npos);
+  EXPECT_TRUE(p->take_breadcrumbs().empty());  // handed over once
+  add("crumb:b0", 24, 3);  // 21 tokens: b1 leaves (the oldest), a crumb for it
+  add("b4", 27, 6);        // 20 + 6: crumb:b0 and b2 leave; only b2 gets a crumb
+  std::vector<std::string> got;
+  for (const auto& c : p->take_breadcrumbs()) got.push_back(c.first);
+  EXPECT_EQ(got, (std::vector<std::string>{"crumb:b1", "crumb:b2"}));
 }
 
 Tokenizer fixture_tokenizer() {

