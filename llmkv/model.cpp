@@ -207,6 +207,10 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
       const int64_t H = p.q.size(0), KH = p.k.size(0);
       res.query.push_back(p.q.select(1, n - 1).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
     }
+    if (opt.capture_queries) {
+      const int64_t H = p.q.size(0), KH = p.k.size(0);
+      res.queries.push_back(p.q.to(at::kFloat).reshape({KH, H / KH, n, -1}).mean(1));
+    }
     if (opt.append) window.append(opt.region, segment, l, p.k, p.v, pos_window);
     x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
   }

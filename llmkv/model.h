@@ -87,6 +87,7 @@ struct StepOptions {
   bool capture_mass = false;      // per layer, the attention mass each key received
   int64_t mass_queries = 0;       // ... from the last mass_queries tokens only (0: from all)
   bool capture_query = false;     // per layer, the last token's query (rotated), per kv head
+  bool capture_queries = false;   // per layer, every token's query (rotated), per kv head
   bool append = true;             // false: attend over window + tokens but leave the window as it was
 };
 
@@ -96,6 +97,8 @@ struct StepResult {
   std::vector<at::Tensor> key_mass;    // per layer [n_kv_heads, n_window + n] float32 (if captured)
   std::vector<at::Tensor> query;       // per layer [n_kv_heads, head_dim] float32: the last token's
                                        // query, its group's query heads averaged (if captured)
+  std::vector<at::Tensor> queries;     // per layer [n_kv_heads, n, head_dim] float32: every token's,
+                                       // averaged alike (if captured)
 };
 
 // Per-layer projections of a layer's input x [..., n, hidden] at positions pos [n] (int64):

@@ -34,7 +34,7 @@ LlmSession::LlmSession(LlmModel model, Tokenizer tokenizer, at::Device device, a
       tok_(std::move(tokenizer)),
       device_(device),
       opt_((opt.validate(), opt)),
-      memory_(model_->kv_spec(device, dtype), opt_.regions, StoreConfig{}),
+      memory_(model_->kv_spec(device, dtype), opt_.regions, opt_.bank),
       policy_(make_text_policy(opt_.memory)) {
   if (opt_.reserve_tokens > 0) memory_.window().reserve(opt_.reserve_tokens);
 }
@@ -51,6 +51,7 @@ void LlmSession::reset() {
   policy_->reset();
   next_pos_ = 0;
   peak_tokens_ = 0;
+  pstats_ = PredictStats{};
   pending_.reset();
   last_logits_ = at::Tensor();
 }
@@ -98,6 +99,7 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
     memory_.apply(policy_->observe(memory_, view));
     next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
     peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
+    pstats_.peak_window_bytes = std::max(pstats_.peak_window_bytes, memory_.window().bytes_used());
   }
   return logits[-1].reshape({-1}).to(at::kCPU, at::kFloat);
 }
@@ -129,11 +131,20 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
   lp_base_ = 0;
   int64_t begin = 0;
   for (const auto& p : pieces) {
+    const auto t0 = Clock::now();
     const std::vector<int64_t> part(ids.begin() + begin, ids.begin() + p.end);
     feed_breadcrumbs();
     if (p.message) recall_for(part);
     const std::string region = !p.region.empty() ? p.region : p.segment.empty() ? "recent" : "blocks";
     last_logits_ = run(part, region, p.segment.empty() ? region : p.segment, p.stepwise ? 1 : 0, &out);
+    // The prompt's time runs until the first stepwise token; from there every piece is decoding's.
+    if (p.stepwise || pstats_.step_tokens > 0) {
+      pstats_.step_tokens += static_cast<int64_t>(part.size());
+      pstats_.step_s += seconds_since(t0);
+    } else {
+      pstats_.prompt_tokens += static_cast<int64_t>(part.size());
+      pstats_.prompt_s += seconds_since(t0);
+    }
     begin = p.end;
   }
   return out;
@@ -160,6 +171,7 @@ void LlmSession::recall_for(const std::vector<int64_t>& message) {
   StepOptions so;
   so.append = false;
   so.capture_query = true;
+  so.capture_queries = true;
   const int64_t c = static_cast<int64_t>(message.size());
   StepResult r = model_->step(at::tensor(message, at::kLong).to(device_), at::arange(next_pos_, next_pos_ + c, at::kLong),
                               memory_.window(), so);
@@ -168,6 +180,7 @@ void LlmSession::recall_for(const std::vector<int64_t>& message) {
   view.tokens = at::tensor(message, at::kLong);
   view.hidden = r.hidden;
   view.query = std::move(r.query);
+  view.queries = std::move(r.queries);
   memory_.apply(policy_->recall(memory_, view));
   next_pos_ = policy_->next_position(memory_.window(), next_pos_);
   peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());

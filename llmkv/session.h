@@ -26,6 +26,9 @@ struct SessionOptions {
   std::vector<std::string> regions = {"system", "blocks", "recent"};
   int64_t reserve_tokens = 0;   // window capacity preallocated per layer
   TextMemoryConfig memory;      // the memory policy and its budget
+  StoreConfig bank = {at::kCPU, 0};  // where banked blocks go (evoke): its tiers and budgets (the
+                                     // device is the session's; by default none in the device
+                                     // tier: the host, spilling to spill_dir under its budget)
   void validate() const;        // throws wm::Error naming the field
 };
 
@@ -61,6 +64,18 @@ struct Generation {
 };
 
 using TextCallback = std::function<void(const std::string&)>;
+
+// Time and size of predict() / predict_pieces() since the last reset(): the prompt's pieces
+// (prefill chunks, recall probes, breadcrumbs) before the first stepwise token, and the stepwise
+// tokens (one per step, as decoding goes), with the window's peak bytes.
+struct PredictStats {
+  int64_t prompt_tokens = 0;
+  double prompt_s = 0.0;       // time to the first stepwise token's logits: TTFT
+  int64_t step_tokens = 0;
+  double step_s = 0.0;
+  size_t peak_window_bytes = 0;  // K, V and log-weights used, the most after any step
+  double step_tokens_per_s() const { return step_s > 0 ? step_tokens / step_s : 0.0; }
+};
 
 // A piece of a teacher-forced text (LlmSession::predict): tokens [the previous piece's end, end).
 struct PromptPiece {
@@ -119,6 +134,7 @@ class LlmSession {
   // and at most after a step since the last reset().
   int64_t tokens_per_layer() const;
   int64_t peak_tokens() const { return peak_tokens_; }
+  const PredictStats& predict_stats() const { return pstats_; }
   LlmModelImpl& model() { return *model_; }
   const Tokenizer& tokenizer() const { return tok_; }
   at::Device device() const { return device_; }
@@ -144,6 +160,7 @@ class LlmSession {
   std::unique_ptr<TextPolicy> policy_;
   int64_t next_pos_ = 0;
   int64_t peak_tokens_ = 0;
+  PredictStats pstats_;
   std::optional<int64_t> pending_;  // the last generated token, not yet run through the model
   at::Tensor last_logits_;          // [vocab] at the last token run (CPU)
   int64_t generations_ = 0;         // generate() calls so far (each draws its own random stream)

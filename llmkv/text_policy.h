@@ -33,6 +33,8 @@ struct TextMemoryConfig {
   int64_t recent = 0;           // h2o, keepkv: the last tokens always kept (0: h2o half the budget,
                                 // keepkv a quarter)
   double score_decay = 0.9;     // keepkv: the attention scores' moving-average decay, in (0, 1)
+  int64_t refresh_every = 0;    // keepkv: every this many steps the window is rebuilt from the full
+                                // KV (the original entries merges replaced go to the bank); 0: never
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
@@ -44,8 +46,8 @@ struct TextMemoryConfig {
                                        // run 0, 1, ... in the blocks' first order, gaps closed
                                        // (as StreamingLLM re-anchors its cache)
   std::string relevance = "attention";  // evoke: how blocks are scored against a message: "attention"
-                                       // (the message's last query against the block's keys at
-                                       // relevance_layer), "hidden" (cosine of the model's mean
+                                       // (the message's queries against the block's keys at
+                                       // relevance_layer: the best match), "hidden" (cosine of the model's mean
                                        // last-layer hidden states) or "embedding" (cosine of
                                        // sentence embeddings of the texts: needs `embedder`)
   TextEmbedder embedder;               // evoke with relevance "embedding"

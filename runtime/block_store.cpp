@@ -37,7 +37,7 @@ void BlockStore::remove_spill_file(const std::string& path) {
   std::remove(path.c_str());
 }
 
-Block BlockStore::read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path) {
+Block BlockStore::read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path) const {
   ++readers_[path];
   lock.unlock();
   auto done = [&] {
@@ -244,6 +244,18 @@ Block BlockStore::get(const std::string& id) {
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
   Block b = read_unlocked(lock, path);  // disk reads run without the lock
+  b.meta = meta;
+  return b.to(cfg_.device);
+}
+
+Block BlockStore::peek(const std::string& id) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
+  if (in_memory(it->second)) return load(it->second, true);
+  const std::string path = it->second.path;
+  BlockMeta meta = it->second.meta;
+  Block b = read_unlocked(lock, path);
   b.meta = meta;
   return b.to(cfg_.device);
 }

@@ -52,6 +52,8 @@ class BlockStore {
   Block get(const std::string& id);
   // As get(), but the tensors stay on the CPU (host or disk blocks are not moved to the device).
   Block get_host(const std::string& id);
+  // As get(), without marking the block used (its tier and LRU place stay): a read for planning.
+  Block peek(const std::string& id) const;
   // get() on a worker thread.
   std::future<Block> fetch_async(const std::string& id);
   // Removes the block and returns it on the device.
@@ -103,7 +105,7 @@ class BlockStore {
   void unlink(Entry& e);
   // Disk reads run without the lock; a spill file being read is removed only after its last
   // reader is done (erase or replace meanwhile defers the removal).
-  Block read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path);
+  Block read_unlocked(std::unique_lock<std::mutex>& lock, const std::string& path) const;
   void remove_spill_file(const std::string& path);
   void touch(Entry& e);
   std::string spill_path(const std::string& id);
@@ -115,8 +117,9 @@ class BlockStore {
   std::array<size_t, 3> bytes_{};
   uint64_t next_order_ = 0;
   uint64_t spill_counter_ = 0;
-  std::unordered_map<std::string, int> readers_;  // spill file -> reads and writes in flight
-  std::unordered_map<std::string, bool> doomed_;  // spill files to remove when those end
+  // Bookkeeping of reads in flight (so mutable: a const read counts too).
+  mutable std::unordered_map<std::string, int> readers_;  // spill file -> reads and writes in flight
+  mutable std::unordered_map<std::string, bool> doomed_;  // spill files to remove when those end
 };
 
 }  // namespace wm

@@ -63,7 +63,8 @@ MemoryPlan& MemoryPlan::shift(int layer, int64_t begin, int64_t count, Reanchor 
   return *this;
 }
 
-MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw) {
+MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw,
+                              at::Tensor pos) {
   MemoryOp op;
   op.kind = MemoryOp::Kind::Write;
   op.id = str_cat("layer ", layer);
@@ -72,6 +73,17 @@ MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor
   op.k = std::move(k);
   op.v = std::move(v);
   op.logw = std::move(logw);
+  op.pos = std::move(pos);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
+MemoryPlan& MemoryPlan::store(Block block, Tier tier) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Store;
+  op.id = block.id;
+  op.block = std::move(block);
+  op.tier = tier;
   ops.push_back(std::move(op));
   return *this;
 }
@@ -102,6 +114,7 @@ const char* op_name(MemoryOp::Kind k) {
     case MemoryOp::Kind::Shift: return "shift";
     case MemoryOp::Kind::Write: return "write";
     case MemoryOp::Kind::Move: return "move";
+    case MemoryOp::Kind::Store: return "store";
   }
   return "?";
 }
@@ -132,7 +145,10 @@ void KvMemory::apply(MemoryPlan plan) {
           window_->shift_tokens(op.layer, op.begin, op.count, op.reanchor.value_or(Reanchor{}));
           break;
         case MemoryOp::Kind::Write:
-          window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw);
+          window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw, op.pos);
+          break;
+        case MemoryOp::Kind::Store:
+          bank_->put(std::move(op.block), op.tier);
           break;
         case MemoryOp::Kind::Move: {
           WM_CHECK(window_->layout().find(op.id).first >= 0, "no segment '", op.id, "' in the window");

@@ -35,17 +35,20 @@ struct MemoryOp {
     Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
     Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
     Move,    // move segment `id` (every layer) by `reanchor`: positions shifted, keys rotated
+    Store,   // put `block`, made by the policy, into the bank's tier `tier`; the window unchanged
   };
   Kind kind = Kind::Drop;
   std::string id;                                   // Insert: block.id
   std::string region;                               // Fetch, Insert
   std::optional<Reanchor> reanchor;                 // Fetch, Shift, Move
   std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
-  Block block;                                      // Insert
+  Block block;                                      // Insert, Store
+  Tier tier = Tier::Host;                           // Store
   int layer = 0;                                    // Keep, Shift, Write
   std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing; Write: distinct
   int64_t begin = 0, count = 0;                     // Shift
   at::Tensor k, v, logw;                            // Write: [n_kv_heads, m, head_dim] twice, [m]
+  at::Tensor pos;                                   // Write: [m, n_axes] new positions, or undefined
 };
 
 // Ops, carried out in order. The builders append one op and return the plan.
@@ -58,8 +61,10 @@ struct MemoryPlan {
   MemoryPlan& insert(std::string region, Block block);
   MemoryPlan& keep(int layer, std::vector<int64_t> tokens);
   MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
-  MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw);
+  MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw,
+                    at::Tensor pos = {});
   MemoryPlan& move(std::string id, Reanchor reanchor);
+  MemoryPlan& store(Block block, Tier tier = Tier::Host);
   bool empty() const { return ops.empty(); }
 };
 
@@ -105,6 +110,8 @@ struct StepView {
   std::vector<at::Tensor> key_mass;   // per layer [n_kv_heads, size] float32, if asked
   std::vector<at::Tensor> query;      // per layer [n_kv_heads, head_dim] float32: the last query,
                                       // rotated, its group's query heads averaged, if asked
+  std::vector<at::Tensor> queries;    // per layer [n_kv_heads, fresh, head_dim]: every query so (a
+                                      // recall probe's)
 };
 
 // A memory policy: prepares plans, never mutates the memory itself. Implementations are small

@@ -142,10 +142,13 @@ struct TensorSpec {
 // Checked element count and byte size of a shape; throws CorruptData on a negative dimension or
 // an overflow, and when the bytes exceed `limit` (what the payload can hold).
 size_t checked_bytes(const std::vector<int64_t>& shape, size_t element_size, size_t limit, const std::string& where) {
-  size_t bytes = element_size;
   for (int64_t d : shape) {
     if (d < 0) throw CorruptData(str_cat(where, ": negative dimension ", d));
-    if (d != 0 && bytes > limit / static_cast<size_t>(d))
+    if (d == 0) return 0;  // an empty tensor (a layer a block holds no tokens of) needs no bytes
+  }
+  size_t bytes = element_size;
+  for (int64_t d : shape) {
+    if (bytes > limit / static_cast<size_t>(d))
       throw CorruptData(str_cat(where, ": shape ", at::IntArrayRef(shape), " needs more bytes than the payload's ",
                                 limit));
     bytes *= static_cast<size_t>(d);

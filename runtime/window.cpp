@@ -195,7 +195,7 @@ void KvWindow::keep_tokens(int l, const std::vector<int64_t>& keep) {
 }
 
 void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& logw) {
+                            const at::Tensor& logw, const at::Tensor& pos) {
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   const int64_t m = static_cast<int64_t>(idx.size()), used = size(l);
   std::vector<bool> seen(used, false);
@@ -208,7 +208,11 @@ void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Te
   WM_CHECK(k.sizes() == at::IntArrayRef(want) && v.sizes() == at::IntArrayRef(want), "k and v must be ", want,
            ", got ", k.sizes(), " and ", v.sizes());
   WM_CHECK(logw.dim() == 1 && logw.size(0) == m, "logw must be [", m, "], got ", logw.sizes());
+  WM_CHECK(!pos.defined() || (pos.dim() == 2 && pos.size(0) == m && pos.size(1) == spec_.rope.n_axes()),
+           "positions must be [", m, ", ", spec_.rope.n_axes(), "], got ", pos.sizes());
   if (m == 0) return;
+  if (pos.defined())
+    pos_[l].index_copy_(0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)), pos.to(at::kCPU, at::kLong));
   const at::Tensor at_idx = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(k_[l].device());
   k_[l].index_copy_(1, at_idx, k.to(k_[l].device(), k_[l].scalar_type()));
   v_[l].index_copy_(1, at_idx, v.to(v_[l].device(), v_[l].scalar_type()));

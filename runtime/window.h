@@ -66,10 +66,11 @@ class KvWindow {
   // out of order.
   void keep_tokens(int l, const std::vector<int64_t>& keep);
   // Overwrites the K/V and log-weights of layer l's tokens at `idx` (layer coordinates,
-  // distinct) with k, v [n_kv_heads, m, head_dim] and logw [m]; positions and segments stay
-  // (KeepKV's merged entries). Throws wm::Error on a shape mismatch or an index out of range.
+  // distinct) with k, v [n_kv_heads, m, head_dim] and logw [m], and their positions with pos
+  // [m, n_axes] when given; segments stay (KeepKV's merged entries, its rebuilt cache). Throws
+  // wm::Error on a shape mismatch or an index out of range.
   void write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
-                    const at::Tensor& logw);
+                    const at::Tensor& logw, const at::Tensor& pos = {});
   // Moves layer l's tokens [begin, begin + n) by re.delta on RoPE axis re.axis: positions
   // shifted, keys rotated to match, V and log-weights untouched (StreamingLLM's re-anchoring of
   // what follows an evicted span). Throws wm::Error if the range leaves the layer.

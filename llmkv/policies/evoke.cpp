@@ -4,8 +4,9 @@
 // region "system", which is never evicted): into the bank with recovery "restore", gone with "discard"
 // (evoke_discard). Before each new user message the message is probed and every block, in the
 // window or banked, is scored by its relevance to it (TextMemoryConfig::relevance): the probe's
-// last query against the block's keys at one layer (the largest scaled dot product, summed over
-// the kv heads: "attention"), the cosine of the mean last-layer hidden states of the block and
+// queries against the block's keys at one layer (the largest scaled dot product of any of the
+// message's queries with any of the block's keys, summed over the kv heads: "attention"), the
+// cosine of the mean last-layer hidden states of the block and
 // of the message ("hidden"), or the cosine of sentence embeddings of their texts
 // ("embedding", the config's embedder). The most
 // relevant blocks that fit the budget (less the message and `reserve` tokens for its answer)
@@ -77,10 +78,13 @@ class Evoke final : public TextPolicy {
     const int layer = cfg_.relevance_layer < 0 ? L + cfg_.relevance_layer : cfg_.relevance_layer;
     WM_CHECK(layer >= 0 && layer < L, "relevance layer ", cfg_.relevance_layer, " outside the model's ", L);
     WM_CHECK(static_cast<int>(probe.query.size()) == L, name(), " needs the probe's query at every layer");
-    const at::Tensor q = probe.query[layer].to(at::kCPU, at::kFloat);  // [KH, d]
+    // The message's queries [KH, m, d]: all of them when the probe has them, else its last.
+    const at::Tensor q = (static_cast<int>(probe.queries.size()) == L ? probe.queries[layer]
+                                                                     : probe.query[layer].unsqueeze(1))
+                             .to(at::kCPU, at::kFloat);
     const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
-    auto by_keys = [&](const at::Tensor& k) {  // k [KH, n, d] -> sum over heads of the best key
-      return (k.to(at::kCPU, at::kFloat).matmul(q.unsqueeze(-1)).squeeze(-1) * scale).amax(1).sum().item<double>();
+    auto by_keys = [&](const at::Tensor& k) {  // k [KH, n, d] -> sum over heads of the best query-key match
+      return (k.to(at::kCPU, at::kFloat).matmul(q.transpose(1, 2)) * scale).amax({1, 2}).sum().item<double>();
     };
     // "hidden" and "embedding": the message's own vector, and the blocks' as described so far.
     at::Tensor message;

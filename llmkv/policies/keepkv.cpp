@@ -6,7 +6,16 @@
 // the attention each entry received (the step's mean over its queries, summed over heads),
 // bias-corrected for the steps an entry has seen; a merged entry scores the sum of its members.
 // keepkv_ev, the ablation: the same votes and choices, keys and values vote-weighted means.
+//
+// Periodic refresh (refresh_every = T > 0): an original entry (one vote, never merged) that a
+// merge is about to change goes to the bank first, so that the window's originals and the bank
+// together hold the full KV. Every T steps each layer is rebuilt from it: the originals the
+// step's last query attends to most (the recent ones always) are kept, every other original
+// merges into the kept one with the most similar key, and the window takes the result in place
+// of its merged entries, which had drifted over many merges at older queries.
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "llmkv/merge.h"
 #include "llmkv/text_policy.h"
@@ -23,7 +32,12 @@ class KeepKv final : public TextPolicy {
              " recent tokens, got ", cfg.budget - cfg.slack);
   }
 
-  StepNeeds step_needs() const override { return {true, 0, true}; }
+  StepNeeds step_needs() const override {
+    StepNeeds n;
+    n.key_mass = true;
+    n.query = true;
+    return n;
+  }
 
   MemoryPlan observe(const KvMemory& memory, const StepView& step) override {
     const KvWindow& w = memory.window();
@@ -34,7 +48,10 @@ class KeepKv final : public TextPolicy {
     const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
     ema_.resize(L);
     seen_.resize(L);
+    stash_.resize(L);
+    ++steps_;
     MemoryPlan plan;
+    const bool refresh = cfg_.refresh_every > 0 && steps_ % cfg_.refresh_every == 0;
     for (int l = 0; l < L; ++l) {
       const int64_t n = w.size(l), fresh = step.fresh, before = n - fresh;
       const at::Tensor& mass = step.key_mass[l];
@@ -46,19 +63,26 @@ class KeepKv final : public TextPolicy {
       const at::Tensor m = mass.sum(0).to(at::kCPU, at::kDouble) / static_cast<double>(fresh);
       at::Tensor ema = at::cat({ema_[l], at::zeros({fresh}, at::kDouble)}) * beta + m * (1.0 - beta);
       at::Tensor seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
-      if (n > cfg_.budget) merge_layer(w, l, step.query[l], scale, ema, seen, plan);
+      if (refresh && !stash_[l].empty()) {
+        rebuild_layer(memory, l, step.query[l], scale, ema, seen, plan);
+      } else if (n > cfg_.budget) {
+        merge_layer(w, l, step.query[l], scale, ema, seen, plan);
+      }
       ema_[l] = ema;
       seen_[l] = seen;
     }
     return plan;
   }
 
-  void reset() override { ema_.clear(), seen_.clear(); }
+  void reset() override {
+    ema_.clear(), seen_.clear(), stash_.clear();
+    steps_ = 0;
+  }
 
  private:
   // Plans layer l's merge down to the budget and leaves ema/seen as the kept entries' state.
   void merge_layer(const KvWindow& w, int l, const at::Tensor& q, double scale, at::Tensor& ema, at::Tensor& seen,
-                   MemoryPlan& plan) const {
+                   MemoryPlan& plan) {
     const int64_t n = w.size(l), excess = n - evict_to(), cand = n - recent_;
     // Bias-corrected scores of the candidates; the lowest `excess` go.
     const at::Tensor score = ema / (1.0 - at::pow(cfg_.score_decay, seen));
@@ -88,6 +112,7 @@ class KeepKv final : public TextPolicy {
     std::vector<int64_t> sub_group;
     for (int64_t i = 0; i < n; ++i)
       if (group[i] >= 0 && local[group[i]] >= 0) sub.push_back(i), sub_group.push_back(local[group[i]]);
+    if (cfg_.refresh_every > 0) stash_originals(w, l, sub, plan);
     const at::Tensor si_dev = at::tensor(sub, at::kLong).to(w.k(l).device());
     const MergedKv merged =
         merge_groups(w.k(l).index_select(1, si_dev), w.v(l).index_select(1, si_dev),
@@ -103,9 +128,115 @@ class KeepKv final : public TextPolicy {
     plan.keep(l, std::move(keep));
   }
 
+  // Refresh: banks the original entries (log-weight 0) among layer l's tokens `idx` (the ones a
+  // merge is about to change) as a block of their own, layer l only.
+  void stash_originals(const KvWindow& w, int l, const std::vector<int64_t>& idx, MemoryPlan& plan) {
+    const at::Tensor i = at::tensor(idx, at::kLong);
+    const at::Tensor orig = w.logw(l).to(at::kCPU).index_select(0, i).eq(0.0);
+    const at::Tensor pick = i.masked_select(orig);
+    if (pick.numel() == 0) return;
+    const at::Tensor pick_dev = pick.to(w.k(l).device());
+    Block b;
+    b.id = str_cat("keepkv:", l, ":", stash_[l].size());
+    const KvSpec& spec = w.spec();
+    for (int j = 0; j < spec.n_layers; ++j) {
+      LayerKv kv;
+      if (j == l) {
+        kv.k = w.k(l).index_select(1, pick_dev).clone();
+        kv.v = w.v(l).index_select(1, pick_dev).clone();
+        kv.pos = w.pos(l).index_select(0, pick).clone();
+        kv.logw = at::zeros({pick.numel()}, at::TensorOptions().dtype(at::kFloat).device(w.k(l).device()));
+      } else {
+        kv.k = at::empty({spec.n_kv_heads, 0, spec.head_dim}, w.k(l).options());
+        kv.v = at::empty({spec.n_kv_heads, 0, spec.head_dim}, w.v(l).options());
+        kv.pos = at::empty({0, spec.rope.n_axes()}, at::kLong);
+        kv.logw = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(w.k(l).device()));
+      }
+      b.layers.push_back(std::move(kv));
+    }
+    stash_[l].push_back(b.id);
+    plan.store(std::move(b));
+  }
+
+  // Refresh of layer l: its full KV (the window's originals and the banked ones, one per
+  // position) merged down to the window's size (budget - slack when over the budget) around the
+  // originals the query q attends to most; ema/seen restart from that attention.
+  void rebuild_layer(const KvMemory& memory, int l, const at::Tensor& q, double scale, at::Tensor& ema,
+                     at::Tensor& seen, MemoryPlan& plan) {
+    const KvWindow& w = memory.window();
+    const int64_t n = w.size(l);
+    const at::Device dev = w.k(l).device();
+    // The full KV: banked originals, then the window's (a position banked and back in the
+    // window as an original counts once, from the window).
+    std::vector<at::Tensor> ks, vs, ps;
+    for (const auto& id : stash_[l]) {
+      const Block b = memory.bank().peek(id);
+      ks.push_back(b.layers[l].k.to(dev)), vs.push_back(b.layers[l].v.to(dev)), ps.push_back(b.layers[l].pos);
+    }
+    const at::Tensor orig = w.logw(l).to(at::kCPU).eq(0.0);
+    const at::Tensor wi = at::arange(n, at::kLong).masked_select(orig);
+    ks.push_back(w.k(l).index_select(1, wi.to(dev))), vs.push_back(w.v(l).index_select(1, wi.to(dev)));
+    ps.push_back(w.pos(l).index_select(0, wi));
+    at::Tensor K = at::cat(ks, 1), V = at::cat(vs, 1), P = at::cat(ps, 0);
+    // One entry per position, the last copy (the window's) winning; in position order.
+    const at::Tensor p0 = P.select(1, 0).contiguous();
+    std::map<int64_t, int64_t> by_pos;
+    for (int64_t i = 0; i < p0.size(0); ++i) by_pos[p0[i].item<int64_t>()] = i;
+    std::vector<int64_t> order;
+    for (const auto& [pos, i] : by_pos) order.push_back(i);
+    const at::Tensor oi = at::tensor(order, at::kLong);
+    K = K.index_select(1, oi.to(dev)), V = V.index_select(1, oi.to(dev)), P = P.index_select(0, oi);
+    const int64_t m = K.size(1), G = std::min(m, n > cfg_.budget ? evict_to() : n), recent = std::min(recent_, G);
+    // The query's attention over the full KV (summed over kv heads), the recent ones kept.
+    const at::Tensor score =
+        (K.to(at::kFloat).matmul(q.to(dev, at::kFloat).unsqueeze(-1)).squeeze(-1) * scale).softmax(1).sum(0).to(at::kCPU,
+                                                                                                           at::kDouble);
+    std::vector<int64_t> keep = keep_top_and_recent(score.narrow(0, 0, m - recent), G - recent, m, recent);
+    std::vector<int64_t> group(m, -1);
+    for (size_t g = 0; g < keep.size(); ++g) group[keep[g]] = static_cast<int64_t>(g);
+    std::vector<int64_t> sources, targets;
+    for (int64_t i = 0; i < m - recent; ++i) (group[i] >= 0 ? targets : sources).push_back(i);
+    if (!sources.empty() && !targets.empty()) {
+      const at::Tensor flat = K.to(at::kCPU, at::kFloat).permute({1, 0, 2}).reshape({m, -1});
+      const at::Tensor unit = flat / flat.norm(2, 1, true).clamp_min(1e-12);
+      const at::Tensor best = unit.index_select(0, at::tensor(sources, at::kLong))
+                                  .matmul(unit.index_select(0, at::tensor(targets, at::kLong)).t())
+                                  .argmax(1);
+      for (size_t s = 0; s < sources.size(); ++s) group[sources[s]] = group[targets[best[s].item<int64_t>()]];
+    } else {
+      for (int64_t src : sources) group[src] = group[keep.front()];
+    }
+    const MergedKv merged = merge_groups(K, V, at::zeros({m}, at::TensorOptions().dtype(at::kFloat).device(dev)),
+                                         group, G, q.to(dev), scale, rule_);
+    // Originals of the window that now merge go to the bank first.
+    std::vector<int64_t> merged_now;
+    std::vector<int64_t> count(G, 0);
+    for (int64_t i = 0; i < m; ++i) ++count[group[i]];
+    const at::Tensor wpos = w.pos(l).select(1, 0).contiguous();
+    std::map<int64_t, int64_t> window_at;  // position -> window index, originals only
+    for (int64_t j = 0; j < wi.size(0); ++j) window_at[wpos[wi[j].item<int64_t>()].item<int64_t>()] = wi[j].item<int64_t>();
+    const at::Tensor pcol = P.select(1, 0).contiguous();
+    for (int64_t i = 0; i < m; ++i) {
+      const auto it = window_at.find(pcol[i].item<int64_t>());
+      if (it != window_at.end() && count[group[i]] > 1) merged_now.push_back(it->second);
+    }
+    std::sort(merged_now.begin(), merged_now.end());
+    stash_originals(w, l, merged_now, plan);
+    std::vector<int64_t> all(G);
+    for (int64_t g = 0; g < G; ++g) all[g] = g;
+    if (G < n) plan.keep(l, std::vector<int64_t>(all));
+    plan.write(l, all, merged.k, merged.v, merged.logw, P.index_select(0, at::tensor(keep, at::kLong)));
+    // The scores restart from this step's attention: each entry its members' sum, seen once.
+    const double beta = cfg_.score_decay;
+    ema = at::zeros({G}, at::kDouble).index_add_(0, at::tensor(group, at::kLong), score) * (1.0 - beta);
+    seen = at::ones({G}, at::kDouble);
+  }
+
   MergeRule rule_;
   int64_t recent_;
-  std::vector<at::Tensor> ema_, seen_;  // per layer, per window entry (CPU, float64)
+  std::vector<at::Tensor> ema_, seen_;       // per layer, per window entry (CPU, float64)
+  std::vector<std::vector<std::string>> stash_;  // per layer, its banked originals' blocks (refresh)
+  int64_t steps_ = 0;
 };
 
 }  // namespace

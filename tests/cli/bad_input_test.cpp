@@ -239,14 +239,18 @@ TEST_F(BadInput, Llm) {
                {{"-m", "{dir}/missing", "-p", "hi", "--dump-logits", "/proc/x/l.npy"}, "/proc/x/l.npy"}});
 }
 
-TEST_F(BadInput, LlmEval) {
-  const std::string json = "{dir}/eval.json";
-  check_cases("wm_llm_eval",
+TEST_F(BadInput, LlmBench) {
+  const std::string json = "{dir}/bench.json";
+  check_cases("wm_llm_bench",
               {{{"--samples", "0", "--json", json}, "--samples", {json}},
                {{"--contexts", "10", "--json", json}, "--contexts", {json}},
                {{"--tasks", "bogus", "--json", json}, "--tasks", {json}},
                {{"-m", "{dir}/missing", "--json", "/proc/x/a.json"}, "/proc/x/a.json"},
-               {{"-m", "{dir}/missing", "--json", json}, "missing", {json}}});
+               {{"-m", "{dir}/missing", "--json", json}, "missing", {json}},
+               {{"--budgets", "0%", "--json", json}, "0%", {json}},
+               {{"--bank-host-mib", "8", "--json", json}, "--spill-dir", {json}},
+               {{"--relevance", "embedding", "--policies", "evoke", "--json", json}, "--embedder", {json}},
+               {{"--embedder", "{dir}/missing", "--json", json}, "--embedder", {json}}});
 }
 
 TEST_F(BadInput, LlmTrain) {

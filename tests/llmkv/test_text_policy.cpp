@@ -249,6 +249,67 @@ TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
   }
 }
 
+// KeepKV's periodic refresh: originals that merges change go to the bank, and a refresh step
+// rebuilds each layer from the full KV (window originals + banked ones) by ZIP-merging at that
+// step's query, so that for it the window's attention output equals the full KV's (1e-5), which
+// after several merges at other queries it no longer did; the window keeps its size.
+TEST(TextPolicy, KeepKvRefreshRebuildsTheWindowFromTheFullKvInTheBank) {
+  at::manual_seed(21);
+  const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+  const int L = spec.n_layers;
+  const int64_t KH = spec.n_kv_heads, d = spec.head_dim;
+  for (const int64_t every : {int64_t{0}, int64_t{4}}) {
+    at::manual_seed(21);
+    KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{at::kCPU, 0});
+    TextMemoryConfig c = config("keepkv", 10);
+    c.recent = 2;
+    c.refresh_every = every;
+    auto p = make_text_policy(c);
+    std::vector<at::Tensor> full_k(L), full_v(L);  // every token ever, as the window first held it
+    at::Tensor last_q;
+    std::vector<at::Tensor> queries;
+    for (int step = 0; step < 8; ++step) {  // 3 tokens a step: 24 in all
+      const at::Tensor pos = at::arange(3 * step, 3 * step + 3, at::kLong).unsqueeze(1);
+      StepView v;
+      v.fresh = 3;
+      queries.clear();
+      for (int l = 0; l < L; ++l) {
+        const at::Tensor k = at::randn({KH, 3, d}), val = at::randn({KH, 3, d});
+        mem.window().append("recent", "recent", l, k, val, pos);
+        full_k[l] = full_k[l].defined() ? at::cat({full_k[l], k}, 1) : k;
+        full_v[l] = full_v[l].defined() ? at::cat({full_v[l], val}, 1) : val;
+        v.key_mass.push_back(at::rand({KH, mem.window().size(l)}));
+        v.query.push_back(at::randn({KH, d}));
+      }
+      mem.apply(p->observe(mem, v));
+      queries = v.query;
+      for (int l = 0; l < L; ++l) EXPECT_LE(mem.window().size(l), 10) << "step " << step;
+    }
+    // Step 8 is a refresh step (8 % 4 == 0): compare the window with the full KV at its query.
+    double worst = 0;
+    for (int l = 0; l < L; ++l) {
+      AttentionOptions ao;
+      ao.n_window = mem.window().size(l);
+      const at::Tensor win = attention(queries[l].unsqueeze(1), mem.window().k(l), mem.window().v(l),
+                                       mem.window().logw(l), ao).out;
+      ao.n_window = full_k[l].size(1);
+      const at::Tensor full = attention(queries[l].unsqueeze(1), full_k[l], full_v[l], at::zeros({full_k[l].size(1)}), ao).out;
+      worst = std::max(worst, (win - full).abs().max().item<double>());
+      // Votes: every token counted once.
+      EXPECT_NEAR(mem.window().logw(l).exp().sum().item<double>(), 24.0, 1e-3) << every;
+      EXPECT_EQ(mem.window().size(l), 10) << every;
+    }
+    if (every == 0) {
+      EXPECT_GT(worst, 1e-3) << "without a refresh the merged window drifts from the full KV";
+      EXPECT_EQ(mem.bank().size(), 0u);
+    } else {
+      EXPECT_LE(worst, 1e-5) << "a refresh step is lossless against the full KV";
+      EXPECT_GT(mem.bank().size(), 0u);
+      EXPECT_GT(mem.bank().bytes(Tier::Host), 0u);
+    }
+  }
+}
+
 // EVOKE on a constructed case: five blocks of 6 tokens for a budget of 20. The oldest leave
 // for the bank as the window overflows; a message whose query matches a key of the first block
 // brings that block back (re-anchored after everything, K as RoPE at its new positions, V bit

@@ -30,7 +30,7 @@ int first_answers_right(const std::string& task, int n) {
     llmtasks::GenOptions go;
     go.target_tokens = 128;
     go.count = counter;
-    // Held-out seeds far from wm_llm_eval's (which count up from 0).
+    // Held-out seeds far from wm_llm_bench's (which count up from 0).
     const llmtasks::Sample s = llmtasks::make_sample(task, llmtasks::heldout_seed(5000000 + i), go);
     const size_t t = s.targets().front();
     LlmSession session(m, tok, at::kCPU);

