@@ -1,6 +1,8 @@
 #include "runtime/block_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +11,18 @@
 #include "runtime/spill_file.h"
 
 namespace wm {
+
+namespace {
+// Flushes a written file and advises the OS to drop its cached pages (best effort: a file
+// system that keeps them, such as tmpfs, is left as it is).
+void drop_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+}  // namespace
 
 const char* tier_name(Tier t) {
   switch (t) {
@@ -126,6 +140,7 @@ void BlockStore::finish_writes(std::vector<SpillWrite>& writes) {
   for (size_t i = 0; i < writes.size(); ++i) {
     try {
       write_spill_file(writes[i].path, writes[i].block.to(at::kCPU));
+      if (cfg_.drop_spill_pages) drop_page_cache(writes[i].path);
     } catch (const std::exception& ex) {
       errors[i] = ex.what();
     }

@@ -31,6 +31,9 @@ struct StoreConfig {
   size_t disk_budget = std::numeric_limits<size_t>::max();
   std::string spill_dir;  // required once anything reaches the disk tier
   bool pin_host = true;   // pinned host memory when the device is a GPU
+  bool drop_spill_pages = false;  // once a spill file is written, flush it and ask the OS to drop
+                                  // its pages from the page cache, so that reading it back
+                                  // comes from the disk (a bank larger than memory would)
 };
 
 class BlockStore {
