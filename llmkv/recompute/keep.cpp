@@ -1,0 +1,123 @@
+// keep: KEEP's recompute for a memory that changes as the world does.
+//  (1) Static-dynamic memory construction (keep_memory.h): segments unchanged for static_after
+//      steps are grouped by similarity and cached as one block each; the rest one by one.
+//  (2) Multi-hop recompute (multi_hop.h): at each check layer (default: 1 for models of 4 layers or
+//      more, else 0), importance starts from the query's attention to each unit; the top ratio of
+//      the reused tokens is selected by whole units, their attention to the other units raises
+//      those units' importance, and so on until the selection settles; the selected units are
+//      recomputed from the next layer on, the others taken from the cache.
+//  (3) Layer-balanced loading: once a selection is made, the blocks every later layer needs are
+//      known, and the loader may load them all ahead (balanced_loading) instead of a layer ahead.
+// keep_no_grouping, keep_one_hop and keep_next_layer each switch one of the three off.
+#include <cmath>
+
+#include "llmkv/recompute/keep_memory.h"
+#include "llmkv/recompute/multi_hop.h"
+#include "llmkv/recompute/recompute_policy.h"
+
+namespace wm::llm {
+namespace {
+
+class Keep final : public RecomputePolicy {
+ public:
+  explicit Keep(RecomputeConfig cfg)
+      : RecomputePolicy(std::move(cfg)),
+        memory_(cfg_.static_after, cfg_.group_similarity, cfg_.max_group_tokens, cfg_.grouping) {}
+
+  RecomputePlan prepare(const std::vector<PromptSegment>& prompt, ChunkCache& cache) override {
+    KeepMemory::Construction c = memory_.construct(prompt, cache);
+    RecomputePlan plan;
+    plan.units = std::move(c.units);
+    plan.build_after = std::move(c.builds);
+    plan.check_layers = cfg_.check_layers;
+    if (plan.check_layers.empty()) plan.check_layers = {cache.n_layers() >= 4 ? 1 : 0};
+    plan.balanced_loading = cfg_.balanced_loading;
+    return plan;
+  }
+
+  std::vector<int64_t> select(const BlendLayer& view) override {
+    const auto& units = view.units();
+    const int U = static_cast<int>(units.size());
+    // Units still recomputed whole are the candidates (at the first check layer: every unit that
+    // is not exact).
+    std::vector<int64_t> carried_of(U, 0);
+    std::vector<int> unit_of(view.n_prompt(), -1);
+    for (int u = 0; u < U; ++u)
+      for (int64_t i = units[u].begin; i < units[u].end; ++i) unit_of[i] = u;
+    for (int64_t i : view.recomputed()) carried_of[unit_of[i]] += 1;
+    std::vector<char> candidate(U, 0);
+    std::vector<int64_t> tokens(U, 0);
+    int64_t reused = 0;
+    for (int u = 0; u < U; ++u) {
+      tokens[u] = units[u].n_tokens();
+      candidate[u] = !units[u].exact && carried_of[u] == tokens[u];
+      if (!units[u].exact) reused += tokens[u];
+    }
+    const int64_t budget = static_cast<int64_t>(std::ceil(cfg_.ratio * reused - 1e-9));
+    // Attention received, summed per unit.
+    auto per_unit = [&](const at::Tensor& row) {
+      std::vector<double> out(U, 0.0);
+      const at::Tensor r = row.contiguous();
+      const float* p = r.data_ptr<float>();
+      for (int64_t i = 0; i < view.n_prompt(); ++i)
+        if (unit_of[i] >= 0) out[unit_of[i]] += p[i];
+      return out;
+    };
+    const std::vector<double> direct = per_unit(view.attention_from({view.fresh()})[0]);
+    std::vector<int> chosen;
+    if (cfg_.multi_hop) {
+      auto rows = [&](const std::vector<int>& from) {
+        std::vector<std::vector<int64_t>> groups;
+        for (int u : from) {
+          std::vector<int64_t> g;
+          for (int64_t i = units[u].begin; i < units[u].end; ++i) g.push_back(i);
+          groups.push_back(std::move(g));
+        }
+        const at::Tensor a = view.attention_from(groups);
+        std::vector<std::vector<double>> out;
+        for (size_t k = 0; k < from.size(); ++k) out.push_back(per_unit(a[static_cast<int64_t>(k)]));
+        return out;
+      };
+      const MultiHopSelection sel = multi_hop_select(direct, tokens, candidate, budget, rows, cfg_.max_hops);
+      chosen = sel.selected;
+      last_hops_ = sel.hops;
+    } else {
+      chosen = top_within_budget(direct, tokens, candidate, budget);
+      last_hops_ = 0;
+    }
+    std::vector<int64_t> keep;
+    for (int u : chosen)
+      for (int64_t i = units[u].begin; i < units[u].end; ++i) keep.push_back(i);
+    return keep;
+  }
+
+  void reset() override { memory_.reset(); }
+
+ private:
+  KeepMemory memory_;
+  int last_hops_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RecomputePolicy> make_keep(const RecomputeConfig& cfg) { return std::make_unique<Keep>(cfg); }
+
+std::unique_ptr<RecomputePolicy> make_keep_no_grouping(const RecomputeConfig& cfg) {
+  RecomputeConfig c = cfg;
+  c.grouping = false;
+  return std::make_unique<Keep>(c);
+}
+
+std::unique_ptr<RecomputePolicy> make_keep_one_hop(const RecomputeConfig& cfg) {
+  RecomputeConfig c = cfg;
+  c.multi_hop = false;
+  return std::make_unique<Keep>(c);
+}
+
+std::unique_ptr<RecomputePolicy> make_keep_next_layer(const RecomputeConfig& cfg) {
+  RecomputeConfig c = cfg;
+  c.balanced_loading = false;
+  return std::make_unique<Keep>(c);
+}
+
+}  // namespace wm::llm
