@@ -136,7 +136,14 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
     feed_breadcrumbs();
     if (p.message) recall_for(part);
     const std::string region = !p.region.empty() ? p.region : p.segment.empty() ? "recent" : "blocks";
-    last_logits_ = run(part, region, p.segment.empty() ? region : p.segment, p.stepwise ? 1 : 0, &out);
+    const std::string segment = p.segment.empty() ? region : p.segment;
+    if ((!p.kind.empty() || p.priority != 0.0 || p.pinned) && memory_.window().layout().find(segment).first < 0) {
+      // A new block's tags go on first (its segment made, empty): the policy sees them from its first step.
+      BlockMeta meta;
+      meta.kind = p.kind, meta.priority = p.priority, meta.pinned = p.pinned;
+      memory_.apply(MemoryPlan().tag(segment, std::move(meta), region));
+    }
+    last_logits_ = run(part, region, segment, p.stepwise ? 1 : 0, &out);
     // The prompt's time runs until the first stepwise token; from there every piece is decoding's.
     if (p.stepwise || pstats_.step_tokens > 0) {
       pstats_.step_tokens += static_cast<int64_t>(part.size());

@@ -84,6 +84,10 @@ struct PromptPiece {
   bool message = false;   // a new user message: the memory policy may recall for it first
   bool stepwise = false;  // one token per step, as generated tokens arrive (else prefill chunks)
   std::string region;     // where the block goes; empty: "blocks" (a segment) or "recent" (none)
+  // The block's tags for the memory policy (evoke's scorer), set when its first piece is fed.
+  std::string kind;       // "system", "user", "assistant", "tool", "file", ...
+  double priority = 0.0;  // higher leaves later
+  bool pinned = false;    // never leaves
 };
 
 class LlmSession {

@@ -24,6 +24,9 @@ void TextMemoryConfig::validate() const {
            "relevance must be attention, hidden or embedding, got '", relevance, "'");
   WM_CHECK(recall_blocks >= 0, "recall_blocks must be >= 0, got ", recall_blocks);
   WM_CHECK(reserve >= 0, "reserve must be >= 0, got ", reserve);
+  WM_CHECK(sink_blocks >= 0, "sink_blocks must be >= 0, got ", sink_blocks);
+  for (const auto& [kind, n] : kind_floors)
+    WM_CHECK(n >= 0, "the floor of block kind '", kind, "' must be >= 0, got ", n);
   WM_CHECK(pyramid_beta >= 1.0, "pyramid_beta must be >= 1, got ", pyramid_beta);
 }
 

@@ -10,6 +10,7 @@
 // the window keeps one token set per layer, not per head.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,6 +55,9 @@ struct TextMemoryConfig {
   int relevance_layer = -1;          // evoke: the layer whose query-key scores rank blocks (-1: last)
   int64_t recall_blocks = 0;         // evoke: banked blocks restored per message at most (0: what fits)
   int64_t reserve = 4;               // evoke: tokens kept free for the message's answer
+  int64_t sink_blocks = 0;           // evoke: the first blocks to arrive never leave (attention sinks)
+  std::map<std::string, int64_t> kind_floors;  // evoke: per block kind (BlockMeta::kind), the most
+                                               // recently used blocks of it that never leave
   // Throws wm::Error naming the field; the policy's own needs are checked when it is made.
   void validate() const;
 };

@@ -97,6 +97,16 @@ MemoryPlan& MemoryPlan::move(std::string id, Reanchor reanchor) {
   return *this;
 }
 
+MemoryPlan& MemoryPlan::tag(std::string id, BlockMeta meta, std::string region) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Tag;
+  op.id = std::move(id);
+  op.region = std::move(region);
+  op.block.meta = std::move(meta);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
 KvMemory::KvMemory(KvSpec spec, std::vector<std::string> regions, StoreConfig bank) {
   bank.device = spec.device;
   window_ = std::make_unique<KvWindow>(std::move(spec), std::move(regions));
@@ -115,6 +125,7 @@ const char* op_name(MemoryOp::Kind k) {
     case MemoryOp::Kind::Write: return "write";
     case MemoryOp::Kind::Move: return "move";
     case MemoryOp::Kind::Store: return "store";
+    case MemoryOp::Kind::Tag: return "tag";
   }
   return "?";
 }
@@ -149,6 +160,9 @@ void KvMemory::apply(MemoryPlan plan) {
           break;
         case MemoryOp::Kind::Store:
           bank_->put(std::move(op.block), op.tier);
+          break;
+        case MemoryOp::Kind::Tag:
+          window_->set_meta(op.id, std::move(op.block.meta), op.region);
           break;
         case MemoryOp::Kind::Move: {
           WM_CHECK(window_->layout().find(op.id).first >= 0, "no segment '", op.id, "' in the window");

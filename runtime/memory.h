@@ -36,13 +36,15 @@ struct MemoryOp {
     Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
     Move,    // move segment `id` (every layer) by `reanchor`: positions shifted, keys rotated
     Store,   // put `block`, made by the policy, into the bank's tier `tier`; the window unchanged
+    Tag,     // set segment `id`'s metadata to block.meta (kind, priority, pinned, ...); an absent
+             // segment is made, empty, at the end of `region` (if one is given)
   };
   Kind kind = Kind::Drop;
   std::string id;                                   // Insert: block.id
-  std::string region;                               // Fetch, Insert
+  std::string region;                               // Fetch, Insert, Tag
   std::optional<Reanchor> reanchor;                 // Fetch, Shift, Move
   std::function<Block(const Block&)> transform;     // Bank: the block the bank keeps instead (may be empty)
-  Block block;                                      // Insert, Store
+  Block block;                                      // Insert, Store; Tag: its meta
   Tier tier = Tier::Host;                           // Store
   int layer = 0;                                    // Keep, Shift, Write
   std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing; Write: distinct
@@ -65,6 +67,7 @@ struct MemoryPlan {
                     at::Tensor pos = {});
   MemoryPlan& move(std::string id, Reanchor reanchor);
   MemoryPlan& store(Block block, Tier tier = Tier::Host);
+  MemoryPlan& tag(std::string id, BlockMeta meta, std::string region = "");
   bool empty() const { return ops.empty(); }
 };
 

@@ -242,6 +242,16 @@ const BlockMeta& KvWindow::meta(const std::string& id) const {
   return it->second.meta;
 }
 
+void KvWindow::set_meta(const std::string& id, BlockMeta meta, const std::string& region) {
+  auto it = info_.find(id);
+  if (it == info_.end() && !region.empty()) {
+    layout_.add_segment(layout_.region(region), id);
+    it = info_.emplace(id, Info{}).first;
+  }
+  WM_CHECK(it != info_.end(), "no segment '", id, "' in the window");
+  it->second.meta = std::move(meta);
+}
+
 const BlockStats& KvWindow::stats(const std::string& id) const {
   auto it = info_.find(id);
   WM_CHECK(it != info_.end(), "no segment '", id, "' in the window");

@@ -80,6 +80,9 @@ class KvWindow {
 
   // The metadata and statistics of segment `id`. Throws wm::Error if absent.
   const BlockMeta& meta(const std::string& id) const;
+  // Replaces segment `id`'s metadata (a segment appended token by token starts with none). An
+  // absent segment is made, empty, at the end of `region` when one is given; else wm::Error.
+  void set_meta(const std::string& id, BlockMeta meta, const std::string& region = "");
   const BlockStats& stats(const std::string& id) const;
 
   // Grows the capacity of every layer below `tokens` to exactly `tokens` (no factor, no

@@ -1,8 +1,9 @@
 // evoke: EVOKE's reversible eviction. Context arrives as named blocks (segments of region
 // "blocks": a turn, a document, a fact). When the window holds more than the budget, the
-// least recently used blocks leave it, oldest first (the block being written stays, and so does
-// region "system", which is never evicted): into the bank with recovery "restore", gone with "discard"
-// (evoke_discard). Before each new user message the message is probed and every block, in the
+// lowest-scoring blocks leave it: the lowest priority first (BlockMeta::priority), then the least
+// recently used. Some never leave: region "system", the block being written, pinned blocks, the
+// first sink_blocks blocks to arrive, and per block kind the kind_floors[kind] most recently used
+// of it. They go into the bank with recovery "restore", are gone with "discard" (evoke_discard). Before each new user message the message is probed and every block, in the
 // window or banked, is scored by its relevance to it (TextMemoryConfig::relevance): the probe's
 // queries against the block's keys at one layer (the largest scaled dot product of any of the
 // message's queries with any of the block's keys, summed over the kv heads: "attention"), the
@@ -21,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "llmkv/text_policy.h"
@@ -54,12 +56,12 @@ class Evoke final : public TextPolicy {
     MemoryPlan plan;
     int64_t size = w.size(0);
     if (size <= cfg_.budget) return plan;
-    // Oldest use first.
-    std::vector<std::pair<int64_t, std::string>> order;
-    for (const auto& id : evictable(w)) order.push_back({used_.at(id), id});
+    // Lowest priority first, then the oldest use.
+    std::vector<std::tuple<double, int64_t, std::string>> order;
+    for (const auto& id : evictable(w)) order.push_back({w.meta(id).priority, used_.at(id), id});
     std::sort(order.begin(), order.end());
     std::set<std::string> leaving;
-    for (const auto& [when, id] : order) {
+    for (const auto& [priority, when, id] : order) {
       if (size <= cfg_.budget) break;
       size -= w.layout().segment_len(0, id);
       evict(w, id, plan);
@@ -195,12 +197,38 @@ class Evoke final : public TextPolicy {
   }
 
   // Blocks that may leave: region "blocks" (never "system"), the one being written only when
-  // with_last (before a new message, when nothing is being written).
+  // with_last (before a new message, when nothing is being written), none that is pinned, a
+  // sink or within its kind's floor.
   std::vector<std::string> evictable(const KvWindow& w, bool with_last = false) const {
-    std::vector<std::string> out;
     const std::string last = with_last ? "" : last_block(w);
+    std::vector<std::string> held;
     for (const auto& s : w.layout().segments(w.layout().region("blocks")))
-      if (w.layout().segment_len(0, s.id) > 0 && s.id != last) out.push_back(s.id);
+      if (w.layout().segment_len(0, s.id) > 0) held.push_back(s.id);
+    std::set<std::string> kept;
+    if (cfg_.sink_blocks > 0) {  // the first blocks to arrive, whether they are here or not
+      const int blocks = w.layout().region("blocks");
+      std::vector<std::pair<int64_t, std::string>> by_birth;
+      for (const auto& [id, b] : born_) {
+        const int r = w.layout().find(id).first;
+        if (r < 0 || r == blocks) by_birth.push_back({b, id});
+      }
+      std::sort(by_birth.begin(), by_birth.end());
+      for (size_t i = 0; i < by_birth.size() && static_cast<int64_t>(i) < cfg_.sink_blocks; ++i)
+        kept.insert(by_birth[i].second);
+    }
+    std::map<std::string, std::vector<std::pair<int64_t, std::string>>> by_kind;  // most recent use first
+    for (const auto& id : held) {
+      if (w.meta(id).pinned) kept.insert(id);
+      if (cfg_.kind_floors.count(w.meta(id).kind)) by_kind[w.meta(id).kind].push_back({-used_.at(id), id});
+    }
+    for (auto& [kind, blocks] : by_kind) {
+      std::sort(blocks.begin(), blocks.end());
+      for (size_t i = 0; i < blocks.size() && static_cast<int64_t>(i) < cfg_.kind_floors.at(kind); ++i)
+        kept.insert(blocks[i].second);
+    }
+    std::vector<std::string> out;
+    for (const auto& id : held)
+      if (id != last && !kept.count(id)) out.push_back(id);
     return out;
   }
 

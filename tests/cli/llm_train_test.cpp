@@ -80,6 +80,23 @@ TEST(LlmTrainRun, InitFromStartsFromTheFolderWeights) {
   EXPECT_EQ(ma->config().rope_theta, 10000.0);
   EXPECT_LT(max_param_diff(*ma, *md), 1e-5);
   EXPECT_EQ(nlohmann::json::parse(read_text(fs::path(d) / "checkpoint/trainer_state.json")).at("rope_theta"), 100000.0);
+  // Grown by a layer: a's layers as they were, the new one's output projections (near) zero, so
+  // the grown model's logits are a's; the new layer's other matrices are drawn, not zero.
+  const std::string e = (dir / "e").string();
+  RunResult re = run({"-o", e, "--init-from", a, "--grow-layers", "1", "--tasks", "recall", "--lr", "1e-7",
+                      "--min-lr", "0"});
+  ASSERT_TRUE(re.exited && re.code == 0) << re.err;
+  llm::LlmModel me = llm::load_llm(e, cpu);
+  ASSERT_EQ(me->config().num_hidden_layers, 3);
+  auto pe = me->named_parameters(true);
+  for (const auto& item : ma->named_parameters(true))
+    EXPECT_LT((item.value() - pe[item.key()]).abs().max().item<double>(), 1e-5) << item.key();
+  EXPECT_LT(pe["model.layers.2.self_attn.o_proj.weight"].abs().max().item<double>(), 1e-5);
+  EXPECT_LT(pe["model.layers.2.mlp.down_proj.weight"].abs().max().item<double>(), 1e-5);
+  EXPECT_GT(pe["model.layers.2.self_attn.q_proj.weight"].abs().max().item<double>(), 1e-3);
+  const at::Tensor ids = at::randint(0, 400, {1, 24}, at::kLong);
+  EXPECT_LT((ma->forward_train(ids) - me->forward_train(ids)).abs().max().item<double>(), 1e-3);
+  EXPECT_EQ(nlohmann::json::parse(read_text(fs::path(e) / "checkpoint/trainer_state.json")).at("grow_layers"), 1);
   fs::remove_all(dir);
 }
 

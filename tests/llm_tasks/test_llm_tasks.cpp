@@ -696,10 +696,40 @@ TEST(LlmTasks, PrintExamples) {
   }
 }
 
+// ---- needles and facts (training aids) ------------------------------------------------------
+
+// niah and multifact with at least two needles or facts whatever the length, as many as the
+// length holds (at most 5 and 8), one question or probe each, every sample near its length.
+TEST(LlmTasks, NeedlesAndFactsPlantSeveralInShortTexts) {
+  std::map<int64_t, int> most_needles, most_facts;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    for (int64_t len : {128, 192, 256}) {
+      const Sample n = make_sample("needles", seed, opts(len));
+      EXPECT_EQ(n.task, "needles");
+      const int needles = static_cast<int>(n.meta["needles"].size());
+      EXPECT_GE(needles, 2) << seed;
+      EXPECT_LE(needles, 5) << seed;
+      EXPECT_EQ(static_cast<int>(n.targets().size()), needles);
+      most_needles[len] = std::max(most_needles[len], needles);
+      const Sample f = make_sample("facts", seed, opts(len));
+      EXPECT_EQ(f.task, "facts");
+      const int facts = static_cast<int>(f.meta["facts"].size());
+      EXPECT_GE(facts, 2) << seed;
+      EXPECT_EQ(static_cast<int>(f.targets().size()), facts);
+      most_facts[len] = std::max(most_facts[len], facts);
+      // The niah sample of the same seed and length plants one needle per 128 tokens at most.
+      EXPECT_LE(static_cast<int>(make_sample("niah", seed, opts(len)).meta["needles"].size()), std::max<int64_t>(1, len / 128));
+    }
+  }
+  EXPECT_EQ(most_needles[128], 2);
+  EXPECT_EQ(most_needles[256], 5);
+  EXPECT_GE(most_facts[256], 4);
+}
+
 // ---- copy (training aid) -------------------------------------------------------------------
 
 TEST(LlmTasks, CopyRoundsRepeatTheirLists) {
-  EXPECT_EQ(training_aid_names(), (std::vector<std::string>{"copy", "recall", "lookup"}));
+  EXPECT_EQ(training_aid_names(), (std::vector<std::string>{"copy", "recall", "lookup", "needles", "facts"}));
   const std::regex line_re("^([a-z]+) ([0-9]{2})$");
   const std::set<std::string> pool(mqar_key_pool().begin(), mqar_key_pool().end());
   for (uint64_t seed = 0; seed < 20; ++seed) {

@@ -510,6 +510,42 @@ TEST(TextPolicy, EvokeRelevanceByHiddenStatesOrEmbeddingsRestoresTheMatchingBloc
   EXPECT_THROW(make_text_policy(c), Error);
 }
 
+// EVOKE's scorer: the lowest priority leaves first, then the least recently used; pinned blocks,
+// the first sink_blocks to arrive and each kind's floor of most recently used blocks never leave.
+TEST(TextPolicy, EvokeScorerKeepsPinnedSinksKindFloorsAndHigherPriority) {
+  const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+  KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+  TextMemoryConfig c = config("evoke", 20);
+  c.sink_blocks = 1;
+  c.kind_floors = {{"fact", 1}};
+  auto p = make_text_policy(c);
+  auto meta = [](const std::string& kind, double priority, bool pinned) {
+    BlockMeta m;
+    m.kind = kind, m.priority = priority, m.pinned = pinned;
+    return m;
+  };
+  const std::vector<BlockMeta> tags = {meta("turn", 0, false), meta("fact", 0, false), meta("turn", 0, true),
+                                       meta("fact", 0, false), meta("turn", 1, false), meta("turn", 0, false),
+                                       meta("turn", 0, false)};
+  for (int b = 0; b < 7; ++b) {
+    const std::string id = "b" + std::to_string(b);
+    mem.apply(MemoryPlan().tag(id, tags[b], "blocks"));  // made empty, tagged, before its tokens
+    const at::Tensor pos = at::arange(4 * b, 4 * b + 4, at::kLong).unsqueeze(1);
+    for (int l = 0; l < spec.n_layers; ++l)
+      mem.window().append("blocks", id, l, at::randn({spec.n_kv_heads, 4, spec.head_dim}),
+                          at::randn({spec.n_kv_heads, 4, spec.head_dim}), pos);
+    EXPECT_EQ(mem.window().meta(id).kind, tags[b].kind);
+    mem.apply(p->observe(mem, view({}, 4)));
+  }
+  // b5 over the budget: b1 leaves (a fact beyond its kind's floor, b3 being the more recent);
+  // b4 (priority 1) stays. b6: b5 leaves (priority 0) before b4.
+  std::vector<std::string> ids;
+  for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"b0", "b2", "b3", "b4", "b6"}));
+  EXPECT_EQ(mem.window().size(0), 20);
+  EXPECT_THROW(mem.apply(MemoryPlan().tag("nope", BlockMeta{})), Error);  // absent, no region to make it in
+}
+
 // Recovery "breadcrumb": an evicted block is gone from window and bank, and a stub stands for
 // it, once; a stub that leaves in its turn leaves none.
 TEST(TextPolicy, EvokeBreadcrumbLeavesAStubForAnEvictedBlock) {

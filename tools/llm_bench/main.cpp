@@ -115,11 +115,11 @@ std::vector<wm::llm::PromptPiece> block_pieces(const wm::llmdata::TokenizedSampl
     const bool message = message_at == "cue" ? i + 1 < raw.segments.size() && raw.segments[i + 1].target && !seg.target
                                              : seg.kind == "user" || seg.kind == "query";
     if (b < a0 && e > a0) {  // a segment the first answer starts inside: split there
-      out.push_back({a0, block, message, false, region});
-      out.push_back({e, block, false, true, region});
+      out.push_back({a0, block, message, false, region, seg.kind});
+      out.push_back({e, block, false, true, region, seg.kind});
       continue;
     }
-    out.push_back({e, block, message, b >= a0, region});
+    out.push_back({e, block, message, b >= a0, region, seg.kind});
   }
   if (out.empty() || out.back().end < static_cast<int64_t>(s.ids.size()))
     out.push_back({static_cast<int64_t>(s.ids.size()), "tail", false, true, ""});
@@ -239,6 +239,7 @@ struct Options {
   wm::llm::TextMemoryConfig memory;  // the policies' options (policy and budget set per run)
   std::string embedder_dir, spill_dir, message_at = "user";
   double bank_host_mib = 0;  // 0: no limit
+  std::vector<std::string> kind_floors;  // KIND:N
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -288,6 +289,21 @@ void add_options(CLI::App& app, Options& o) {
                  "question (user), or the cue before each answer (cue)")
       ->capture_default_str()
       ->check(CLI::IsMember({"user", "cue"}));
+  app.add_option("--sink-blocks", m.sink_blocks, "evoke: the first blocks to arrive never leave")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--kind-floor", o.kind_floors,
+                 "evoke: KIND:N, the N most recently used blocks of that kind (system, user, assistant, filler, "
+                 "needle, query, pair, state, ...) never leave; repeatable")
+      ->each([](const std::string& v) {
+        const size_t c = v.rfind(':');
+        if (c == std::string::npos || c == 0) throw CLI::ValidationError("--kind-floor", "expected KIND:N, got " + v);
+        try {
+          if (std::stoll(v.substr(c + 1)) < 0) throw std::invalid_argument("negative");
+        } catch (const std::exception&) {
+          throw CLI::ValidationError("--kind-floor", "expected KIND:N with N >= 0, got " + v);
+        }
+      });
   app.add_option("--recall-blocks", m.recall_blocks, "evoke: banked blocks restored per message at most (0: what fits)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -558,6 +574,10 @@ int main(int argc, char** argv) {
       o.memory.embedder = wm::llm::sentence_embedder(
           std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(o.embedder_dir, dev)), tok);
     for (const auto& b : o.budgets) parse_budget(b);  // a bad budget fails before the work
+    for (const auto& f : o.kind_floors) {
+      const size_t c = f.rfind(':');
+      o.memory.kind_floors[f.substr(0, c)] = std::stoll(f.substr(c + 1));
+    }
     torch::NoGradGuard ng;
 
     const nlohmann::json results = run_bench(o, model, tok, dev);

@@ -58,7 +58,7 @@ Sample Sample::from_json(const nlohmann::json& j) {
 }
 
 std::vector<std::string> task_names() { return {"mqar", "niah", "multifact", "plan"}; }
-std::vector<std::string> training_aid_names() { return {"copy", "recall", "lookup"}; }
+std::vector<std::string> training_aid_names() { return {"copy", "recall", "lookup", "needles", "facts"}; }
 
 Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& options) {
   if (task == "mqar") return make_mqar(seed, options);
@@ -68,7 +68,10 @@ Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& opt
   if (task == "copy") return make_copy(seed, options);
   if (task == "recall") return make_recall(seed, options);
   if (task == "lookup") return make_lookup(seed, options);
-  throw Error(str_cat("make_sample: unknown task '", task, "' (expected mqar, niah, multifact, plan, copy, recall or lookup)"));
+  if (task == "needles") return make_needles(seed, options);
+  if (task == "facts") return make_facts(seed, options);
+  throw Error(str_cat("make_sample: unknown task '", task,
+                      "' (expected mqar, niah, multifact, plan, copy, recall, lookup, needles or facts)"));
 }
 
 bool is_heldout(uint64_t seed) { return (seed & kHeldoutBit) != 0; }

@@ -163,11 +163,15 @@ Sample make_plan(uint64_t seed, const GenOptions& options);
 // queried; its length ignores target_tokens (recall.cpp tells why it exists). "lookup": recall
 // with values of several tokens (3-4 digit numbers, names, pseudo-words, colours: what niah and
 // multifact ask for), so that writing a value on after its first token is learned too
-// (lookup.cpp tells why). make_sample accepts these names too.
+// (lookup.cpp tells why). "needles" and "facts": niah and multifact with as many needles (2..5)
+// or facts (2..8) as the length holds, to tell several apart (dense.cpp). make_sample accepts
+// these names too.
 std::vector<std::string> training_aid_names();
 Sample make_copy(uint64_t seed, const GenOptions& options);
 Sample make_recall(uint64_t seed, const GenOptions& options);
 Sample make_lookup(uint64_t seed, const GenOptions& options);
+Sample make_needles(uint64_t seed, const GenOptions& options);
+Sample make_facts(uint64_t seed, const GenOptions& options);
 
 // mqar's key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
 const std::vector<std::string>& mqar_key_pool();

@@ -147,6 +147,33 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, p)));
 }
 
+// The folder's model with `grow` layers more on top: the folder's parameters by name, the new
+// layers drawn as init_weights() draws them but for their output projections (o_proj and
+// down_proj, with their biases), which start at zero, so that the grown model computes exactly
+// what the folder's did until training moves them.
+wm::llm::LlmModel grown_model(const wm::llm::HfFolder& folder, wm::llm::LlmConfig cfg, int grow, uint64_t seed) {
+  wm::llm::LlmConfig small_cfg = cfg;
+  small_cfg.num_hidden_layers = folder.config.num_hidden_layers;
+  wm::llm::LlmModel small(small_cfg);
+  wm::llm::load_llm_weights(*small, folder);
+  cfg.num_hidden_layers = small_cfg.num_hidden_layers + grow;
+  cfg.validate();
+  wm::llm::LlmModel model(cfg);
+  model->init_weights(seed);
+  torch::NoGradGuard ng;
+  auto params = model->named_parameters(true);
+  for (const auto& item : small->named_parameters(true)) params[item.key()].copy_(item.value());
+  for (int64_t l = small_cfg.num_hidden_layers; l < cfg.num_hidden_layers; ++l)
+    for (const auto& item : params) {
+      const std::string& name = item.key();
+      const std::string prefix = wm::str_cat("model.layers.", l, ".");
+      if (name.rfind(prefix, 0) == 0 &&
+          (name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos))
+        item.value().zero_();
+    }
+  return model;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +182,7 @@ int main(int argc, char** argv) {
   std::string curriculum = "256:600,512:600,1024:600", device = "auto", split = "gpt2";
   int64_t vocab = 2048, batch_tokens = 8192, warmup = 100, save_every = 250, eval_every = 250, eval_samples = 16;
   double rope_theta = 0.0;
+  int grow_layers = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, context_weight = 0.1, qk_init = 0.0, beta2 = 0.95;
   uint64_t seed = 1;
   int threads = 0;
@@ -172,7 +200,7 @@ int main(int argc, char** argv) {
                  "leading space is one piece, so BPE can learn \" 42\" as one token) or qwen2 (one digit "
                  "per token)")
       ->capture_default_str()->check(CLI::IsMember({"gpt2", "qwen2"}));
-  app.add_option("--tasks", tasks, "task mix, name[:weight],...; besides the tasks, the training aids 'copy', 'recall' and 'lookup'")->capture_default_str();
+  app.add_option("--tasks", tasks, "task mix, name[:weight],...; besides the tasks, the training aids 'copy', 'recall', 'lookup', 'needles' and 'facts'")->capture_default_str();
   app.add_option("--curriculum", curriculum, "context:steps,... stages in order")->capture_default_str();
   app.add_option("--batch-tokens", batch_tokens, "tokens per step (samples = batch_tokens / context, at least 1)")
       ->capture_default_str()->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
@@ -208,6 +236,11 @@ int main(int argc, char** argv) {
       ->excludes(config_opt)
       ->excludes(tokenizer_opt)
       ->excludes(qk_init_opt);
+  app.add_option("--grow-layers", grow_layers,
+                 "with --init-from: add this many layers on top of the model's, their output projections at zero "
+                 "(the grown model starts out computing what the model did)")
+      ->check(CLI::Range(0, 64))
+      ->needs("--init-from");
   app.add_option("--rope-theta", rope_theta,
                  "RoPE base instead of the config's (or the --init-from model's: a model goes on at a larger "
                  "base, as long-context extension does, its weights unchanged); 0: the config's")
@@ -264,7 +297,11 @@ int main(int argc, char** argv) {
     }
     // The folder's weights into a model of cfg (the folder's config, but for --rope-theta).
     wm::llm::LlmModel model(cfg);
-    if (folder) {
+    if (folder && grow_layers > 0) {
+      model = grown_model(*folder, cfg, grow_layers, seed);
+      cfg = model->config();
+      model->to(dev);
+    } else if (folder) {
       wm::llm::load_llm_weights(*model, *folder);
       model->to(dev);
     } else {
@@ -331,7 +368,7 @@ int main(int argc, char** argv) {
       wm::cli::OutputFile st(next + "/trainer_state.json");
       st.stream() << nlohmann::json{{"step", step}, {"seed", seed}, {"tasks", tasks}, {"batch_tokens", batch_tokens},
                                     {"context_weight", context_weight}, {"curriculum", curriculum},
-                                    {"init_from", init_from}, {"rope_theta", cfg.rope_theta}}.dump()
+                                    {"init_from", init_from}, {"grow_layers", grow_layers}, {"rope_theta", cfg.rope_theta}}.dump()
                   << "\n";
       st.commit();
       fs::remove_all(old);
