@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 
@@ -99,17 +100,7 @@ BertConfig BertConfig::from_json(const json& j, const std::string& where) {
   return c;
 }
 
-BertConfig BertConfig::load(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(str_cat(path, ": cannot open"));
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-  return from_json(j, path);
-}
+BertConfig BertConfig::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
 // ---- modules ----
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -109,15 +110,6 @@ json id_json(const std::vector<int64_t>& ids) {
   return ids;
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(str_cat(path, ": cannot open"));
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-}
 
 }  // namespace
 

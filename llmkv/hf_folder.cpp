@@ -9,6 +9,7 @@
 #include <set>
 #include <unistd.h>
 
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 
@@ -96,16 +97,7 @@ HfFolder HfFolder::open(const std::string& folder) {
                         bin ? " (pytorch_model.bin checkpoints are not read; convert them to safetensors)" : ""));
   }
   h.index_file = index;
-  json j;
-  {
-    std::ifstream f(index);
-    if (!f) throw Error(str_cat(index, ": cannot open"));
-    try {
-      j = json::parse(f);
-    } catch (const json::exception& e) {
-      throw Error(str_cat(index, ": not valid JSON: ", e.what()));
-    }
-  }
+  const json j = read_json_file(index);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(str_cat(index, ": field 'weight_map': missing or not an object"));
   std::set<std::string> shards;

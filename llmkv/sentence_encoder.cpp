@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -16,21 +17,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(str_cat(path, ": cannot open"));
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-}
 
 // sentence_bert_config.json's max_seq_length, or 0 when the file or the field is absent.
 int64_t sentence_bert_max_length(const std::string& folder) {
   const std::string path = (fs::path(folder) / "sentence_bert_config.json").string();
   if (!fs::exists(path)) return 0;
-  const json j = read_json(path);
+  const json j = read_json_file(path);
   auto it = j.find("max_seq_length");
   if (it == j.end() || it->is_null()) return 0;
   if (!it->is_number_integer() || it->get<int64_t>() < 1)
@@ -42,7 +34,7 @@ int64_t sentence_bert_max_length(const std::string& folder) {
 void check_pooling(const std::string& folder) {
   const std::string path = (fs::path(folder) / "1_Pooling" / "config.json").string();
   if (!fs::exists(path)) return;
-  const json j = read_json(path);
+  const json j = read_json_file(path);
   if (!j.is_object()) throw Error(str_cat(path, ": expected a JSON object"));
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key().rfind("pooling_mode_", 0) != 0 || !it->is_boolean()) continue;

@@ -16,6 +16,7 @@
 
 #include "llmkv/byte_level.h"
 #include "llmkv/split_regex.h"
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -525,20 +526,7 @@ Tokenizer Tokenizer::from_json(const json& j, const std::string& origin) {
   return Tokenizer(std::move(impl));
 }
 
-Tokenizer Tokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(str_cat("Tokenizer::load: cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(str_cat("Tokenizer::load: cannot read ", path));
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw CorruptData(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-  return from_json(j, path);
-}
+Tokenizer Tokenizer::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
 void Tokenizer::save(const std::string& path) const {
   const Impl& m = *impl_;

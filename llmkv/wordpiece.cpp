@@ -10,6 +10,7 @@
 
 #include "llmkv/bert_chars.h"
 #include "llmkv/byte_level.h"
+#include "llmkv/json_file.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -338,20 +339,7 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const json& j, const std::strin
   return WordPieceTokenizer(std::move(impl));
 }
 
-WordPieceTokenizer WordPieceTokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(str_cat("WordPieceTokenizer::load: cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(str_cat("WordPieceTokenizer::load: cannot read ", path));
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw CorruptData(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-  return from_json(j, path);
-}
+WordPieceTokenizer WordPieceTokenizer::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
 // ---- encoding ----
 
