@@ -83,17 +83,20 @@ std::vector<LayerKv> LayerLoader::wait(int l) {
   return out;
 }
 
-LayerQueueLoader::LayerQueueLoader(BlockStore& store, int n_layers, at::Device device, int lookahead)
+LayerQueueLoader::LayerQueueLoader(BlockStore& store, int n_layers, at::Device device, int lookahead,
+                                   double max_bytes_per_s)
     : store_(store),
       n_layers_(n_layers),
       device_(device),
       lookahead_(lookahead),
+      max_bytes_per_s_(max_bytes_per_s),
       ids_(n_layers),
       blocks_(n_layers),
       errors_(n_layers),
       done_(n_layers, 0) {
   WM_CHECK(n_layers > 0, "n_layers must be positive, got ", n_layers);
   WM_CHECK(lookahead != 0, "lookahead must be positive, or negative for no limit; got 0");
+  WM_CHECK(max_bytes_per_s >= 0, "max_bytes_per_s must be >= 0, got ", max_bytes_per_s);
   stats_.idle_s.assign(n_layers, 0.0);
   stats_.stall_s.assign(n_layers, 0.0);
   stats_.busy_s.assign(n_layers, 0.0);
@@ -129,11 +132,14 @@ void LayerQueueLoader::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stop_) return;
-    // The first queued item the lookahead allows.
+    // The queued item of the earliest layer (the first queued among equals), if the lookahead
+    // allows it.
     auto allowed = [&] {
+      auto best = queue_.end();
       for (auto it = queue_.begin(); it != queue_.end(); ++it)
-        if (lookahead_ < 0 || it->layer <= current_ + lookahead_) return it;
-      return queue_.end();
+        if (best == queue_.end() || it->layer < best->layer) best = it;
+      if (best != queue_.end() && lookahead_ >= 0 && best->layer > current_ + lookahead_) return queue_.end();
+      return best;
     };
     auto it = allowed();
     if (it == queue_.end()) {
@@ -154,6 +160,12 @@ void LayerQueueLoader::run() {
     } catch (...) {
       err = std::current_exception();
       b = Block{};
+    }
+    if (max_bytes_per_s_ > 0 && !err) {  // the capped link carries the block: wait for it
+      const auto start = std::max(link_free_, Clock::now());
+      link_free_ = start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(static_cast<double>(b.nbytes()) / max_bytes_per_s_));
+      std::this_thread::sleep_until(link_free_);
     }
     lock.lock();
     stats_.blocks += 1;

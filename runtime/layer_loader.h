@@ -55,17 +55,22 @@ class LayerLoader {
 
 // Layer-wise loading on a schedule the consumer builds as it goes (KEEP's layer-balanced
 // loading): the consumer queues blocks for given layers as soon as it knows it needs them; a
-// worker thread reads them from the store (spill files as needed) and moves them to `device` in
-// queue order, never more than `lookahead` layers ahead of the layer being consumed (lookahead < 0:
-// no limit, so work queued for late layers fills the worker's idle time in early ones). With
+// worker thread reads them from the store (spill files as needed) and moves them to `device`,
+// the earliest layer first (queue order within a layer), never more than `lookahead` layers ahead
+// of the layer being consumed (lookahead < 0: no limit, so work queued for late layers fills the
+// worker's idle time in early ones). With
 // lookahead 1 it is the plain next-layer prefetch. A block that fails to load (absent, a damaged
 // spill file) is handed to the consumer as its error, not delivered; the other blocks still are.
 // It records how long the worker idled while the consumer was at each layer and how long the
-// consumer waited for each layer.
+// consumer waited for each layer. max_bytes_per_s caps the worker's throughput (it waits after a
+// block until the cap allows it), to stand for a slower link than the machine's own (a PCIe bus, a
+// network store) when measuring schedules.
 class LayerQueueLoader {
  public:
   // The worker starts at once, idle until something is queued. The consumer is at layer 0.
-  LayerQueueLoader(BlockStore& store, int n_layers, at::Device device, int lookahead = 1);
+  // max_bytes_per_s: 0 for no cap. Throws wm::Error on n_layers < 1, lookahead 0 or a negative cap.
+  LayerQueueLoader(BlockStore& store, int n_layers, at::Device device, int lookahead = 1,
+                   double max_bytes_per_s = 0);
   ~LayerQueueLoader();  // stops and joins the worker
   LayerQueueLoader(const LayerQueueLoader&) = delete;
   LayerQueueLoader& operator=(const LayerQueueLoader&) = delete;
@@ -115,6 +120,8 @@ class LayerQueueLoader {
   int n_layers_;
   at::Device device_;
   int lookahead_;
+  double max_bytes_per_s_;
+  Clock::time_point link_free_;  // with a cap: when the link is free for the next block
   std::deque<Item> queue_;
   std::vector<std::vector<std::string>> ids_;              // [layer] queued so far
   std::vector<std::vector<Block>> blocks_;                 // [layer] in queue order

@@ -137,6 +137,26 @@ TEST(LayerQueueLoader, IdleTimeIsChargedToTheLayerTheConsumerIsAt) {
   EXPECT_EQ(st.blocks, 1);
 }
 
+TEST(LayerQueueLoader, ACappedThroughputTakesAtLeastBytesOverTheCap) {
+  StoreConfig cfg;
+  BlockStore store(cfg);
+  const Block b = test::random_block("b", 1, 2, 100, 32, at::kFloat);  // ~26 KB
+  store.put(b, Tier::Host);
+  for (double cap : {0.0, 1e6}) {
+    LayerQueueLoader loader(store, 2, at::kCPU, -1, cap);
+    const auto t0 = std::chrono::steady_clock::now();
+    loader.enqueue(0, {"b", "b"});
+    loader.enqueue(1, {"b", "b"});
+    loader.wait(0);
+    loader.wait(1);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto st = loader.finish();
+    if (cap > 0) EXPECT_GE(s, 4.0 * b.nbytes() / cap * 0.99) << "4 blocks through a 1 MB/s link";
+    else EXPECT_LT(s, 4.0 * b.nbytes() / 1e6) << "uncapped, host memory";
+    EXPECT_EQ(st.bytes, 4 * b.nbytes());
+  }
+}
+
 // How many of the file's pages are in the page cache, or -1 when it cannot tell.
 long resident_pages(const std::string& path) {
   const size_t size = fs::file_size(path);
