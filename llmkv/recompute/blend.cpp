@@ -256,7 +256,7 @@ at::Tensor run_layers(ChunkCache& cache, RecomputePolicy& policy, const Recomput
 
   // Loading: a unit's layer-l block is needed when some of its tokens are not carried at l (once
   // dropped, never carried again), or when the plan compares cached and fresh K/V.
-  LayerQueueLoader loader(cache.store(), L, dev, plan.balanced_loading ? -1 : 1);
+  LayerQueueLoader loader(cache.store(), L, dev, plan.balanced_loading ? -1 : 1, opt.load_bytes_per_s);
   std::vector<std::vector<char>> queued(U, std::vector<char>(L, 0));
   std::vector<std::vector<int>> queued_units(L);
   std::vector<std::vector<Tier>> queued_tiers(L);
@@ -407,6 +407,7 @@ at::Tensor run_layers(ChunkCache& cache, RecomputePolicy& policy, const Recomput
   const LayerQueueLoader::Stats ls = loader.finish();
   st.loader_idle_s = ls.idle_s;
   st.loader_stall_s = ls.stall_s;
+  st.loader_busy_s = ls.busy_s;
   st.loaded_bytes = ls.bytes;
   return logits;
 }
@@ -440,10 +441,17 @@ at::Tensor causal_attention_rows(const at::Tensor& q, const at::Tensor& q_pos, c
            "q [n_heads, m, d] and k [n_kv_heads, n, d] do not fit: ", q.sizes(), " and ", k.sizes());
   WM_CHECK(q_pos.dim() == 1 && q_pos.size(0) == q.size(1), "q_pos must be [", q.size(1), "], got ", q_pos.sizes());
   const int64_t H = q.size(0), m = q.size(1), d = q.size(2), KH = k.size(0), n = k.size(1), G = H / KH;
-  at::Tensor qf = q.to(at::kFloat).reshape({KH, G * m, d});
-  at::Tensor s = at::bmm(qf, k.to(at::kFloat).transpose(1, 2)).mul_(1.0 / std::sqrt(static_cast<double>(d)));
-  s = s.view({KH, G, m, n}) + causal_bias(q_pos, n, q.device()).view({1, 1, m, n});
-  return at::softmax(s, -1).mean(at::IntArrayRef{0, 1});
+  at::Tensor out = at::zeros({m, n}, at::TensorOptions().dtype(at::kFloat).device(q.device()));
+  if (m == 0) return out;
+  // Keys past the last query are hidden from every query: left out of the product.
+  const int64_t seen = std::min<int64_t>(n, q_pos.max().item<int64_t>() + 1);
+  // Each kv head's group of query heads averaged into one query (as StepOptions::capture_query).
+  const at::Tensor qg = q.to(at::kFloat).reshape({KH, G, m, d}).mean(1);  // [KH, m, d]
+  at::Tensor s = at::bmm(qg, k.narrow(1, 0, seen).to(at::kFloat).transpose(1, 2))
+                     .mul_(1.0 / std::sqrt(static_cast<double>(d)));  // [KH, m, seen]
+  s.add_(causal_bias(q_pos, seen, q.device()).unsqueeze(0));
+  out.narrow(1, 0, seen).copy_(at::softmax(s, -1).mean(0));
+  return out;
 }
 
 ReuseResult prefill_with_reuse(ChunkCache& cache, RecomputePolicy& policy, const std::vector<PromptSegment>& prompt,

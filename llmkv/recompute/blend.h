@@ -38,6 +38,7 @@ namespace wm::llm {
 struct ReuseOptions {
   std::string region = "recent";  // where the prompt's K/V go in the window (segment "prompt")
   int max_attempts = 3;           // prompts started over after damaged entries, at most
+  double load_bytes_per_s = 0;    // the loader's throughput cap (0: none; LayerQueueLoader)
 };
 
 struct ReuseStats {
@@ -57,6 +58,7 @@ struct ReuseStats {
   std::array<int64_t, 3> loaded_token_layers{};  // K/V read from the cache, tokens x layers, per tier
   std::vector<double> loader_idle_s;   // per layer: the loader idle while the model was at it
   std::vector<double> loader_stall_s;  // per layer: the model waiting for the loader
+  std::vector<double> loader_busy_s;   // per layer: the loader loading while the model was at it
   size_t loaded_bytes = 0;
   int64_t corrupt = 0;          // damaged entries met (reported, recomputed)
   int attempts = 0;
@@ -81,9 +83,10 @@ ReuseResult prefill_with_reuse(ChunkCache& cache, RecomputePolicy& policy, const
                                KvWindow& window, const ReuseOptions& opt = {});
 
 // The mass each of n keys (positions 0..n-1) receives from queries q [n_heads, m, head_dim] at
-// prompt positions q_pos [m] (int64 CPU) over k [n_kv_heads, n, head_dim], causal, per query row
-// (its heads averaged): [m, n] float32 on q's device, rows summing to 1. The plain softmax of
-// the scores, for scoring (KEEP's importance), not for the layer's output.
+// prompt positions q_pos [m] (int64 CPU) over k [n_kv_heads, n, head_dim], causal: [m, n]
+// float32 on q's device, rows summing to 1. For scoring (KEEP's importance), not for a layer's
+// output: each kv head's group of query heads is averaged into one query first (as
+// StepOptions::capture_query does), then the softmax per kv head, averaged over the kv heads.
 at::Tensor causal_attention_rows(const at::Tensor& q, const at::Tensor& q_pos, const at::Tensor& k);
 
 }  // namespace wm::llm

@@ -1,11 +1,15 @@
 // keep: KEEP's recompute for a memory that changes as the world does.
 //  (1) Static-dynamic memory construction (keep_memory.h): segments unchanged for static_after
 //      steps are grouped by similarity and cached as one block each; the rest one by one.
-//  (2) Multi-hop recompute (multi_hop.h): at each check layer (default: 1 for models of 4 layers or
-//      more, else 0), importance starts from the query's attention to each unit; the top ratio of
-//      the reused tokens is selected by whole units, their attention to the other units raises
-//      those units' importance, and so on until the selection settles; the selected units are
-//      recomputed from the next layer on, the others taken from the cache.
+//  (2) Multi-hop recompute (multi_hop.h): at each check layer (default: layer 0, where a query's
+//      attention follows the words it shares with a line: the goal's object to its line, that
+//      line's container to the container's line, and so on; no layer is computed for every token
+//      first, as CacheBlend's check needs), importance starts from the query's attention to each
+//      unit; the top ratio of
+//      the reused tokens (times check_ratios[j] at the j-th check layer) is selected by whole units
+//      among those still recomputed, their attention to the other units raises those units'
+//      importance, and so on until the selection settles; the selected units are recomputed from
+//      the next layer on, the others taken from the cache.
 //  (3) Layer-balanced loading: once a selection is made, the blocks every later layer needs are
 //      known, and the loader may load them all ahead (balanced_loading) instead of a layer ahead.
 // keep_no_grouping, keep_one_hop and keep_next_layer each switch one of the three off.
@@ -30,7 +34,8 @@ class Keep final : public RecomputePolicy {
     plan.units = std::move(c.units);
     plan.build_after = std::move(c.builds);
     plan.check_layers = cfg_.check_layers;
-    if (plan.check_layers.empty()) plan.check_layers = {cache.n_layers() >= 4 ? 1 : 0};
+    if (plan.check_layers.empty()) plan.check_layers = {0};
+    check_layers_ = plan.check_layers;
     plan.balanced_loading = cfg_.balanced_loading;
     return plan;
   }
@@ -53,17 +58,22 @@ class Keep final : public RecomputePolicy {
       candidate[u] = !units[u].exact && carried_of[u] == tokens[u];
       if (!units[u].exact) reused += tokens[u];
     }
-    const int64_t budget = static_cast<int64_t>(std::ceil(cfg_.ratio * reused - 1e-9));
-    // Attention received, summed per unit.
-    auto per_unit = [&](const at::Tensor& row) {
-      std::vector<double> out(U, 0.0);
-      const at::Tensor r = row.contiguous();
-      const float* p = r.data_ptr<float>();
-      for (int64_t i = 0; i < view.n_prompt(); ++i)
-        if (unit_of[i] >= 0) out[unit_of[i]] += p[i];
+    double share = cfg_.ratio;
+    for (size_t j = 0; j < cfg_.check_ratios.size() && j < check_layers_.size(); ++j)
+      if (check_layers_[j] == view.layer()) share *= cfg_.check_ratios[j];
+    const int64_t budget = static_cast<int64_t>(std::ceil(std::min(1.0, share) * reused - 1e-9));
+    // Attention received, summed per unit (index U collects the fresh tokens').
+    at::Tensor unit_index = at::empty({view.n_prompt()}, at::kLong);
+    for (int64_t i = 0; i < view.n_prompt(); ++i) unit_index.data_ptr<int64_t>()[i] = unit_of[i] >= 0 ? unit_of[i] : U;
+    auto per_unit = [&](const at::Tensor& rows) {  // [g, n_prompt] -> g rows of U sums
+      const at::Tensor sums =
+          at::zeros({rows.size(0), U + 1}, at::kDouble).index_add_(1, unit_index, rows.to(at::kDouble)).contiguous();
+      std::vector<std::vector<double>> out(rows.size(0));
+      for (int64_t g = 0; g < rows.size(0); ++g) out[g].assign(sums.data_ptr<double>() + g * (U + 1),
+                                                               sums.data_ptr<double>() + g * (U + 1) + U);
       return out;
     };
-    const std::vector<double> direct = per_unit(view.attention_from({view.fresh()})[0]);
+    const std::vector<double> direct = per_unit(view.attention_from({view.fresh()}))[0];
     std::vector<int> chosen;
     if (cfg_.multi_hop) {
       auto rows = [&](const std::vector<int>& from) {
@@ -73,10 +83,7 @@ class Keep final : public RecomputePolicy {
           for (int64_t i = units[u].begin; i < units[u].end; ++i) g.push_back(i);
           groups.push_back(std::move(g));
         }
-        const at::Tensor a = view.attention_from(groups);
-        std::vector<std::vector<double>> out;
-        for (size_t k = 0; k < from.size(); ++k) out.push_back(per_unit(a[static_cast<int64_t>(k)]));
-        return out;
+        return per_unit(view.attention_from(groups));
       };
       const MultiHopSelection sel = multi_hop_select(direct, tokens, candidate, budget, rows, cfg_.max_hops);
       chosen = sel.selected;
@@ -95,6 +102,7 @@ class Keep final : public RecomputePolicy {
 
  private:
   KeepMemory memory_;
+  std::vector<int> check_layers_;
   int last_hops_ = 0;
 };
 

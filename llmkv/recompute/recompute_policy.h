@@ -106,8 +106,9 @@ class BlendLayer {
   virtual at::Tensor cached_v() const = 0;
   // The attention each prompt token's key receives at this layer from each group of queries
   // (prompt indices of recomputed or fresh tokens; a query sees the keys up to itself), averaged
-  // over the group's queries and the query heads: [groups, n_prompt] float32 CPU, each row summing
-  // to 1 (a zero row for an empty group). Throws wm::Error for a token with no query here.
+  // over the group's queries and the kv heads (each kv head's query heads averaged into one query:
+  // causal_attention_rows in blend.h): [groups, n_prompt] float32 CPU, each row summing to 1 (a
+  // zero row for an empty group). Throws wm::Error for a token with no query here.
   virtual at::Tensor attention_from(const std::vector<std::vector<int64_t>>& groups) const = 0;
 };
 
@@ -115,9 +116,12 @@ struct RecomputeConfig {
   std::string policy = "full_recompute";  // a registered name (recompute_policy_names())
   double ratio = 0.15;       // cacheblend, keep: the share of the reused tokens recomputed, (0, 1]
   int filter_layers = 2;     // cacheblend: layers after its first over which 2x ratio shrinks to ratio
-  std::vector<int> check_layers;  // keep: the layers where multi-hop selection runs (empty: layer 1
-                                  // for models of 4 layers or more, else 0); cacheblend: its first
-                                  // layer is check_layers[0] when given (else 1)
+  std::vector<int> check_layers;  // keep: the layers where multi-hop selection runs (empty: layer
+                                  // 0); cacheblend: its first layer is check_layers[0] when given
+                                  // (else 1)
+  std::vector<double> check_ratios;  // keep: per check layer, a multiple of ratio selected there
+                                     // (from the units still recomputed): uneven recompute over the
+                                     // layers, e.g. {3, 1}; empty: 1 at every check layer
   int static_after = 10;     // keep: planning steps a segment must stay unchanged to become static
   double group_similarity = 0.9;  // keep: a static segment joins the group before it when the
                                   // cosine of its signature with the group's mean is at least this

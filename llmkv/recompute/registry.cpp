@@ -41,6 +41,10 @@ void RecomputeConfig::validate() const {
     WM_CHECK(check_layers[i] >= 0, "check_layers must be >= 0, got ", check_layers[i]);
     WM_CHECK(i == 0 || check_layers[i] > check_layers[i - 1], "check_layers must be increasing");
   }
+  WM_CHECK(check_ratios.empty() || check_ratios.size() == check_layers.size(), "check_ratios (",
+           check_ratios.size(), ") needs one entry per check layer (", check_layers.size(), ")");
+  for (double m : check_ratios)
+    WM_CHECK(std::isfinite(m) && m > 0, "check_ratios must be positive, got ", m);
   WM_CHECK(static_after >= 1, "static_after must be >= 1, got ", static_after);
   WM_CHECK(std::isfinite(group_similarity) && group_similarity >= -1 && group_similarity <= 1,
            "group_similarity must be in [-1, 1], got ", group_similarity);

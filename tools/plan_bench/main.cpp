@@ -1,0 +1,846 @@
+// wm_plan_bench: an embodied planner that consults a long memory before every short action, its
+// KV reused across prompts under recompute policies (llmkv/recompute/). An ALFRED-like episode
+// loop in the `plan` task's text house (tools/llm_tasks/plan_world.h): at each step the prompt is
+// the rules and a worked example (static), the object-state memory (one JSON line per thing, as the
+// executed actions leave it), the goal and the steps so far, then "Step N:"; the model writes the
+// next action (greedy) and the world executes it. Every policy runs the same held-out episodes,
+// step by step in turn (interleaved, so that a busy machine slows them alike), each with its own
+// world (the model drives) or one shared course (the oracle drives, the model's action scored),
+// and its own chunk cache. Per policy: success rate (Wilson 95%), next-action agreement with the
+// oracle, TTFT per step (mean, p50, p90), the share of the memory's K/V recomputed, tokens loaded
+// per tier, the loader's idle time per layer and the model's wait for it, KV bytes, and against
+// full_recompute on the same prompt the KL divergence and top-1 agreement of the first action
+// token's distribution.
+#include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "llmkv/chunk_cache.h"
+#include "llmkv/config.h"
+#include "llmkv/hf_folder.h"
+#include "llmkv/model.h"
+#include "llmkv/recompute/blend.h"
+#include "llmkv/recompute/recompute_policy.h"
+#include "llmkv/tokenizer.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "tools/cli/cleanup.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
+#include "tools/cli/progress.h"
+#include "tools/llm_tasks/plan_world.h"
+#include "tools/llm_tasks/sample.h"
+#include "tools/rollout/plot.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace lt = wm::llmtasks;
+using wm::llm::PromptSegment;
+using Clock = std::chrono::steady_clock;
+
+const char* const kEmbeddedModel = "assets/models/tiny-llm";
+
+// A number, or null for NaN (JSON has no NaN).
+nlohmann::json num_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Wilson score interval (95%) of k successes in n.
+std::pair<double, double> wilson(int64_t k, int64_t n) {
+  if (n == 0) return {0.0, 0.0};
+  const double z = 1.959963984540054, p = static_cast<double>(k) / n;
+  const double den = 1 + z * z / n, c = (p + z * z / (2.0 * n)) / den;
+  const double h = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / den;
+  return {std::max(0.0, c - h), std::min(1.0, c + h)};
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double at = q * (v.size() - 1);
+  const size_t i = static_cast<size_t>(at);
+  return i + 1 < v.size() ? v[i] + (at - i) * (v[i + 1] - v[i]) : v[i];
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? std::nan("") : std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
+
+struct Options {
+  std::string model = kEmbeddedModel, tokenizer, device = "auto", driver = "model";
+  std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host";
+  std::vector<std::string> policies = wm::llm::recompute_policy_names();
+  int episodes = 8, first_episode = 0, max_steps = 24, layers = 0, threads = 0;
+  int rooms = 4, locks = 3, objects = 3;
+  int64_t memory_tokens = 2048, max_new_tokens = 16, prefill_chunk = 512;
+  double bank_host_mib = 0, load_mib_per_s = 0;
+  bool cold_disk = false;
+  uint64_t seed = 0;
+  wm::llm::RecomputeConfig recompute;
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("-m,--model", o.model, "model folder, or a config.json for random weights at that shape")
+      ->capture_default_str()
+      ->check(CLI::ExistingPath);
+  app.add_option("--tokenizer", o.tokenizer,
+                 "tokenizer.json (default: the model folder's; for a config.json the embedded model's)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--layers", o.layers, "random weights only: the config's layer count replaced by this")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--seed", o.seed, "random weights' seed")->capture_default_str();
+  app.add_option("--policies", o.policies, "recompute policies, run in turn on every step")
+      ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::recompute_policy_names()));
+  app.add_option("--episodes", o.episodes, "held-out episodes")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--first-episode", o.first_episode, "index of the first held-out episode")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--max-steps", o.max_steps, "steps per episode at most (the oracle's plan, when shorter, ends it "
+                                             "under --driver oracle)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--driver", o.driver,
+                 "who acts: the model (its action executed; success rate) or the oracle (the oracle's action "
+                 "executed, the model's scored against it; every policy sees the same prompts)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"model", "oracle"}));
+  app.add_option("--memory-tokens", o.memory_tokens,
+                 "the memory's size in tokens: distractor objects fill the house's lines up to it")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--rooms", o.rooms, "rooms besides the hall")->capture_default_str()->check(CLI::Range(1, 16));
+  app.add_option("--locks", o.locks, "locked doors and containers, each with a key")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 14));
+  app.add_option("--objects", o.objects, "portable objects (goal candidates)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 28));
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens of an action at most")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per forward pass of an ordinary prefill")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  wm::llm::RecomputeConfig& r = o.recompute;
+  app.add_option("--ratio", r.ratio, "cacheblend, keep: share of the memory's tokens recomputed")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--filter-layers", r.filter_layers, "cacheblend: layers over which 2x ratio shrinks to ratio")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--check-layers", r.check_layers,
+                 "keep: layers of the multi-hop selection (default 0)")
+      ->check(CLI::Range(0, 1023));
+  app.add_option("--check-ratios", r.check_ratios,
+                 "keep: per check layer, the multiple of --ratio selected there (default 1 each)")
+      ->check(CLI::Range(1e-6, 1e6));
+  app.add_option("--static-after", r.static_after, "keep: steps unchanged after which a memory line is static")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--group-similarity", r.group_similarity,
+                 "keep: a static line joins the group before it at this cosine of signatures or more")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 1.0));
+  app.add_option("--max-group-tokens", r.max_group_tokens, "keep: tokens in one group at most")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--max-hops", r.max_hops, "keep: multi-hop rounds at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--bank-tier", o.bank_tier,
+                 "where cache entries live: host memory, or disk (spill files, loaded a layer at a time)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"host", "disk"}));
+  app.add_option("--bank-host-mib", o.bank_host_mib,
+                 "--bank-tier host: the host tier's budget in MiB, beyond which entries spill to disk (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_flag("--cold-disk", o.cold_disk,
+               "drop spill files from the page cache once written, so that loading reads the disk");
+  app.add_option("--load-mib-per-s", o.load_mib_per_s,
+                 "cap on the loader's throughput in MiB/s, standing for a link slower than this machine's memory "
+                 "and disk (a PCIe bus, a network store); 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--spill-dir", o.spill_dir, "folder for spill files (default: a fresh one under $TMPDIR, removed)");
+  app.add_option("--json", o.json_out, "write the summary and every step as JSON to this file");
+  app.add_option("--csv", o.csv_out, "write the summary table as CSV to this file");
+  app.add_option("--plots", o.plot_dir,
+                 "write PNG charts to this folder: success and agreement with full_recompute against TTFT, TTFT "
+                 "per step, the loader's idle time per layer");
+  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
+// The static texts of the `plan` task's prompts, exactly as its generator writes them: the rules,
+// the worked example and the memory header, read off a generated sample.
+struct PlanTexts {
+  std::string rules, example, memory_header;
+};
+
+PlanTexts plan_texts() {
+  for (uint64_t i = 0; i < 64; ++i) {
+    lt::GenOptions go;
+    go.target_tokens = 4096;
+    const lt::Sample s = lt::make_plan(lt::training_seed(i), go);
+    const size_t r = s.find("system"), e = s.find("example"), m = s.find("memory");
+    if (r < s.segments.size() && e < s.segments.size() && m < s.segments.size())
+      return {s.segments[r].text, s.segments[e].text, s.segments[m].text};
+  }
+  throw wm::Error("the plan generator wrote no sample with rules, an example and a memory header");
+}
+
+// One held-out episode: a house whose memory holds about memory_tokens tokens, and its goal.
+struct Episode {
+  uint64_t seed = 0;
+  lt::World world;
+  lt::Goal goal;
+  std::vector<std::string> solution;  // the oracle's plan from the start
+  int64_t memory_tokens = 0;
+};
+
+Episode make_episode(int index, const Options& o, const wm::llm::Tokenizer& tok) {
+  Episode ep;
+  ep.seed = lt::heldout_seed(static_cast<uint64_t>(index));
+  lt::WorldSpec spec;
+  spec.rooms = o.rooms;
+  spec.containers = o.rooms + 1;
+  spec.furniture = o.rooms;
+  spec.locks = std::min(o.locks, std::min(14, spec.rooms + spec.containers));
+  spec.objects = o.objects;
+  auto tokens_of = [&](const lt::World& w) {
+    int64_t n = 0;
+    for (const auto& s : w.memory_lines()) n += static_cast<int64_t>(tok.encode(s.text).size());
+    return n;
+  };
+  // Distractor lines fill the memory: the house with n of them is the one with n - 1 plus a line.
+  lt::World base = lt::World::generate(ep.seed, spec, &ep.goal);
+  int64_t n = tokens_of(base);
+  if (n < o.memory_tokens) {
+    lt::WorldSpec wide = spec;
+    wide.distractors = static_cast<int>((o.memory_tokens - n) / 8) + 16;
+    const lt::World big = lt::World::generate(ep.seed, wide);
+    for (const std::string& name : big.distractor_names()) {
+      if (n >= o.memory_tokens) break;
+      n += static_cast<int64_t>(tok.encode(big.memory_line(name) + "\n").size());
+      ++spec.distractors;
+    }
+  }
+  ep.world = lt::World::generate(ep.seed, spec, &ep.goal);
+  ep.memory_tokens = tokens_of(ep.world);
+  ep.solution = ep.world.solve(ep.goal, 500);
+  return ep;
+}
+
+// The prompt of step `step` (1-based): the plan task's layout, segment by segment.
+std::vector<PromptSegment> make_prompt(const PlanTexts& t, const lt::World& w, const lt::Goal& goal,
+                                       const std::vector<std::string>& past, const wm::llm::Tokenizer& tok) {
+  std::vector<PromptSegment> p;
+  p.push_back({"rules", tok.encode(t.rules), true});
+  p.push_back({"example", tok.encode(t.example), true});
+  p.push_back({"memory", tok.encode(t.memory_header), true});
+  for (const auto& m : w.memory_lines()) p.push_back({m.id, tok.encode(m.text), true});
+  p.push_back({"goal", tok.encode("Goal: " + goal.text() + ".\n"), false});
+  for (size_t i = 0; i < past.size(); ++i)
+    p.push_back({wm::str_cat("step:", i + 1), tok.encode(wm::str_cat("Step ", i + 1, ": ", past[i], "\n")), false});
+  p.push_back({"cue", tok.encode(wm::str_cat("Step ", past.size() + 1, ":")), false});
+  return p;
+}
+
+// The log-probabilities over the tokenizer's ids of logits [vocab].
+at::Tensor log_probs(const at::Tensor& logits, int64_t vocab) {
+  return at::log_softmax(logits.narrow(0, 0, std::min<int64_t>(vocab, logits.size(0))).to(at::kDouble), 0);
+}
+
+// Greedy decoding of an action after the prompt: the first token from the prompt's logits, the
+// rest one step at a time over the window, until a newline. Returns the action's text.
+std::string decode_action(wm::llm::LlmModelImpl& model, const wm::llm::Tokenizer& tok, wm::KvWindow& window,
+                          at::Tensor logits, int64_t next_pos, int64_t max_new) {
+  const int64_t vocab = std::min<int64_t>(tok.vocab_size(), logits.size(0));
+  std::vector<int64_t> out;
+  std::string text;
+  wm::llm::StepOptions so;
+  so.region = "recent";
+  so.segment = "tail";
+  for (int64_t i = 0; i < max_new; ++i) {
+    const int64_t t = logits.narrow(0, 0, vocab).argmax().item<int64_t>();
+    out.push_back(t);
+    text = tok.decode(out);
+    if (text.find('\n') != std::string::npos || i + 1 == max_new) break;
+    logits = model.step(at::full({1}, t, at::kLong), at::full({1}, next_pos + i, at::kLong), window, so)
+                 .logits.select(0, 0)
+                 .to(at::kCPU);
+  }
+  text = text.substr(0, text.find('\n'));
+  const size_t b = text.find_first_not_of(' '), e = text.find_last_not_of(' ');
+  return b == std::string::npos ? "" : text.substr(b, e - b + 1);
+}
+
+// One step of one policy, as recorded.
+struct StepRecord {
+  int episode = 0, step = 0;
+  std::string policy, action, oracle;
+  bool valid = false, match = false;
+  double ttft_ms = 0, store_ms = 0, decode_ms = 0, recomputed = 0;
+  int64_t prompt_tokens = 0, memory_tokens = 0, prefilled_tokens = 0, units = 0, misses = 0, corrupt = 0;
+  std::array<double, 3> loaded{};  // tokens (token-layers over layers) per tier
+  std::vector<double> idle_ms, stall_ms;
+  double busy_ms = 0;
+  double kl = std::nan(""), agree = std::nan("");
+};
+
+// What runs one policy: its cache, policy object, and per episode its world and past actions.
+struct Runner {
+  std::string name;
+  std::unique_ptr<wm::llm::ChunkCache> cache;
+  std::unique_ptr<wm::llm::RecomputePolicy> policy;
+  std::unique_ptr<wm::KvWindow> window;
+  lt::World world;
+  std::vector<std::string> past;
+  bool done = false, success = false;
+  at::Tensor logits;
+  std::vector<int64_t> prompt_ids;
+  // Totals.
+  int64_t episodes = 0, successes = 0;
+  std::vector<StepRecord> steps;
+  std::array<size_t, 3> peak_bytes{};
+  size_t window_bytes = 0;
+};
+
+struct PolicySummary {
+  std::string policy;
+  int64_t episodes = 0, successes = 0, steps = 0, valid = 0, match = 0, compared = 0, agree = 0;
+  double success = 0, lo = 0, hi = 0, ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_vs_full = std::nan("");
+  double warm_mean = std::nan(""), warm_p50 = std::nan(""), warm_vs_full = std::nan("");  // steps 2..
+  double recomputed = 0, prefilled = 0, kl = std::nan(""), agreement = std::nan(""), store_ms = 0, decode_ms = 0;
+  double memory_tokens = 0, prompt_tokens = 0, idle_early_ms = 0, idle_ms = 0, stall_ms = 0, stall_late_ms = 0;
+  double busy_ms = 0;
+  std::array<double, 3> loaded{};
+  std::vector<double> idle_per_layer, stall_per_layer;
+  std::array<size_t, 3> cache_bytes{};
+  size_t window_bytes = 0;
+  int64_t corrupt = 0;
+};
+
+// full_ttft, full_warm: full_recompute's mean TTFT over all steps and over steps 2.. (0: none).
+PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double full_warm) {
+  PolicySummary s;
+  s.policy = r.name;
+  s.episodes = r.episodes;
+  s.successes = r.successes;
+  s.success = r.episodes ? static_cast<double>(r.successes) / r.episodes : 0.0;
+  std::tie(s.lo, s.hi) = wilson(r.successes, r.episodes);
+  std::vector<double> ttft, warm, rec, pre, kl, store, dec, mem, prompt;
+  s.idle_per_layer.assign(n_layers, 0.0);
+  s.stall_per_layer.assign(n_layers, 0.0);
+  for (const auto& st : r.steps) {
+    ++s.steps;
+    s.valid += st.valid;
+    s.match += st.match;
+    if (st.step > 1) warm.push_back(st.ttft_ms);
+    ttft.push_back(st.ttft_ms), rec.push_back(st.recomputed), pre.push_back(static_cast<double>(st.prefilled_tokens));
+    store.push_back(st.store_ms), dec.push_back(st.decode_ms);
+    mem.push_back(static_cast<double>(st.memory_tokens)), prompt.push_back(static_cast<double>(st.prompt_tokens));
+    for (int t = 0; t < 3; ++t) s.loaded[t] += st.loaded[t];
+    s.busy_ms += st.busy_ms;
+    for (size_t l = 0; l < st.idle_ms.size() && l < static_cast<size_t>(n_layers); ++l) {
+      s.idle_per_layer[l] += st.idle_ms[l];
+      s.stall_per_layer[l] += st.stall_ms[l];
+    }
+    if (!std::isnan(st.kl)) {
+      kl.push_back(st.kl);
+      ++s.compared;
+      s.agree += st.agree > 0.5;
+    }
+    s.corrupt += st.corrupt;
+  }
+  const double n = std::max<int64_t>(1, s.steps);
+  for (int t = 0; t < 3; ++t) s.loaded[t] /= n;
+  s.busy_ms /= n;
+  for (int l = 0; l < n_layers; ++l) {
+    s.idle_per_layer[l] /= n;
+    s.stall_per_layer[l] /= n;
+    s.idle_ms += s.idle_per_layer[l];
+    s.stall_ms += s.stall_per_layer[l];
+    if (l < (n_layers + 1) / 2) s.idle_early_ms += s.idle_per_layer[l];
+    else s.stall_late_ms += s.stall_per_layer[l];
+  }
+  s.ttft_mean = mean(ttft), s.ttft_p50 = quantile(ttft, 0.5), s.ttft_p90 = quantile(ttft, 0.9);
+  if (full_ttft > 0) s.ttft_vs_full = s.ttft_mean / full_ttft;
+  if (!warm.empty()) s.warm_mean = mean(warm), s.warm_p50 = quantile(warm, 0.5);
+  if (full_warm > 0) s.warm_vs_full = s.warm_mean / full_warm;
+  s.recomputed = mean(rec), s.prefilled = mean(pre), s.store_ms = mean(store), s.decode_ms = mean(dec);
+  s.memory_tokens = mean(mem), s.prompt_tokens = mean(prompt);
+  if (!kl.empty()) s.kl = mean(kl), s.agreement = static_cast<double>(s.agree) / s.compared;
+  for (int t = 0; t < 3; ++t) s.cache_bytes[t] = r.peak_bytes[t];
+  s.window_bytes = r.window_bytes;
+  return s;
+}
+
+nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
+  return {{"policy", s.policy},
+          {"episodes", s.episodes},
+          {"successes", s.successes},
+          {"success_rate", model_driven ? nlohmann::json(s.success) : nlohmann::json(nullptr)},
+          {"wilson95", model_driven ? nlohmann::json({s.lo, s.hi}) : nlohmann::json(nullptr)},
+          {"steps", s.steps},
+          {"valid_actions", s.steps ? static_cast<double>(s.valid) / s.steps : 0.0},
+          {"oracle_agreement", s.steps ? static_cast<double>(s.match) / s.steps : 0.0},
+          {"ttft_ms", {{"mean", s.ttft_mean}, {"p50", s.ttft_p50}, {"p90", s.ttft_p90}}},
+          {"ttft_vs_full_recompute", num_or_null(s.ttft_vs_full)},
+          {"warm_ttft_ms", {{"mean", num_or_null(s.warm_mean)}, {"p50", num_or_null(s.warm_p50)}}},
+          {"warm_ttft_vs_full_recompute", num_or_null(s.warm_vs_full)},
+          {"recomputed_fraction", s.recomputed},
+          {"prefilled_tokens_per_step", s.prefilled},
+          {"loaded_tokens_per_step", {{"device", s.loaded[0]}, {"host", s.loaded[1]}, {"disk", s.loaded[2]}}},
+          {"loader_idle_ms_per_layer", s.idle_per_layer},
+          {"loader_stall_ms_per_layer", s.stall_per_layer},
+          {"loader_idle_early_ms", s.idle_early_ms},
+          {"loader_stall_late_ms", s.stall_late_ms},
+          {"loader_busy_ms", s.busy_ms},
+          {"cache_bytes", {{"device", s.cache_bytes[0]}, {"host", s.cache_bytes[1]}, {"disk", s.cache_bytes[2]}}},
+          {"prompt_kv_bytes", s.window_bytes},
+          {"memory_tokens", s.memory_tokens},
+          {"prompt_tokens", s.prompt_tokens},
+          {"store_ms", s.store_ms},
+          {"decode_ms", s.decode_ms},
+          {"compared_with_full", s.compared},
+          {"kl_from_full", num_or_null(s.kl)},
+          {"top1_agreement_with_full", num_or_null(s.agreement)},
+          {"corrupt_entries", s.corrupt}};
+}
+
+nlohmann::json to_json(const StepRecord& r) {
+  return {{"episode", r.episode},
+          {"step", r.step},
+          {"policy", r.policy},
+          {"action", r.action},
+          {"oracle", r.oracle},
+          {"valid", r.valid},
+          {"match", r.match},
+          {"ttft_ms", r.ttft_ms},
+          {"store_ms", r.store_ms},
+          {"decode_ms", r.decode_ms},
+          {"recomputed_fraction", r.recomputed},
+          {"prompt_tokens", r.prompt_tokens},
+          {"memory_tokens", r.memory_tokens},
+          {"prefilled_tokens", r.prefilled_tokens},
+          {"units", r.units},
+          {"misses", r.misses},
+          {"corrupt", r.corrupt},
+          {"loaded_tokens", {r.loaded[0], r.loaded[1], r.loaded[2]}},
+          {"loader_idle_ms", r.idle_ms},
+          {"loader_stall_ms", r.stall_ms},
+          {"loader_busy_ms", r.busy_ms},
+          {"kl_from_full", num_or_null(r.kl)},
+          {"top1_agrees_with_full", std::isnan(r.agree) ? nlohmann::json(nullptr) : nlohmann::json(r.agree > 0.5)}};
+}
+
+std::string fmt(double v, const char* f = "%.2f") {
+  if (std::isnan(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int n_layers) {
+  std::printf("\n%-17s %8s %16s %6s %9s %9s %9s %8s %9s %8s %7s %9s %9s %8s %9s %8s %7s\n", "policy",
+              model_driven ? "success" : "oracle", model_driven ? "Wilson 95%" : "(agreement)", "steps",
+              "TTFT ms", "p50", "p90", "vs full", "warm ms", "vs full", "recomp", "host tok", "disk tok", "prefill",
+              "KL full", "top-1", "KV MiB");
+  for (const auto& s : rows) {
+    const double kv_mib = (s.cache_bytes[0] + s.cache_bytes[1] + s.cache_bytes[2]) / 1048576.0;
+    const std::string ok = model_driven ? fmt(100 * s.success, "%.1f%%")
+                                        : fmt(s.steps ? 100.0 * s.match / s.steps : 0.0, "%.1f%%");
+    const std::string ci = model_driven ? fmt(100 * s.lo, "%.1f") + " - " + fmt(100 * s.hi, "%.1f%%") : "";
+    std::printf("%-17s %8s %16s %6lld %9.1f %9.1f %9.1f %8s %9s %8s %6.1f%% %9.0f %9.0f %8.1f %9s %8s %7.1f\n",
+                s.policy.c_str(), ok.c_str(), ci.c_str(), static_cast<long long>(s.steps), s.ttft_mean, s.ttft_p50,
+                s.ttft_p90, fmt(s.ttft_vs_full, "%.3fx").c_str(), fmt(s.warm_mean, "%.1f").c_str(),
+                fmt(s.warm_vs_full, "%.3fx").c_str(), 100 * s.recomputed, s.loaded[1], s.loaded[2],
+                s.prefilled, fmt(s.kl, "%.4f").c_str(), fmt(100 * s.agreement, "%.1f%%").c_str(), kv_mib);
+  }
+  std::printf("\n(warm: steps after each episode's first, whose cache starts empty; tokens loaded per step: token-layers over the layers; prefill: tokens of missing entries "
+              "prefilled alone per step; KL and top-1: the first action token's distribution against "
+              "full_recompute's on the same prompt; KV MiB: the cache's entries at the end, all tiers)\n");
+  std::printf("\nLoader per layer (ms per step): idle while the model computes the layer / the model waiting\n");
+  std::printf("%-17s", "policy");
+  for (int l = 0; l < n_layers; ++l) std::printf(" %13s", wm::str_cat("layer ", l).c_str());
+  std::printf(" %11s %11s %11s %11s\n", "idle early", "wait total", "wait late", "busy total");
+  for (const auto& s : rows) {
+    if (s.idle_per_layer.empty() || s.idle_ms + s.stall_ms == 0) continue;
+    std::printf("%-17s", s.policy.c_str());
+    for (int l = 0; l < n_layers; ++l) std::printf(" %6.2f/%6.2f", s.idle_per_layer[l], s.stall_per_layer[l]);
+    std::printf(" %11.2f %11.2f %11.2f %11.2f\n", s.idle_early_ms, s.stall_ms, s.stall_late_ms, s.busy_ms);
+  }
+}
+
+void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool model_driven) {
+  o << "policy,episodes,successes,success_rate,wilson_lo,wilson_hi,steps,valid_actions,oracle_agreement,ttft_mean_ms,"
+       "ttft_p50_ms,ttft_p90_ms,ttft_vs_full,warm_ttft_mean_ms,warm_ttft_vs_full,recomputed_fraction,prefilled_tokens_per_step,loaded_device,loaded_host,"
+       "loaded_disk,loader_idle_early_ms,loader_idle_ms,loader_stall_ms,loader_stall_late_ms,loader_busy_ms,"
+       "cache_bytes_device,"
+       "cache_bytes_host,cache_bytes_disk,prompt_kv_bytes,kl_from_full,top1_agreement_with_full,memory_tokens,"
+       "prompt_tokens\n";
+  auto num = [](double v) { return std::isnan(v) ? std::string() : wm::str_cat(v); };
+  for (const auto& s : rows) {
+    o << s.policy << "," << s.episodes << "," << s.successes << ","
+      << (model_driven ? num(s.success) : "") << "," << (model_driven ? num(s.lo) : "") << ","
+      << (model_driven ? num(s.hi) : "") << "," << s.steps << "," << (s.steps ? 1.0 * s.valid / s.steps : 0) << ","
+      << (s.steps ? 1.0 * s.match / s.steps : 0) << "," << s.ttft_mean << "," << s.ttft_p50 << "," << s.ttft_p90
+      << "," << num(s.ttft_vs_full) << "," << num(s.warm_mean) << "," << num(s.warm_vs_full) << "," << s.recomputed << "," << s.prefilled << "," << s.loaded[0] << ","
+      << s.loaded[1] << "," << s.loaded[2] << "," << s.idle_early_ms << "," << s.idle_ms << "," << s.stall_ms << ","
+      << s.stall_late_ms << "," << s.busy_ms << "," << s.cache_bytes[0] << "," << s.cache_bytes[1] << "," << s.cache_bytes[2] << ","
+      << s.window_bytes << "," << num(s.kl) << "," << num(s.agreement) << "," << s.memory_tokens << ","
+      << s.prompt_tokens << "\n";
+  }
+}
+
+// A marker for a scatter point as a short polyline (a cross) in a line chart.
+wm::rollout::Series cross(const std::string& name, double x, double y, double dx, double dy) {
+  return {name, {{x - dx, y}, {x + dx, y}, {x, y}, {x, y + dy}, {x, y - dy}}};
+}
+
+void write_plots(const std::string& dir, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners,
+                 bool model_driven, int n_layers) {
+  double xmax = 0;
+  for (const auto& s : rows) xmax = std::max(xmax, s.ttft_mean);
+  const double dx = std::max(1e-6, xmax * 0.012);
+  {
+    std::vector<wm::rollout::Series> pts;
+    for (const auto& s : rows) {
+      const double y = model_driven ? 100 * s.success : (s.steps ? 100.0 * s.match / s.steps : 0.0);
+      pts.push_back(cross(s.policy, s.ttft_mean, y, dx, 1.5));
+    }
+    wm::rollout::line_chart(dir + "/success_vs_ttft.png",
+                            model_driven ? "success rate against TTFT, per policy"
+                                         : "next-action agreement with the oracle against TTFT, per policy",
+                            "mean TTFT per step (ms)", model_driven ? "success (%)" : "agreement (%)", pts);
+  }
+  {
+    std::vector<wm::rollout::Series> pts;
+    for (const auto& s : rows)
+      if (!std::isnan(s.agreement)) pts.push_back(cross(s.policy, s.ttft_mean, 100 * s.agreement, dx, 1.5));
+    if (!pts.empty())
+      wm::rollout::line_chart(dir + "/agreement_vs_ttft.png",
+                              "first action token: top-1 agreement with full_recompute against TTFT",
+                              "mean TTFT per step (ms)", "top-1 agreement (%)", pts);
+  }
+  {
+    std::vector<wm::rollout::Series> lines;
+    for (const auto& r : runners) {
+      std::map<int, std::vector<double>> by_step;
+      for (const auto& st : r.steps) by_step[st.step].push_back(st.ttft_ms);
+      wm::rollout::Series s{r.name, {}};
+      for (const auto& [step, v] : by_step) s.points.push_back({static_cast<double>(step), mean(v)});
+      lines.push_back(s);
+    }
+    wm::rollout::line_chart(dir + "/ttft_per_step.png", "TTFT per planning step (mean over episodes)",
+                            "step", "TTFT (ms)", lines, /*log_y=*/true);
+  }
+  {
+    std::vector<wm::rollout::Series> lines;
+    for (const auto& s : rows) {
+      if (s.idle_ms + s.stall_ms == 0) continue;
+      wm::rollout::Series idle{s.policy + " idle", {}}, stall{s.policy + " wait", {}};
+      for (int l = 0; l < n_layers; ++l) {
+        idle.points.push_back({static_cast<double>(l), s.idle_per_layer[l]});
+        stall.points.push_back({static_cast<double>(l), s.stall_per_layer[l]});
+      }
+      if (s.policy.rfind("keep", 0) == 0 || s.policy == "cacheblend") lines.push_back(idle), lines.push_back(stall);
+    }
+    if (!lines.empty() && n_layers > 1)
+      wm::rollout::line_chart(dir + "/loader_per_layer.png",
+                              "loader idle time and the model's wait for it, per layer (ms per step)", "layer",
+                              "ms per step", lines);
+  }
+}
+
+// A random-weight model from a config, or a model folder.
+wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name) {
+  if (fs::is_directory(o.model)) {
+    if (o.layers > 0) throw wm::Error("--layers applies to a config.json (random weights), not a model folder");
+    *name = fs::path(o.model).filename().string();
+    return wm::llm::load_llm(o.model, dev, at::kFloat);
+  }
+  wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(o.model);
+  if (o.layers > 0) cfg.num_hidden_layers = o.layers;
+  wm::llm::LlmModel m(cfg);
+  m->init_weights(o.seed);
+  m->to(dev, at::kFloat);
+  *name = wm::str_cat(fs::path(o.model).stem().string(), " (random weights, ", cfg.num_hidden_layers, " layers)");
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_plan_bench: an embodied planner reusing its memory's KV across prompts under recompute policies "
+               "(full_recompute, prefix_cache, full_reuse, cacheblend, keep and keep's ablations): success, TTFT, "
+               "recomputed share, loading per tier and per layer, KV bytes, fidelity to full_recompute"};
+  Options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
+
+  std::string own_spill;  // a spill folder this run made (removed at the end)
+  std::vector<Runner> runners;
+  int rc = 0;
+  try {
+    std::unique_ptr<wm::cli::OutputFile> json_file, csv_file;  // opened first: a bad path fails before the work
+    if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+    if (!o.csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(o.csv_out);
+    if (!o.plot_dir.empty()) fs::create_directories(o.plot_dir);
+    {
+      std::vector<std::string> seen;
+      for (const auto& p : o.policies) {
+        if (std::find(seen.begin(), seen.end(), p) != seen.end())
+          throw wm::Error(wm::str_cat("--policies names '", p, "' twice"));
+        seen.push_back(p);
+      }
+    }
+    if (o.bank_host_mib > 0 && o.bank_tier == "disk")
+      throw wm::Error("--bank-host-mib is for --bank-tier host (with disk every entry goes to spill files)");
+    o.recompute.validate();
+    const int threads = wm::init_threads(o.threads);
+    const at::Device dev = wm::parse_device(o.device);
+    if (o.model == kEmbeddedModel && !fs::exists(o.model))
+      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
+                                  ") is not there: run from the repository's root, or give --model"));
+    std::string model_name;
+    wm::llm::LlmModel model = load_model(o, dev, &model_name);
+    model->eval();
+    if (o.tokenizer.empty())
+      o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json" : std::string(kEmbeddedModel) +
+                                                                                  "/tokenizer.json";
+    const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.tokenizer);
+    if (tok.vocab_size() > model->config().vocab_size)
+      throw wm::Error(wm::str_cat("the tokenizer has ", tok.vocab_size(), " ids, the model's vocabulary ",
+                                  model->config().vocab_size));
+    torch::NoGradGuard ng;
+    const int L = static_cast<int>(model->config().num_hidden_layers);
+    const bool model_driven = o.driver == "model";
+    const uint64_t model_key = wm::llm::model_fingerprint(*model);
+
+    // Spill files: one folder per policy (the store names files by block id).
+    std::string spill_root = o.spill_dir;
+    if (spill_root.empty()) {
+      spill_root = (fs::temp_directory_path() / wm::str_cat("wm_plan_bench_", ::getpid())).string();
+      own_spill = spill_root;
+    }
+    for (const auto& name : o.policies) {
+      Runner r;
+      r.name = name;
+      wm::llm::ChunkCacheConfig cc;
+      cc.model_key = model_key;
+      cc.prefill_chunk = o.prefill_chunk;
+      cc.store.device_budget = 0;  // on the CPU the device is the host: entries sit in the host tier
+      cc.store.host_budget = o.bank_tier == "disk" ? 0
+                             : o.bank_host_mib > 0 ? static_cast<size_t>(o.bank_host_mib * 1048576.0)
+                                                   : std::numeric_limits<size_t>::max();
+      cc.store.spill_dir = spill_root + "/" + name;
+      cc.store.drop_spill_pages = o.cold_disk;
+      fs::create_directories(cc.store.spill_dir);
+      wm::cli::register_temporary(cc.store.spill_dir, /*folder=*/true);
+      r.cache = std::make_unique<wm::llm::ChunkCache>(model, cc);
+      wm::llm::RecomputeConfig rcfg = o.recompute;
+      rcfg.policy = name;
+      r.policy = wm::llm::make_recompute_policy(rcfg);
+      r.window = std::make_unique<wm::KvWindow>(model->kv_spec(dev, at::kFloat), std::vector<std::string>{"recent"});
+      runners.push_back(std::move(r));
+    }
+    if (!own_spill.empty()) wm::cli::register_temporary(own_spill, /*folder=*/true);
+    const PlanTexts texts = plan_texts();
+    wm::llm::ReuseOptions reuse_opt;
+    reuse_opt.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
+
+    std::fprintf(stderr, "wm_plan_bench: %s on %s, %d threads; %zu policies, %d episodes (driver %s), memory ~%lld "
+                 "tokens, bank %s%s\n",
+                 model_name.c_str(), wm::describe_device(dev).c_str(), threads, runners.size(), o.episodes,
+                 o.driver.c_str(), static_cast<long long>(o.memory_tokens), o.bank_tier.c_str(),
+                 o.cold_disk ? " (cold)" : "");
+    wm::cli::ProgressLine progress(15);
+    const auto t_start = Clock::now();
+    nlohmann::json episodes_json = nlohmann::json::array();
+    int64_t step_total = 0;
+    for (int e = 0; e < o.episodes; ++e) {
+      const Episode ep = make_episode(o.first_episode + e, o, tok);
+      episodes_json.push_back({{"index", o.first_episode + e},
+                               {"seed", ep.seed},
+                               {"goal", ep.goal.text()},
+                               {"oracle_steps", ep.solution.size()},
+                               {"memory_lines", ep.world.names().size()},
+                               {"memory_tokens", ep.memory_tokens}});
+      lt::World course = ep.world;  // the oracle's course (driver oracle)
+      std::vector<std::string> course_past;
+      for (auto& r : runners) {
+        r.world = ep.world;
+        r.past.clear();
+        r.done = r.success = false;
+        r.policy->reset();
+        r.episodes += 1;
+      }
+      for (int step = 1; step <= o.max_steps; ++step) {
+        const std::string oracle_course = model_driven ? "" : course.oracle_next_action(ep.goal);
+        if (!model_driven && oracle_course.empty()) break;  // the oracle's plan is done
+        at::Tensor full_lp;
+        std::vector<int64_t> full_ids;
+        // Every policy takes this step in turn; the order rotates so that none is always first.
+        for (size_t k = 0; k < runners.size(); ++k) {
+          // full_recompute first when present (its answer is the reference), the others rotating.
+          size_t idx = k;
+          {
+            std::vector<size_t> order;
+            for (size_t i = 0; i < runners.size(); ++i)
+              if (runners[i].name == "full_recompute") order.push_back(i);
+            for (size_t i = 0; i < runners.size(); ++i) {
+              const size_t j = (i + static_cast<size_t>(step)) % runners.size();
+              if (runners[j].name != "full_recompute") order.push_back(j);
+            }
+            idx = order[k];
+          }
+          Runner& r = runners[idx];
+          if (r.done) continue;
+          const lt::World& state = model_driven ? r.world : course;
+          const std::vector<std::string>& past = model_driven ? r.past : course_past;
+          const std::vector<PromptSegment> prompt = make_prompt(texts, state, ep.goal, past, tok);
+          std::vector<int64_t> ids;
+          for (const auto& s : prompt) ids.insert(ids.end(), s.ids.begin(), s.ids.end());
+          const wm::llm::ReuseResult res = wm::llm::prefill_with_reuse(*r.cache, *r.policy, prompt, *r.window, reuse_opt);
+          StepRecord rec;
+          rec.episode = o.first_episode + e;
+          rec.step = step;
+          rec.policy = r.name;
+          rec.ttft_ms = 1000 * res.stats.ttft_s;
+          rec.store_ms = 1000 * res.stats.store_s;
+          rec.recomputed = res.stats.recomputed_fraction();
+          rec.prompt_tokens = res.stats.prompt_tokens;
+          rec.memory_tokens = res.stats.memory_tokens;
+          rec.prefilled_tokens = res.stats.prefilled_tokens;
+          rec.units = res.stats.units;
+          rec.misses = res.stats.misses;
+          rec.corrupt = res.stats.corrupt;
+          for (int t = 0; t < 3; ++t) rec.loaded[t] = static_cast<double>(res.stats.loaded_token_layers[t]) / L;
+          for (double v : res.stats.loader_idle_s) rec.idle_ms.push_back(1000 * v);
+          for (double v : res.stats.loader_stall_s) rec.stall_ms.push_back(1000 * v);
+          for (double v : res.stats.loader_busy_s) rec.busy_ms += 1000 * v;
+          if (rec.idle_ms.empty()) rec.idle_ms.assign(L, 0.0), rec.stall_ms.assign(L, 0.0);
+          const at::Tensor lp = log_probs(res.logits, tok.vocab_size());
+          if (r.name == "full_recompute") {
+            full_lp = lp;
+            full_ids = ids;
+          } else if (full_lp.defined() && full_ids == ids) {
+            rec.kl = (full_lp.exp() * (full_lp - lp)).sum().item<double>();
+            rec.agree = full_lp.argmax().item<int64_t>() == lp.argmax().item<int64_t>() ? 1.0 : 0.0;
+          }
+          r.window_bytes = std::max(r.window_bytes, r.window->bytes_used());
+          const auto t_dec = Clock::now();
+          rec.action = decode_action(*model, tok, *r.window, res.logits, res.stats.prompt_tokens, o.max_new_tokens);
+          rec.decode_ms = 1000 * since(t_dec);
+          rec.oracle = state.oracle_next_action(ep.goal);
+          rec.match = rec.action == rec.oracle;
+          lt::World probe = state;
+          rec.valid = probe.execute(rec.action);
+          if (model_driven) {
+            if (rec.valid) r.world = std::move(probe);
+            r.past.push_back(rec.action);
+            if (r.world.goal_done(ep.goal)) r.done = r.success = true;
+            if (step == o.max_steps) r.done = true;
+          }
+          for (int t = 0; t < 3; ++t)
+            r.peak_bytes[t] = std::max(r.peak_bytes[t], r.cache->bytes(static_cast<wm::Tier>(t)));
+          r.steps.push_back(std::move(rec));
+          ++step_total;
+          progress.show(false, "wm_plan_bench: episode %d/%d, step %d, %s; %lld prompts, %.0f s", e + 1, o.episodes,
+                        step, r.name.c_str(), static_cast<long long>(step_total), since(t_start));
+        }
+        if (!model_driven) {
+          std::string err;
+          WM_CHECK(course.execute(oracle_course, &err), "the oracle's action '", oracle_course, "' failed: ", err);
+          course_past.push_back(oracle_course);
+        }
+        bool all_done = true;
+        for (const auto& r : runners) all_done = all_done && r.done;
+        if (model_driven && all_done) break;
+      }
+      if (model_driven)
+        for (auto& r : runners) r.successes += r.success;
+    }
+    progress.show(true, "wm_plan_bench: %d episodes, %lld prompts, %.0f s", o.episodes,
+                  static_cast<long long>(step_total), since(t_start));
+    progress.finish();
+
+    double full_ttft = 0, full_warm = 0;
+    for (const auto& r : runners)
+      if (r.name == "full_recompute") {
+        const PolicySummary f = summarize(r, L, 0, 0);
+        full_ttft = f.ttft_mean;
+        full_warm = std::isnan(f.warm_mean) ? 0.0 : f.warm_mean;
+      }
+    std::vector<PolicySummary> rows;
+    for (const auto& r : runners) rows.push_back(summarize(r, L, full_ttft, full_warm));
+    std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
+                model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
+                rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
+    print_table(rows, model_driven, L);
+    for (const auto& r : runners)
+      for (const auto& msg : r.cache->corrupt_reports())
+        std::printf("%s: damaged cache entry reported and recomputed: %s\n", r.name.c_str(), msg.c_str());
+
+    if (csv_file) {
+      write_csv(csv_file->stream(), rows, model_driven);
+      csv_file->commit();
+    }
+    if (!o.plot_dir.empty()) write_plots(o.plot_dir, rows, runners, model_driven, L);
+    if (json_file) {
+      nlohmann::json summary = nlohmann::json::array(), steps = nlohmann::json::array();
+      for (const auto& s : rows) summary.push_back(to_json(s, model_driven));
+      for (const auto& r : runners)
+        for (const auto& st : r.steps) steps.push_back(to_json(st));
+      nlohmann::json cfg = {{"model", o.model},
+                            {"model_name", model_name},
+                            {"layers", L},
+                            {"tokenizer", o.tokenizer},
+                            {"driver", o.driver},
+                            {"episodes", o.episodes},
+                            {"first_episode", o.first_episode},
+                            {"max_steps", o.max_steps},
+                            {"memory_tokens", o.memory_tokens},
+                            {"ratio", o.recompute.ratio},
+                            {"static_after", o.recompute.static_after},
+                            {"group_similarity", o.recompute.group_similarity},
+                            {"bank_tier", o.bank_tier},
+                            {"cold_disk", o.cold_disk},
+                            {"load_mib_per_s", o.load_mib_per_s},
+                            {"check_layers", o.recompute.check_layers},
+                            {"check_ratios", o.recompute.check_ratios},
+                            {"threads", threads}};
+      json_file->stream() << nlohmann::json{{"config", cfg}, {"episodes", episodes_json}, {"summary", summary},
+                                            {"steps", steps}}
+                                 .dump(1)
+                          << "\n";
+      json_file->commit();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_plan_bench: error: %s\n", wm::cli::error_text(e).c_str());
+    rc = 1;
+  }
+  runners.clear();  // the caches' stores remove their spill files
+  if (!own_spill.empty()) {
+    std::error_code ec;
+    fs::remove_all(own_spill, ec);
+  }
+  return rc;
+}
