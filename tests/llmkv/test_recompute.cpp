@@ -174,6 +174,40 @@ TEST(Recompute, RecomputingEveryTokenEqualsFullRecompute) {
   EXPECT_EQ(r.stats.recomputed_fraction(), 0.0);
 }
 
+TEST(Recompute, RecomputedTokensGetTheKvOfAFullPrefillAndTheOthersTheCachedKv) {
+  // Two layers, keep at layer 0: layer 1's K/V are exact for the selected lines (and the rules at
+  // position 0, and the query), the cached ones re-anchored for every other line.
+  LlmModel m = model_of(2);
+  const auto prompt = make_prompt();
+  KvWindow ref_w = window_for(*m);
+  full_prefill(*m, prompt, ref_w);
+  ChunkCache cache(m, cache_config());
+  auto policy = make_recompute_policy(policy_config("keep", 0.3));
+  KvWindow w = window_for(*m);
+  const ReuseResult r = prefill_with_reuse(cache, *policy, prompt, w);
+  const std::vector<int64_t> off = segment_offsets(prompt);
+  int exact_lines = 0, stale_lines = 0;
+  int64_t exact_tokens = 0;
+  for (size_t s = 1; s + 1 < prompt.size(); ++s) {
+    const int64_t n = off[s + 1] - off[s];
+    const double to_full = max_diff(w.k(1).narrow(1, off[s], n), ref_w.k(1).narrow(1, off[s], n));
+    const at::Tensor cached = reanchor(cache.layer(cache.chunk_key(prompt[s].ids), 1).k, m->rope(), 0, off[s]);
+    const double to_cached = max_diff(w.k(1).narrow(1, off[s], n), cached);
+    EXPECT_TRUE(to_full < 1e-5 || to_cached < 1e-5) << "line " << s << ": " << to_full << " " << to_cached;
+    exact_lines += to_full < 1e-5;
+    exact_tokens += to_full < 1e-5 ? n : 0;
+    stale_lines += to_cached < 1e-5 && to_full >= 1e-5;
+    const bool v_exact = max_diff(w.v(1).narrow(1, off[s], n), ref_w.v(1).narrow(1, off[s], n)) < 1e-5;
+    EXPECT_EQ(v_exact, to_full < 1e-5) << "V follows K, line " << s;
+  }
+  EXPECT_GT(exact_lines, 0);
+  EXPECT_GT(stale_lines, 0);
+  EXPECT_EQ(r.stats.recomputed_token_layers, exact_tokens);  // layer 1: the selected lines' tokens
+  // The rules at position 0 and the query are exact.
+  EXPECT_LT(max_diff(w.k(1).narrow(1, 0, 8), ref_w.k(1).narrow(1, 0, 8)), 1e-5);
+  EXPECT_LT(max_diff(w.k(1).narrow(1, off.back() - 6, 6), ref_w.k(1).narrow(1, off.back() - 6, 6)), 1e-5);
+}
+
 TEST(Recompute, PrefixCacheReusesTheUnchangedPrefixExactly) {
   LlmModel m = model_of(3);
   ChunkCache cache(m, cache_config());

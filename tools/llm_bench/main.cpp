@@ -429,7 +429,19 @@ RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const O
     t.samples_right += all;
     t.tokens += static_cast<int64_t>(s.ids.size());
     t.peak = std::max(t.peak, session.peak_tokens());
-    if (static_cast<int64_t>(i) < o.show_kept) print_kept(session, s, task, ctx, policy, budget, tok, set.raw[i]);
+    if (static_cast<int64_t>(i) < o.show_kept) {
+      print_kept(session, s, task, ctx, policy, budget, tok, set.raw[i]);
+      // Each answer: what greedy decoding gives against what it should.
+      for (const auto& a : s.answers) {
+        const std::vector<int64_t> want(s.ids.begin() + a.first, s.ids.begin() + a.second);
+        const std::vector<int64_t> got(arg.begin() + a.first - 1, arg.begin() + a.second - 1);
+        std::string w = tok.decode(want), g = tok.decode(got);
+        while (!w.empty() && w.back() == '\n') w.pop_back();
+        while (!g.empty() && g.back() == '\n') g.pop_back();
+        std::fprintf(stderr, "  answer %-12s %s%s\n", ("'" + w + "'").c_str(), want == got ? "right" : "wrong: '",
+                     want == got ? "" : (g + "'").c_str());
+      }
+    }
     tick();
   }
   return t;
