@@ -44,7 +44,7 @@ int first_answers_right(const std::string& task, int n) {
   return right;
 }
 
-// The model card gives 100% at 128 tokens on mqar (1,200 answers) and niah (50), 98% on multifact (50).
+// The model card gives 100% at 128 tokens on mqar (1,200 answers), niah (50) and multifact (50).
 // Chance is about 1 in 90 for mqar (a number 10..99; a model answering with any listed number,
 // about 1 in 20) and far lower for a 3-4 digit code or a name.
 TEST(TinyLlm, EmbeddedModelRecallsHeldOutPairs) { EXPECT_GE(first_answers_right("mqar", 24), 18); }

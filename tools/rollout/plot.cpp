@@ -85,7 +85,7 @@ void line_chart(const std::string& path, const std::string& title, const std::st
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
     }
   if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  if (x1 == x0) x1 = x0 + 1;
+  if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one x: the points in the middle
   if (!log_y) y0 = std::min(y0, 0.0);
   if (y1 == y0) y1 = y0 + 1;
   // Headroom: 5%, and the legend's band at the top, so that no data hides under the legend.
@@ -106,6 +106,10 @@ void line_chart(const std::string& path, const std::string& title, const std::st
       if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
         cv::line(m, {px(s.points[i - 1].first), py(s.points[i - 1].second)}, {px(s.points[i].first), py(s.points[i].second)},
                  kPalette[si % 8], 2, cv::LINE_AA);
+    // Few points (a single one draws no line): a dot on each.
+    if (s.points.size() <= 32)
+      for (const auto& [x, y] : s.points)
+        if (std::isfinite(y)) cv::circle(m, {px(x), py(y)}, 4, kPalette[si % 8], cv::FILLED, cv::LINE_AA);
   }
   // The legend, drawn last on a box of its own so that no line runs through it.
   if (!series.empty()) {
