@@ -89,7 +89,9 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   if (!log_y) y0 = std::min(y0, 0.0);
   if (y1 == y0) y1 = y0 + 1;
   // Headroom: 5%, and the legend's band at the top, so that no data hides under the legend.
-  y1 += (y1 - y0) * (0.05 + (20.0 * static_cast<double>(series.size()) + 14) / (H - B - T));
+  // The band's share f of the plot height: the data's range takes the rest.
+  const double f = std::min(0.8, 0.05 + (20.0 * static_cast<double>(series.size()) + 14) / (H - B - T));
+  y1 = y0 + (y1 - y0) / (1 - f);
   auto px = [&](double x) { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); };
   auto py = [&](double y) { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); };
   for (int k = 0; k <= 5; ++k) {
