@@ -253,6 +253,19 @@ TEST_F(BadInput, LlmBench) {
                {{"--embedder", "{dir}/missing", "--json", json}, "--embedder", {json}}});
 }
 
+TEST_F(BadInput, PlanBench) {
+  const std::string json = "{dir}/plan.json";
+  check_cases("wm_plan_bench",
+              {{{"--episodes", "0", "--json", json}, "--episodes", {json}},
+               {{"--policies", "bogus", "--json", json}, "--policies", {json}},
+               {{"--ratio", "nan", "--json", json}, "ratio", {json}},
+               {{"--memory-tokens", "8", "--json", json}, "--memory-tokens", {json}},
+               {{"-m", "{dir}/missing", "--json", json}, "missing", {json}},
+               {{"-m", "{dir}/garbage.json", "--json", json}, "garbage.json", {json}},
+               {{"--episodes", "1", "--max-steps", "1", "--json", "/proc/x/a.json"}, "/proc/x/a.json"},
+               {{"--episodes", "1", "--max-steps", "1", "--plots", "/proc/x/p", "--json", json}, "/proc/x/p", {json}}});
+}
+
 TEST_F(BadInput, LlmTrain) {
   const std::string run = "{dir}/run";
   check_cases("wm_llm_train",
