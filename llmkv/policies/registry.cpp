@@ -4,6 +4,7 @@
 
 #include "llmkv/text_policy.h"
 #include "runtime/error.h"
+#include "runtime/named_registry.h"
 
 namespace wm::llm {
 
@@ -24,8 +25,8 @@ namespace {
 using Factory = std::unique_ptr<TextPolicy> (*)(const TextMemoryConfig&);
 
 // In the order programs list them.
-const std::vector<std::pair<std::string, Factory>>& registry() {
-  static const std::vector<std::pair<std::string, Factory>> table = {
+const NamedFactories<Factory>& registry() {
+  static const NamedFactories<Factory> table = {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
       {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev}, {"evoke", make_evoke},
@@ -36,21 +37,12 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
 
 }  // namespace
 
-std::vector<std::string> text_policy_names() {
-  std::vector<std::string> out;
-  for (auto& [name, make] : registry()) out.push_back(name);
-  return out;
-}
+std::vector<std::string> text_policy_names() { return registered_names(registry()); }
 
 std::unique_ptr<TextPolicy> make_text_policy(const TextMemoryConfig& cfg) {
-  for (auto& [name, make] : registry())
-    if (name == cfg.policy) {
-      cfg.validate();
-      return make(cfg);
-    }
-  std::string known;
-  for (auto& [name, make] : registry()) known += (known.empty() ? "" : ", ") + name;
-  throw Error(str_cat("unknown memory policy '", cfg.policy, "' (known: ", known, ")"));
+  const Factory make = find_registered(registry(), cfg.policy, "memory policy");
+  cfg.validate();
+  return make(cfg);
 }
 
 }  // namespace wm::llm

@@ -6,6 +6,7 @@
 
 #include "llmkv/recompute/recompute_policy.h"
 #include "runtime/error.h"
+#include "runtime/named_registry.h"
 
 namespace wm::llm {
 
@@ -22,8 +23,8 @@ namespace {
 
 using Factory = std::unique_ptr<RecomputePolicy> (*)(const RecomputeConfig&);
 
-const std::vector<std::pair<std::string, Factory>>& registry() {
-  static const std::vector<std::pair<std::string, Factory>> table = {
+const NamedFactories<Factory>& registry() {
+  static const NamedFactories<Factory> table = {
       {"full_recompute", make_full_recompute}, {"prefix_cache", make_prefix_cache},
       {"full_reuse", make_full_reuse},         {"cacheblend", make_cacheblend},
       {"keep", make_keep},                     {"keep_no_grouping", make_keep_no_grouping},
@@ -52,21 +53,12 @@ void RecomputeConfig::validate() const {
   WM_CHECK(max_hops >= 1, "max_hops must be >= 1, got ", max_hops);
 }
 
-std::vector<std::string> recompute_policy_names() {
-  std::vector<std::string> out;
-  for (auto& [name, make] : registry()) out.push_back(name);
-  return out;
-}
+std::vector<std::string> recompute_policy_names() { return registered_names(registry()); }
 
 std::unique_ptr<RecomputePolicy> make_recompute_policy(const RecomputeConfig& cfg) {
-  for (auto& [name, make] : registry())
-    if (name == cfg.policy) {
-      cfg.validate();
-      return make(cfg);
-    }
-  std::string known;
-  for (auto& [name, make] : registry()) known += (known.empty() ? "" : ", ") + name;
-  throw Error(str_cat("unknown recompute policy '", cfg.policy, "' (known: ", known, ")"));
+  const Factory make = find_registered(registry(), cfg.policy, "recompute policy");
+  cfg.validate();
+  return make(cfg);
 }
 
 std::vector<int64_t> segment_offsets(const std::vector<PromptSegment>& prompt) {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "runtime/named_registry.h"
 #include "worldkv/video_policy.h"
 
 namespace wm::worldkv {
@@ -19,8 +20,8 @@ namespace {
 using Factory = std::unique_ptr<VideoPolicy> (*)(const MemoryConfig&);
 
 // In the order programs list them.
-const std::vector<std::pair<std::string, Factory>>& registry() {
-  static const std::vector<std::pair<std::string, Factory>> table = {
+const NamedFactories<Factory>& registry() {
+  static const NamedFactories<Factory> table = {
       {"full_kv", make_full_kv},
       {"sliding_window", make_sliding_window},
       {"sink_recent", make_sink_recent},
@@ -33,11 +34,7 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
 
 }  // namespace
 
-std::vector<std::string> policy_names() {
-  std::vector<std::string> out;
-  for (auto& [name, make] : registry()) out.push_back(name);
-  return out;
-}
+std::vector<std::string> policy_names() { return registered_names(registry()); }
 
 std::unique_ptr<VideoPolicy> make_policy(const MemoryConfig& cfg) {
   const Policy named(cfg.policy.name());  // throws wm::Error listing the registered names if unknown
