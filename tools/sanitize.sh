@@ -2,6 +2,8 @@
 # Builds everything with a sanitizer and runs the test suite under it:
 #   bash tools/sanitize.sh address [ctest args...]      ASan + UBSan in ./build-asan: everything,
 #                                                       then the whole suite through ctest
+#   bash tools/sanitize.sh address-core [gtest args...] ASan + UBSan in ./build-asan: the core and
+#                                                       its suites (wm_runtime_tests) alone
 #   bash tools/sanitize.sh thread [gtest args...]       TSan in ./build-tsan: the core and its
 #                                                       suites (wm_runtime_tests), e.g.
 #                                                       --gtest_filter='BlockStore.*' 
@@ -12,22 +14,22 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 kind="${1:-}"
 case "$kind" in
-  address) build="${WM_ASAN_BUILD_DIR:-$root/build-asan}" ;;
+  address | address-core) build="${WM_ASAN_BUILD_DIR:-$root/build-asan}" ;;
   thread) build="${WM_TSAN_BUILD_DIR:-$root/build-tsan}" ;;
   *)
-    echo "usage: bash tools/sanitize.sh address|thread [ctest args...]" >&2
+    echo "usage: bash tools/sanitize.sh address|address-core|thread [ctest or gtest args...]" >&2
     exit 2
     ;;
 esac
 shift
 bash tools/setup.sh
 mkdir -p "$build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_SANITIZE="$kind" \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_SANITIZE="${kind%-core}" \
   >"$build/configure.log" 2>&1 || {
   cat "$build/configure.log"
   exit 1
 }
-if [ "$kind" = thread ]; then
+if [ "$kind" != address ]; then
   cmake --build "$build" -j "$(nproc)" --target wm_runtime_tests
 else
   cmake --build "$build" -j "$(nproc)"
@@ -45,7 +47,7 @@ export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 export OMP_WAIT_POLICY=passive
 export WM_TEST_TIME_SCALE="${WM_TEST_TIME_SCALE:-4}"  # tests that wait on a program allow for the slowdown
 cd "$build"
-if [ "$kind" = thread ]; then
+if [ "$kind" != address ]; then
   exec "$build/tests/wm_runtime_tests" "$@"
 fi
 if [ $# -gt 0 ]; then
