@@ -368,7 +368,11 @@ int main(int argc, char** argv) {
       wm::cli::OutputFile st(next + "/trainer_state.json");
       st.stream() << nlohmann::json{{"step", step}, {"seed", seed}, {"tasks", tasks}, {"batch_tokens", batch_tokens},
                                     {"context_weight", context_weight}, {"curriculum", curriculum},
-                                    {"init_from", init_from}, {"grow_layers", grow_layers}, {"rope_theta", cfg.rope_theta}}.dump()
+                                    {"init_from", init_from}, {"grow_layers", grow_layers}, {"rope_theta", cfg.rope_theta},
+                                    // Settings a run cannot be reproduced without (read by people, not by --resume).
+                                    {"all_queries", all_queries}, {"lr", lr}, {"min_lr", min_lr},
+                                    {"weight_decay", weight_decay}, {"beta2", beta2}, {"clip", clip},
+                                    {"qk_init", qk_init}, {"warmup", warmup}}.dump()
                   << "\n";
       st.commit();
       fs::remove_all(old);
