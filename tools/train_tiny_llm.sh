@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recipe of the shipped tiny LLM (assets/models/tiny-llm): set-up and build, then nine runs
+# The recipe of the shipped tiny LLM (assets/models/tiny-llm): set-up and build, then ten runs
 # of wm_llm_train, each starting from the weights of the one before (--init-from).
 #   1. recall: the training aid alone (2..8 bare pair lines, every key queried), from a mimetic
 #      initialisation, until the look-up by key has formed (it jumps from chance at ~1,200 steps).
@@ -15,11 +15,12 @@
 #   8. the same at 192-256 tokens, niah and multifact weighted up, from 5e-4 down to 5e-5.
 #   9. a third layer grown on (--grow-layers 1, its output projections at zero) and the aids
 #      needles (2-5 needles) and facts (2-8 facts) beside the five, 128-256 tokens, 1e-3 -> 1e-4.
+#  10. the planning world weighted up (plan:4) beside one share of each of the others.
 # A model of 2 layers of 128 (configs/tiny-llm-small.json); the loss on the answers only, AdamW
 # (0.9, 0.999) without weight decay or clipping at a constant 1e-3: the settings under which
 # the look-up forms at all (README, "How it got there"). Each run's folder holds its model,
 # checkpoint/ and train.log; the last one's model is what ships.
-#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 3.5 hours on 2 cores
+#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 5 hours on 2 cores
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -48,4 +49,7 @@ common=(--weight-decay 0 --clip 1e6 --context-weight 0 --beta2 0.999 --lr 1e-3 -
 "$train" -o "$out/9-grow" --init-from "$out/8-long" --grow-layers 1 \
   --tasks needles:2,facts:2,niah:1,multifact:1,mqar:2,lookup:1,recall:1 --all-queries \
   --curriculum 128-256:1500 --seed 31 "${common[@]}" --min-lr 1e-4  # cosine decay
-echo "train_tiny_llm.sh: the model is in $out/9-grow"
+"$train" -o "$out/10-plan" --init-from "$out/9-grow" \
+  --tasks plan:4,mqar:1,niah:1,multifact:1,lookup:1,needles:1,facts:1 --all-queries \
+  --curriculum 128-256:1500 --seed 41 "${common[@]}" --min-lr 1e-4  # cosine decay
+echo "train_tiny_llm.sh: the model is in $out/10-plan"
