@@ -49,12 +49,12 @@ world::Episode long_walk(int frames) {
   return ep;
 }
 
-TEST(Rollout, ThreeThousandFramesWithConstantWindow) {
+TEST(Rollout, FifteenHundredFramesWithConstantWindow) {
   SessionConfig sc;
   sc.memory.policy = worldkv::Policy::WorldKvC;
   sc.sampler.timesteps = {1.0};  // one step: the test is about the runtime over a long rollout
   WorldSession session(tiny_model(), sc, at::kCPU);
-  const world::Episode ep = long_walk(3000);
+  const world::Episode ep = long_walk(1500);
   size_t bytes_after_warmup = 0;
   const auto t0 = std::chrono::steady_clock::now();
   EpisodeRun run = run_episode(session, ep, 5, 0, [&](const ChunkOutput& c, const EpisodeRun&) {
@@ -62,18 +62,18 @@ TEST(Rollout, ThreeThousandFramesWithConstantWindow) {
     if (c.index > 10) ASSERT_EQ(session.memory().window_bytes(), bytes_after_warmup) << "chunk " << c.index;
   });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(run.frames.size(), 3000u);
-  EXPECT_EQ(session.chunks_done(), 1000);
-  // The newest chunk sits at frames 2997..2999: positions far past a 1024-frame table.
+  ASSERT_EQ(run.frames.size(), 1500u);
+  EXPECT_EQ(session.chunks_done(), 500);
+  // The newest chunk sits at frames 1497..1499: positions past a 1024-frame table.
   const auto& mem = session.memory();
-  EXPECT_EQ(mem.region_ids("recent").back(), "chunk:999");
-  EXPECT_EQ(mem.window().pos(0).select(1, 0).max().item<int64_t>(), 2999);
-  EXPECT_EQ(mem.bank().size(), 1000u - 2u);
+  EXPECT_EQ(mem.region_ids("recent").back(), "chunk:499");
+  EXPECT_EQ(mem.window().pos(0).select(1, 0).max().item<int64_t>(), 1499);
+  EXPECT_EQ(mem.bank().size(), 500u - 2u);
   for (auto& im : {run.frames.front(), run.frames.back()}) {
     ASSERT_EQ(im.width, 64);
     ASSERT_EQ(im.height, 64);
   }
-  std::printf("3000-frame rollout (1 sampler step): %.1f s, %.1f frames/s\n", s, 3000 / s);
+  std::printf("1500-frame rollout (1 sampler step): %.1f s, %.1f frames/s\n", s, 1500 / s);
 }
 
 TEST(Rollout, PoliciesShareTheNoiseUntilTheirWindowsDiffer) {
