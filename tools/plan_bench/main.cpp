@@ -508,22 +508,13 @@ void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool mod
   }
 }
 
-// A marker for a scatter point as a short closed polyline in a line chart: a triangle standing on
-// the point (upwards, so that points at 0 keep the axis at 0).
-wm::rollout::Series cross(const std::string& name, double x, double y, double dx, double dy) {
-  return {name, {{x - dx, y}, {x, y + dy}, {x + dx, y}, {x - dx, y}}};
-}
-
 void write_plots(const std::string& dir, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners,
                  bool model_driven, int n_layers) {
-  double xmax = 0;
-  for (const auto& s : rows) xmax = std::max(xmax, s.ttft_mean);
-  const double dx = std::max(1e-6, xmax * 0.012);
   {
     std::vector<wm::rollout::Series> pts;
     for (const auto& s : rows) {
       const double y = model_driven ? 100 * s.success : (s.steps ? 100.0 * s.match / s.steps : 0.0);
-      pts.push_back(cross(s.policy, s.ttft_mean, y, dx, 1.5));
+      pts.push_back({s.policy, {{s.ttft_mean, y}}});  // one point: the chart draws it as a dot
     }
     wm::rollout::line_chart(dir + "/success_vs_ttft.png",
                             model_driven ? "success rate against TTFT, per policy"
@@ -533,8 +524,8 @@ void write_plots(const std::string& dir, const std::vector<PolicySummary>& rows,
   {
     std::vector<wm::rollout::Series> pts;
     for (const auto& s : rows) {  // full_recompute agrees with itself (and keeps its colour in every chart)
-      if (s.policy == "full_recompute") pts.push_back(cross(s.policy, s.ttft_mean, 100.0, dx, 1.5));
-      else if (!std::isnan(s.agreement)) pts.push_back(cross(s.policy, s.ttft_mean, 100 * s.agreement, dx, 1.5));
+      if (s.policy == "full_recompute") pts.push_back({s.policy, {{s.ttft_mean, 100.0}}});
+      else if (!std::isnan(s.agreement)) pts.push_back({s.policy, {{s.ttft_mean, 100 * s.agreement}}});
     }
     if (pts.size() > 1)
       wm::rollout::line_chart(dir + "/agreement_vs_ttft.png",
