@@ -260,6 +260,7 @@ TEST_F(BadInput, PlanBench) {
                {{"--policies", "bogus", "--json", json}, "--policies", {json}},
                {{"--ratio", "nan", "--json", json}, "ratio", {json}},
                {{"--memory-tokens", "8", "--json", json}, "--memory-tokens", {json}},
+               {{"--layout", "medium", "--json", json}, "--layout", {json}},
                {{"-m", "{dir}/missing", "--json", json}, "missing", {json}},
                {{"-m", "{dir}/garbage.json", "--json", json}, "garbage.json", {json}},
                {{"--episodes", "1", "--max-steps", "1", "--json", "/proc/x/a.json"}, "/proc/x/a.json"},

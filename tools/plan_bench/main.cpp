@@ -80,7 +80,7 @@ double mean(const std::vector<double>& v) {
 
 struct Options {
   std::string model = kEmbeddedModel, tokenizer, device = "auto", driver = "model";
-  std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host";
+  std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host", layout = "long";
   std::vector<std::string> policies = wm::llm::recompute_policy_names();
   int episodes = 8, first_episode = 0, max_steps = 24, layers = 0, threads = 0;
   int rooms = 4, locks = 3, objects = 3;
@@ -121,6 +121,12 @@ void add_options(CLI::App& app, Options& o) {
                  "the memory's size in tokens: distractor objects fill the house's lines up to it")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--layout", o.layout,
+                 "the prompt's static texts as the plan task writes them: long (the full rules and a worked "
+                 "example, its layout from 1,024 tokens on) or short (the short rules, no example: its layout "
+                 "below 768 tokens, the one a model trained at 128-256 tokens has seen)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"long", "short"}));
   app.add_option("--rooms", o.rooms, "rooms besides the hall")->capture_default_str()->check(CLI::Range(1, 16));
   app.add_option("--locks", o.locks, "locked doors and containers, each with a key")
       ->capture_default_str()
@@ -186,21 +192,24 @@ void add_options(CLI::App& app, Options& o) {
 }
 
 // The static texts of the `plan` task's prompts, exactly as its generator writes them: the rules,
-// the worked example and the memory header, read off a generated sample.
+// the worked example (empty in the short layout) and the memory header, read off a generated sample
+// of a length that has that layout.
 struct PlanTexts {
   std::string rules, example, memory_header;
 };
 
-PlanTexts plan_texts() {
+PlanTexts plan_texts(const std::string& layout) {
+  const bool long_layout = layout == "long";
   for (uint64_t i = 0; i < 64; ++i) {
     lt::GenOptions go;
-    go.target_tokens = 4096;
+    go.target_tokens = long_layout ? 4096 : 256;
     const lt::Sample s = lt::make_plan(lt::training_seed(i), go);
     const size_t r = s.find("system"), e = s.find("example"), m = s.find("memory");
-    if (r < s.segments.size() && e < s.segments.size() && m < s.segments.size())
-      return {s.segments[r].text, s.segments[e].text, s.segments[m].text};
+    const bool has_example = e < s.segments.size();
+    if (r < s.segments.size() && m < s.segments.size() && has_example == long_layout)
+      return {s.segments[r].text, has_example ? s.segments[e].text : "", s.segments[m].text};
   }
-  throw wm::Error("the plan generator wrote no sample with rules, an example and a memory header");
+  throw wm::Error(wm::str_cat("the plan generator wrote no sample of the ", layout, " layout"));
 }
 
 // One held-out episode: a house whose memory holds about memory_tokens tokens, and its goal.
@@ -250,7 +259,7 @@ std::vector<PromptSegment> make_prompt(const PlanTexts& t, const lt::World& w, c
                                        const std::vector<std::string>& past, const wm::llm::Tokenizer& tok) {
   std::vector<PromptSegment> p;
   p.push_back({"rules", tok.encode(t.rules), true});
-  p.push_back({"example", tok.encode(t.example), true});
+  if (!t.example.empty()) p.push_back({"example", tok.encode(t.example), true});
   p.push_back({"memory", tok.encode(t.memory_header), true});
   for (const auto& m : w.memory_lines()) p.push_back({m.id, tok.encode(m.text), true});
   p.push_back({"goal", tok.encode("Goal: " + goal.text() + ".\n"), false});
@@ -315,6 +324,7 @@ struct Runner {
   std::vector<int64_t> prompt_ids;
   // Totals.
   int64_t episodes = 0, successes = 0;
+  std::vector<bool> outcomes;  // per episode, success (--driver model)
   std::vector<StepRecord> steps;
   std::array<size_t, 3> peak_bytes{};
   size_t window_bytes = 0;
@@ -333,7 +343,50 @@ struct PolicySummary {
   std::array<size_t, 3> cache_bytes{};
   size_t window_bytes = 0;
   int64_t corrupt = 0;
+  // Paired against full_recompute (same episodes; under --driver oracle the same prompts): outcomes
+  // it got right and this policy wrong (lost), the reverse (won), McNemar's exact two-sided p.
+  int64_t lost = -1, won = -1;
+  double mcnemar_p = std::nan("");
 };
+
+// McNemar's exact test: two-sided p of b against c discordant pairs (binomial, n = b + c, 1/2).
+double mcnemar_exact(int64_t b, int64_t c) {
+  const int64_t n = b + c, k = std::min(b, c);
+  if (n == 0) return 1.0;
+  double tail = 0;
+  for (int64_t i = 0; i <= k; ++i)
+    tail += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0));
+  return std::min(1.0, 2 * tail);
+}
+
+// Fills lost, won and mcnemar_p of every row against the full_recompute runner's outcomes: per
+// step (episode, step) when the oracle drives, per episode when the model does.
+void pair_with_full(std::vector<PolicySummary>& rows, const std::vector<Runner>& runners, bool model_driven) {
+  auto outcomes = [&](const Runner& r) {
+    std::map<std::pair<int, int>, bool> out;
+    if (model_driven)
+      for (size_t e = 0; e < r.outcomes.size(); ++e) out[{static_cast<int>(e), 0}] = r.outcomes[e];
+    else
+      for (const auto& st : r.steps) out[{st.episode, st.step}] = st.match;
+    return out;
+  };
+  const Runner* full = nullptr;
+  for (const auto& r : runners)
+    if (r.name == "full_recompute") full = &r;
+  if (!full) return;
+  const auto ref = outcomes(*full);
+  for (size_t i = 0; i < rows.size() && i < runners.size(); ++i) {
+    const auto mine = outcomes(runners[i]);
+    int64_t lost = 0, won = 0;
+    for (const auto& [key, ok] : ref) {
+      const auto it = mine.find(key);
+      if (it == mine.end()) continue;
+      lost += ok && !it->second;
+      won += !ok && it->second;
+    }
+    rows[i].lost = lost, rows[i].won = won, rows[i].mcnemar_p = mcnemar_exact(lost, won);
+  }
+}
 
 // full_ttft, full_warm: full_recompute's mean TTFT over all steps and over steps 2.. (0: none).
 PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double full_warm) {
@@ -399,6 +452,10 @@ nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
           {"steps", s.steps},
           {"valid_actions", s.steps ? static_cast<double>(s.valid) / s.steps : 0.0},
           {"oracle_agreement", s.steps ? static_cast<double>(s.match) / s.steps : 0.0},
+          {"oracle_agreement_wilson95", {wilson(s.match, s.steps).first, wilson(s.match, s.steps).second}},
+          {"vs_full_recompute",
+           s.lost < 0 ? nlohmann::json(nullptr)
+                      : nlohmann::json({{"lost", s.lost}, {"won", s.won}, {"mcnemar_p", s.mcnemar_p}})},
           {"ttft_ms", {{"mean", s.ttft_mean}, {"p50", s.ttft_p50}, {"p90", s.ttft_p90}}},
           {"ttft_vs_full_recompute", num_or_null(s.ttft_vs_full)},
           {"warm_ttft_ms", {{"mean", num_or_null(s.warm_mean)}, {"p50", num_or_null(s.warm_p50)}}},
@@ -458,14 +515,16 @@ std::string fmt(double v, const char* f = "%.2f") {
 
 void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int n_layers) {
   std::printf("\n%-17s %8s %16s %6s %9s %9s %9s %8s %9s %8s %7s %9s %9s %8s %9s %8s %7s\n", "policy",
-              model_driven ? "success" : "oracle", model_driven ? "Wilson 95%" : "(agreement)", "steps",
+              model_driven ? "success" : "oracle", "Wilson 95%", "steps",
               "TTFT ms", "p50", "p90", "vs full", "warm ms", "vs full", "recomp", "host tok", "disk tok", "prefill",
               "KL full", "top-1", "KV MiB");
   for (const auto& s : rows) {
     const double kv_mib = (s.cache_bytes[0] + s.cache_bytes[1] + s.cache_bytes[2]) / 1048576.0;
     const std::string ok = model_driven ? fmt(100 * s.success, "%.1f%%")
                                         : fmt(s.steps ? 100.0 * s.match / s.steps : 0.0, "%.1f%%");
-    const std::string ci = model_driven ? fmt(100 * s.lo, "%.1f") + " - " + fmt(100 * s.hi, "%.1f%%") : "";
+    const auto [alo, ahi] = wilson(s.match, s.steps);
+    const std::string ci = model_driven ? fmt(100 * s.lo, "%.1f") + " - " + fmt(100 * s.hi, "%.1f%%")
+                                        : fmt(100 * alo, "%.1f") + " - " + fmt(100 * ahi, "%.1f%%");
     std::printf("%-17s %8s %16s %6lld %9.1f %9.1f %9.1f %8s %9s %8s %6.1f%% %9.0f %9.0f %8.1f %9s %8s %7.1f\n",
                 s.policy.c_str(), ok.c_str(), ci.c_str(), static_cast<long long>(s.steps), s.ttft_mean, s.ttft_p50,
                 s.ttft_p90, fmt(s.ttft_vs_full, "%.3fx").c_str(), fmt(s.warm_mean, "%.1f").c_str(),
@@ -475,6 +534,18 @@ void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int 
   std::printf("\n(warm: steps after each episode's first, whose cache starts empty; tokens loaded per step: token-layers over the layers; prefill: tokens of missing entries "
               "prefilled alone per step; KL and top-1: the first action token's distribution against "
               "full_recompute's on the same prompt; KV MiB: the cache's entries at the end, all tiers)\n");
+  bool paired = false;
+  for (const auto& s : rows) paired = paired || (s.lost >= 0 && s.policy != "full_recompute");
+  if (paired) {
+    std::printf("\nPaired with full_recompute (%s): right there and wrong here (lost), the reverse (won), "
+                "McNemar's exact p\n",
+                model_driven ? "per episode, success" : "per step, the oracle's action; the same prompts");
+    std::printf("%-17s %7s %7s %9s\n", "policy", "lost", "won", "p");
+    for (const auto& s : rows)
+      if (s.lost >= 0 && s.policy != "full_recompute")
+        std::printf("%-17s %7lld %7lld %9.3g\n", s.policy.c_str(), static_cast<long long>(s.lost),
+                    static_cast<long long>(s.won), s.mcnemar_p);
+  }
   std::printf("\nLoader per layer (ms per step): idle while the model computes the layer / the model waiting\n");
   std::printf("%-17s", "policy");
   for (int l = 0; l < n_layers; ++l) std::printf(" %13s", wm::str_cat("layer ", l).c_str());
@@ -493,7 +564,7 @@ void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool mod
        "loaded_disk,loader_idle_early_ms,loader_idle_ms,loader_stall_ms,loader_stall_late_ms,loader_busy_ms,"
        "cache_bytes_device,"
        "cache_bytes_host,cache_bytes_disk,prompt_kv_bytes,kl_from_full,top1_agreement_with_full,memory_tokens,"
-       "prompt_tokens\n";
+       "prompt_tokens,lost_vs_full,won_vs_full,mcnemar_p\n";
   auto num = [](double v) { return std::isnan(v) ? std::string() : wm::str_cat(v); };
   for (const auto& s : rows) {
     o << s.policy << "," << s.episodes << "," << s.successes << ","
@@ -504,7 +575,8 @@ void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool mod
       << s.loaded[1] << "," << s.loaded[2] << "," << s.idle_early_ms << "," << s.idle_ms << "," << s.stall_ms << ","
       << s.stall_late_ms << "," << s.busy_ms << "," << s.cache_bytes[0] << "," << s.cache_bytes[1] << "," << s.cache_bytes[2] << ","
       << s.window_bytes << "," << num(s.kl) << "," << num(s.agreement) << "," << s.memory_tokens << ","
-      << s.prompt_tokens << "\n";
+      << s.prompt_tokens << "," << (s.lost < 0 ? "" : wm::str_cat(s.lost)) << ","
+      << (s.won < 0 ? "" : wm::str_cat(s.won)) << "," << num(s.mcnemar_p) << "\n";
   }
 }
 
@@ -656,7 +728,7 @@ int main(int argc, char** argv) {
       runners.push_back(std::move(r));
     }
     if (!own_spill.empty()) wm::cli::register_temporary(own_spill, /*folder=*/true);
-    const PlanTexts texts = plan_texts();
+    const PlanTexts texts = plan_texts(o.layout);
     wm::llm::ReuseOptions reuse_opt;
     reuse_opt.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
 
@@ -770,7 +842,7 @@ int main(int argc, char** argv) {
         if (model_driven && all_done) break;
       }
       if (model_driven)
-        for (auto& r : runners) r.successes += r.success;
+        for (auto& r : runners) r.successes += r.success, r.outcomes.push_back(r.success);
     }
     progress.show(true, "wm_plan_bench: %d episodes, %lld prompts, %.0f s", o.episodes,
                   static_cast<long long>(step_total), since(t_start));
@@ -785,6 +857,7 @@ int main(int argc, char** argv) {
       }
     std::vector<PolicySummary> rows;
     for (const auto& r : runners) rows.push_back(summarize(r, L, full_ttft, full_warm));
+    pair_with_full(rows, runners, model_driven);
     std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
                 model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
                 rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
@@ -812,6 +885,10 @@ int main(int argc, char** argv) {
                             {"first_episode", o.first_episode},
                             {"max_steps", o.max_steps},
                             {"memory_tokens", o.memory_tokens},
+                            {"layout", o.layout},
+                            {"rooms", o.rooms},
+                            {"locks", o.locks},
+                            {"objects", o.objects},
                             {"ratio", o.recompute.ratio},
                             {"static_after", o.recompute.static_after},
                             {"group_similarity", o.recompute.group_similarity},
