@@ -4,7 +4,6 @@
 #include <fstream>
 
 #include "runtime/error.h"
-#include "runtime/layer_loader.h"
 #include "runtime/safetensors.h"
 #include "test_util.h"
 
@@ -98,39 +97,6 @@ TEST(Safetensors, LyingHeadersNameFileAndTensor) {
   write_raw(path, R"({"w":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}})", 0);
   EXPECT_EQ(SafeTensors::open(path).get("w").numel(), 0);
   fs::remove(path);
-}
-
-TEST(LayerLoader, DeliversEveryLayerBitExactFromAllTiers) {
-  const std::string dir = (fs::temp_directory_path() / "wm_test_loader").string();
-  fs::create_directories(dir);
-  StoreConfig cfg;
-  cfg.spill_dir = dir;
-  BlockStore store(cfg);
-  std::vector<Block> blocks;
-  for (int i = 0; i < 3; ++i) {
-    blocks.push_back(test::random_block("b" + std::to_string(i), 5, 2, 7, 8, at::kFloat, 1, true));
-    store.put(blocks.back(), static_cast<Tier>(i));
-  }
-  LayerLoader loader(store, {"b2", "b0", "b1"}, 5, at::kCPU, 2);
-  for (int l = 0; l < 5; ++l) {
-    auto layer = loader.wait(l);
-    ASSERT_EQ(layer.size(), 3u);
-    const int order[3] = {2, 0, 1};
-    for (int j = 0; j < 3; ++j) {
-      EXPECT_TRUE(test::bit_equal(layer[j].k, blocks[order[j]].layers[l].k));
-      EXPECT_TRUE(test::bit_equal(layer[j].v, blocks[order[j]].layers[l].v));
-      EXPECT_TRUE(test::bit_equal(layer[j].pos, blocks[order[j]].layers[l].pos));
-    }
-  }
-  EXPECT_THROW(loader.wait(2), Error);  // layers go forward only
-  fs::remove_all(dir);
-}
-
-TEST(LayerLoader, MissingBlockFailsAtWait) {
-  StoreConfig cfg;
-  BlockStore store(cfg);
-  LayerLoader loader(store, {"absent"}, 2, at::kCPU);
-  EXPECT_THROW(loader.wait(0), Error);
 }
 
 }  // namespace
