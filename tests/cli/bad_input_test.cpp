@@ -248,6 +248,7 @@ TEST_F(BadInput, LlmBench) {
                {{"-m", "{dir}/missing", "--json", "/proc/x/a.json"}, "/proc/x/a.json"},
                {{"-m", "{dir}/missing", "--json", json}, "missing", {json}},
                {{"--budgets", "0%", "--json", json}, "0%", {json}},
+               {{"--arrival", "turns", "--json", json}, "--arrival", {json}},
                {{"--bank-host-mib", "8", "--json", json}, "--spill-dir", {json}},
                {{"--relevance", "embedding", "--policies", "evoke", "--json", json}, "--embedder", {json}},
                {{"--embedder", "{dir}/missing", "--json", json}, "--embedder", {json}}});

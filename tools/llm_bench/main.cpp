@@ -92,6 +92,17 @@ std::vector<int64_t> question_cuts(const wm::llmdata::TokenizedSample& s, const 
   return q < a0 ? std::vector<int64_t>{q, a0} : std::vector<int64_t>{a0};
 }
 
+// Cuts for a token-wise policy that gets the context as a block-wise one does (--arrival blocks):
+// the end of every piece before the stepwise part, with the question cuts; strictly increasing.
+std::vector<int64_t> arrival_cuts(const std::vector<wm::llm::PromptPiece>& pieces, const std::vector<int64_t>& cuts) {
+  std::vector<int64_t> out = cuts;
+  for (const auto& p : pieces)
+    if (!p.stepwise && p.end > 0) out.push_back(p.end);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 // The sample as named blocks, for block-wise policies (evoke): every segment a block of its own
 // but the parts of one turn ("turn:7", "turn:7:answer", "turn:7:end": one block "turn:7"), the
 // system prompt in region "system" (never evicted), and from the first answer on one token per
@@ -237,7 +248,7 @@ struct Options {
   bool kl = false;
   int threads = 0;
   wm::llm::TextMemoryConfig memory;  // the policies' options (policy and budget set per run)
-  std::string embedder_dir, spill_dir, message_at = "user";
+  std::string embedder_dir, spill_dir, message_at = "user", arrival = "prompt";
   double bank_host_mib = 0;  // 0: no limit
   std::vector<std::string> kind_floors;  // KIND:N
 };
@@ -289,6 +300,12 @@ void add_options(CLI::App& app, Options& o) {
                  "question (user), or the cue before each answer (cue)")
       ->capture_default_str()
       ->check(CLI::IsMember({"user", "cue"}));
+  app.add_option("--arrival", o.arrival,
+                 "how token-wise policies get the context: as one prompt (prompt), or block by block as block-wise "
+                 "policies get it (blocks: each chat turn, fact, paragraph a prompt piece of its own, the policy "
+                 "acting after each, as a chat arrives turn by turn); the question and answers as before either way")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"prompt", "blocks"}));
   app.add_option("--sink-blocks", m.sink_blocks, "evoke: the first blocks to arrive never leave")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -330,7 +347,7 @@ void add_options(CLI::App& app, Options& o) {
 struct SampleSet {
   std::vector<wm::llmtasks::Sample> raw;
   std::vector<wm::llmdata::TokenizedSample> tokenized;
-  std::vector<std::vector<int64_t>> cuts;
+  std::vector<std::vector<int64_t>> cuts, block_cuts;
   std::vector<std::vector<wm::llm::PromptPiece>> blocks;
   // With --kl: the full cache's log-probabilities before every answer token, per sample.
   std::vector<std::vector<int64_t>> kl_at;
@@ -349,6 +366,7 @@ SampleSet make_samples(const std::string& task, int64_t ctx, int64_t n, const wm
     set.tokenized.push_back(wm::llmdata::tokenize(set.raw.back(), tok));
     set.cuts.push_back(question_cuts(set.tokenized.back(), set.raw.back()));
     set.blocks.push_back(block_pieces(set.tokenized.back(), set.raw.back(), message_at));
+    set.block_cuts.push_back(arrival_cuts(set.blocks.back(), set.cuts.back()));
   }
   return set;
 }
@@ -404,7 +422,8 @@ RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const O
     if (o.kl) session.keep_log_probs(set.kl_at[i]);
     const auto ts = std::chrono::steady_clock::now();
     const std::vector<int64_t> arg =
-        block_wise ? session.predict_pieces(s.ids, set.blocks[i]) : session.predict(s.ids, set.cuts[i]);
+        block_wise ? session.predict_pieces(s.ids, set.blocks[i])
+                   : session.predict(s.ids, o.arrival == "blocks" ? set.block_cuts[i] : set.cuts[i]);
     t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
     if (o.kl) {
       const std::vector<at::Tensor> lp = session.take_log_probs();
@@ -600,7 +619,7 @@ int main(int argc, char** argv) {
     }
     if (!o.plot_dir.empty()) write_plots(o.plot_dir, results);
     if (json_file) {
-      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"results", results}}.dump(2) << "\n";
+      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"results", results}}.dump(2) << "\n";
       json_file->commit();
     }
   } catch (const std::exception& e) {
