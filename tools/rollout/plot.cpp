@@ -31,6 +31,30 @@ std::string num(double v) {
   return b;
 }
 
+// A tick step of about n intervals over span: 1, 2 or 5 times a power of ten.
+double nice_step(double span, int n) {
+  const double raw = std::max(span, 1e-12) / n, p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double r = raw / p;
+  return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * p;
+}
+
+// A tick label: as many decimals as the step needs, thousands plain up to 1e6.
+std::string tick_label(double v, double step) {
+  char b[32];
+  if (std::abs(v) < step * 1e-6) v = 0;  // no "-0" or 1e-17 from accumulated steps
+  if (std::abs(v) >= 1e6 || (step < 1e-4 && v != 0)) std::snprintf(b, sizeof b, "%.3g", v);
+  else std::snprintf(b, sizeof b, "%.*f", step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), v);
+  return b;
+}
+
+// Ticks at multiples of step within [lo, hi].
+std::vector<double> ticks_within(double lo, double hi, double step) {
+  std::vector<double> out;
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9 && out.size() < 64; k += 1)
+    out.push_back(k * step);
+  return out;
+}
+
 void frame(cv::Mat& m, const std::string& title, const std::string& x_label, const std::string& y_label) {
   text(m, title, W / 2, 32, 0.7, {0, 0, 0}, true);
   text(m, x_label, L + (W - L - R) / 2, H - 25, 0.5, {30, 30, 30}, true);
@@ -55,13 +79,14 @@ void bar_chart(const std::string& path, const std::string& title, const std::str
   for (auto& b : bars)
     if (std::isfinite(b.second)) hi = std::max(hi, b.second), lo = std::min(lo, b.second);
   hi *= 1.1;
+  const double step = nice_step(hi - lo, 5);
+  lo = std::floor(lo / step) * step, hi = std::ceil(hi / step) * step;
   const int n = static_cast<int>(bars.size());
   const double slot = static_cast<double>(W - L - R) / std::max(1, n);
   auto ymap = [&](double v) { return static_cast<int>(H - B - (v - lo) / (hi - lo) * (H - B - T)); };
-  for (int k = 0; k <= 5; ++k) {
-    const double v = lo + (hi - lo) * k / 5;
+  for (double v : ticks_within(lo, hi, step)) {
     cv::line(m, {L, ymap(v)}, {W - R, ymap(v)}, {225, 225, 225}, 1);
-    text(m, num(v), 38, ymap(v) + 4, 0.4);
+    text(m, tick_label(v, step), 38, ymap(v) + 4, 0.4);
   }
   for (int i = 0; i < n; ++i) {
     const int x0 = static_cast<int>(L + slot * i + slot * 0.2), x1 = static_cast<int>(L + slot * (i + 1) - slot * 0.2);
@@ -79,10 +104,12 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   frame(m, title, x_label, y_label);
   double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
   auto ty = [&](double y) { return log_y ? std::log10(std::max(y, 1e-12)) : y; };
+  bool integer_x = true;
   for (auto& s : series)
     for (auto& [x, y] : s.points) {
       if (!std::isfinite(y)) continue;
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
+      integer_x = integer_x && x == std::round(x);
     }
   if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one x: the points in the middle
@@ -92,16 +119,21 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   // The band's share f of the plot height: the data's range takes the rest.
   const double f = std::min(0.8, 0.05 + (20.0 * static_cast<double>(series.size()) + 14) / (H - B - T));
   y1 = y0 + (y1 - y0) / (1 - f);
+  // Ticks at round values: the y range widened to whole steps (a log axis: whole decades when it
+  // spans two or more, else round steps of the exponent); x ticks inside the data's range, whole
+  // numbers when every x is one.
+  const double y_step = log_y && y1 - y0 >= 2 ? std::max(1.0, nice_step(y1 - y0, 5)) : nice_step(y1 - y0, 5);
+  y0 = std::floor(y0 / y_step + 1e-9) * y_step, y1 = std::ceil(y1 / y_step - 1e-9) * y_step;
+  double x_step = nice_step(x1 - x0, 6);
+  if (integer_x) x_step = std::max(1.0, x_step);
   auto px = [&](double x) { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); };
   auto py = [&](double y) { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); };
-  for (int k = 0; k <= 5; ++k) {
-    const double v = y0 + (y1 - y0) * k / 5;
+  for (double v : ticks_within(y0, y1, y_step)) {
     const int yy = static_cast<int>(H - B - (v - y0) / (y1 - y0) * (H - B - T));
     cv::line(m, {L, yy}, {W - R, yy}, {225, 225, 225}, 1);
-    text(m, num(log_y ? std::pow(10, v) : v), 38, yy + 4, 0.4);
-    const double xv = x0 + (x1 - x0) * k / 5;
-    text(m, num(xv), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
+    text(m, log_y ? num(std::pow(10, v)) : tick_label(v, y_step), 38, yy + 4, 0.4);
   }
+  for (double xv : ticks_within(x0, x1, x_step)) text(m, tick_label(xv, x_step), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
   for (size_t si = 0; si < series.size(); ++si) {
     const auto& s = series[si];
     for (size_t i = 1; i < s.points.size(); ++i)
