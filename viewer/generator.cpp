@@ -1,6 +1,6 @@
 #include "viewer/generator.h"
 
-#include <torch/torch.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include "runtime/error.h"
 #include "tools/rollout/world_adapter.h"
