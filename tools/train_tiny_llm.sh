@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recipe of the shipped tiny LLM (assets/models/tiny-llm): set-up and build, then ten runs
+# The recipe of the shipped tiny LLM (assets/models/tiny-llm): set-up and build, then eleven runs
 # of wm_llm_train, each starting from the weights of the one before (--init-from).
 #   1. recall: the training aid alone (2..8 bare pair lines, every key queried), from a mimetic
 #      initialisation, until the look-up by key has formed (it jumps from chance at ~1,200 steps).
@@ -16,11 +16,12 @@
 #   9. a third layer grown on (--grow-layers 1, its output projections at zero) and the aids
 #      needles (2-5 needles) and facts (2-8 facts) beside the five, 128-256 tokens, 1e-3 -> 1e-4.
 #  10. the planning world weighted up (plan:4) beside one share of each of the others.
+#  11. more of the same with mqar weighted up too (plan:3, mqar:3), from 5e-4 down to 5e-5.
 # A model of 2 layers of 128 (configs/tiny-llm-small.json); the loss on the answers only, AdamW
 # (0.9, 0.999) without weight decay or clipping at a constant 1e-3: the settings under which
 # the look-up forms at all (README, "How it got there"). Each run's folder holds its model,
 # checkpoint/ and train.log; the last one's model is what ships.
-#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 5 hours on 2 cores
+#   bash tools/train_tiny_llm.sh [OUT]      # OUT: out/tiny-llm; about 6 hours on 2 cores
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -52,4 +53,7 @@ common=(--weight-decay 0 --clip 1e6 --context-weight 0 --beta2 0.999 --lr 1e-3 -
 "$train" -o "$out/10-plan" --init-from "$out/9-grow" \
   --tasks plan:4,mqar:1,niah:1,multifact:1,lookup:1,needles:1,facts:1 --all-queries \
   --curriculum 128-256:1500 --seed 41 "${common[@]}" --min-lr 1e-4  # cosine decay
-echo "train_tiny_llm.sh: the model is in $out/10-plan"
+"$train" -o "$out/11-more" --init-from "$out/10-plan" \
+  --tasks plan:3,mqar:3,niah:1,multifact:1,lookup:1,needles:1,facts:1 --all-queries \
+  --curriculum 128-256:1500 --seed 51 "${common[@]}" --lr 5e-4 --min-lr 5e-5  # cosine decay
+echo "train_tiny_llm.sh: the model is in $out/11-more"
