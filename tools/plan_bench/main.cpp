@@ -333,7 +333,7 @@ struct Runner {
 struct PolicySummary {
   std::string policy;
   int64_t episodes = 0, successes = 0, steps = 0, valid = 0, match = 0, compared = 0, agree = 0;
-  double success = 0, lo = 0, hi = 0, ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_vs_full = std::nan("");
+  double success = 0, lo = 0, hi = 0, agree_lo = 0, agree_hi = 0, ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_vs_full = std::nan("");
   double warm_mean = std::nan(""), warm_p50 = std::nan(""), warm_vs_full = std::nan("");  // steps 2..
   double recomputed = 0, prefilled = 0, kl = std::nan(""), agreement = std::nan(""), store_ms = 0, decode_ms = 0;
   double memory_tokens = 0, prompt_tokens = 0, idle_early_ms = 0, idle_ms = 0, stall_ms = 0, stall_late_ms = 0;
@@ -420,6 +420,7 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
     }
     s.corrupt += st.corrupt;
   }
+  std::tie(s.agree_lo, s.agree_hi) = wilson(s.match, s.steps);  // oracle agreement
   const double n = std::max<int64_t>(1, s.steps);
   for (int t = 0; t < 3; ++t) s.loaded[t] /= n;
   s.busy_ms /= n;
@@ -452,7 +453,7 @@ nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
           {"steps", s.steps},
           {"valid_actions", s.steps ? static_cast<double>(s.valid) / s.steps : 0.0},
           {"oracle_agreement", s.steps ? static_cast<double>(s.match) / s.steps : 0.0},
-          {"oracle_agreement_wilson95", {wilson(s.match, s.steps).first, wilson(s.match, s.steps).second}},
+          {"oracle_agreement_wilson95", {s.agree_lo, s.agree_hi}},
           {"vs_full_recompute",
            s.lost < 0 ? nlohmann::json(nullptr)
                       : nlohmann::json({{"lost", s.lost}, {"won", s.won}, {"mcnemar_p", s.mcnemar_p}})},
@@ -522,9 +523,8 @@ void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int 
     const double kv_mib = (s.cache_bytes[0] + s.cache_bytes[1] + s.cache_bytes[2]) / 1048576.0;
     const std::string ok = model_driven ? fmt(100 * s.success, "%.1f%%")
                                         : fmt(s.steps ? 100.0 * s.match / s.steps : 0.0, "%.1f%%");
-    const auto [alo, ahi] = wilson(s.match, s.steps);
     const std::string ci = model_driven ? fmt(100 * s.lo, "%.1f") + " - " + fmt(100 * s.hi, "%.1f%%")
-                                        : fmt(100 * alo, "%.1f") + " - " + fmt(100 * ahi, "%.1f%%");
+                                        : fmt(100 * s.agree_lo, "%.1f") + " - " + fmt(100 * s.agree_hi, "%.1f%%");
     std::printf("%-17s %8s %16s %6lld %9.1f %9.1f %9.1f %8s %9s %8s %6.1f%% %9.0f %9.0f %8.1f %9s %8s %7.1f\n",
                 s.policy.c_str(), ok.c_str(), ci.c_str(), static_cast<long long>(s.steps), s.ttft_mean, s.ttft_p50,
                 s.ttft_p90, fmt(s.ttft_vs_full, "%.3fx").c_str(), fmt(s.warm_mean, "%.1f").c_str(),
