@@ -50,6 +50,26 @@ at::Tensor causal_bias(const at::Tensor& q_pos, int64_t n, at::Device dev) {
       .to(dev);
 }
 
+// Attention of the queries of prompt tokens `pos` (increasing) over the prompt's keys K, V
+// [n_kv_heads, N, d], each query seeing the keys up to its own position. The queries run in
+// chunks of consecutive rows; a chunk reads only the keys up to its last query's position, and the
+// bias covers only those (the causal half of the scores is never computed).
+at::Tensor causal_rows_attention(const at::Tensor& q, const std::vector<int64_t>& pos, const at::Tensor& K,
+                                 const at::Tensor& V) {
+  constexpr int64_t kRows = 128;
+  const int64_t m = static_cast<int64_t>(pos.size());
+  std::vector<at::Tensor> outs;
+  for (int64_t b = 0; b < m; b += kRows) {
+    const int64_t c = std::min(kRows, m - b);
+    const int64_t seen = pos[b + c - 1] + 1;
+    const std::vector<int64_t> chunk(pos.begin() + b, pos.begin() + b + c);
+    AttentionOptions ao;
+    if (pos[b] + 1 < seen) ao.bias = causal_bias(index_tensor(chunk), seen, K.device());
+    outs.push_back(attention(q.narrow(1, b, c), K.narrow(1, 0, seen), V.narrow(1, 0, seen), at::Tensor(), ao).out);
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
+}
+
 // The prompt as one token sequence and where its units and fresh tokens lie.
 struct Layout {
   int64_t n = 0;
@@ -385,10 +405,8 @@ at::Tensor run_layers(ChunkCache& cache, RecomputePolicy& policy, const Recomput
       rows.reserve(next.size());
       for (int64_t i : next) rows.push_back(row_of[i]);
       const at::Tensor rows_dev = index_tensor(rows).to(dev);
-      AttentionOptions ao;
-      ao.bias = causal_bias(index_tensor(next), N, dev);
       const at::Tensor q = p.q.index_select(1, rows_dev);
-      const at::Tensor out = attention(q.to(spec.dtype), K, V, at::Tensor(), ao).out;
+      const at::Tensor out = causal_rows_attention(q.to(spec.dtype), next, K, V);
       x = m.finish(l, x.index_select(0, rows_dev), out.to(m.dtype()));
       act = std::move(next);
       act_dev = index_tensor(act).to(dev);

@@ -39,11 +39,12 @@ std::vector<int64_t> random_ids(int64_t n, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-// rules (8 tokens), six memory lines m0..m5 of 5..10 tokens, a fresh query of 6.
-std::vector<PromptSegment> make_prompt(uint64_t seed = 1) {
+// rules (8 tokens), memory lines m0..m{n_lines-1} of 5..10 tokens (cycling), a fresh query of 6.
+std::vector<PromptSegment> make_prompt(uint64_t seed = 1, int n_lines = 6) {
   std::vector<PromptSegment> p;
   p.push_back({"rules", random_ids(8, seed * 100), true});
-  for (int i = 0; i < 6; ++i) p.push_back({"m" + std::to_string(i), random_ids(5 + i, seed * 100 + 1 + i), true});
+  for (int i = 0; i < n_lines; ++i)
+    p.push_back({"m" + std::to_string(i), random_ids(5 + i % 6, seed * 100 + 1 + i), true});
   p.push_back({"query", random_ids(6, seed * 100 + 50), false});
   return p;
 }
@@ -174,15 +175,16 @@ TEST(Recompute, RecomputingEveryTokenEqualsFullRecompute) {
   EXPECT_EQ(r.stats.recomputed_fraction(), 0.0);
 }
 
-TEST(Recompute, RecomputedTokensGetTheKvOfAFullPrefillAndTheOthersTheCachedKv) {
-  // Two layers, keep at layer 0: layer 1's K/V are exact for the selected lines (and the rules at
-  // position 0, and the query), the cached ones re-anchored for every other line.
+// Two layers, keep at layer 0: layer 1's K/V are exact for the selected lines (and the rules at
+// position 0, and the query), the cached ones re-anchored for every other line.
+void expect_selected_lines_exact_and_the_others_cached(const std::vector<PromptSegment>& prompt) {
   LlmModel m = model_of(2);
-  const auto prompt = make_prompt();
   KvWindow ref_w = window_for(*m);
   full_prefill(*m, prompt, ref_w);
   ChunkCache cache(m, cache_config());
-  auto policy = make_recompute_policy(policy_config("keep", 0.3));
+  RecomputeConfig rc = policy_config("keep", 0.3);
+  rc.check_layers = {0};
+  auto policy = make_recompute_policy(rc);
   KvWindow w = window_for(*m);
   const ReuseResult r = prefill_with_reuse(cache, *policy, prompt, w);
   const std::vector<int64_t> off = segment_offsets(prompt);
@@ -206,6 +208,33 @@ TEST(Recompute, RecomputedTokensGetTheKvOfAFullPrefillAndTheOthersTheCachedKv) {
   // The rules at position 0 and the query are exact.
   EXPECT_LT(max_diff(w.k(1).narrow(1, 0, 8), ref_w.k(1).narrow(1, 0, 8)), 1e-5);
   EXPECT_LT(max_diff(w.k(1).narrow(1, off.back() - 6, 6), ref_w.k(1).narrow(1, off.back() - 6, 6)), 1e-5);
+}
+
+TEST(Recompute, RecomputedTokensGetTheKvOfAFullPrefillAndTheOthersTheCachedKv) {
+  expect_selected_lines_exact_and_the_others_cached(make_prompt());
+}
+
+TEST(Recompute, ALongPromptsRowsRunInChunksWithTheSameResults) {
+  // 60 lines, 468 tokens: the executor's attention takes the carried rows 128 at a time, each
+  // chunk reading the keys up to its last row. Scattered rows (the selected lines and the query)
+  // and dense ones (every token) must give what one full prefill gives.
+  const auto prompt = make_prompt(3, 60);
+  ASSERT_GT(segment_offsets(prompt).back(), 3 * 128);
+  expect_selected_lines_exact_and_the_others_cached(prompt);
+  LlmModel m = model_of(3);
+  KvWindow ref_w = window_for(*m);
+  const at::Tensor ref = full_prefill(*m, prompt, ref_w);
+  for (const std::string name : {"cacheblend", "keep"}) {
+    ChunkCache cache(m, cache_config());
+    auto policy = make_recompute_policy(policy_config(name, 1.0));
+    KvWindow w = window_for(*m);
+    const ReuseResult r = prefill_with_reuse(cache, *policy, prompt, w);
+    EXPECT_LT(max_diff(r.logits, ref), 1e-5) << name;
+    for (int l = 0; l < 3; ++l) {
+      EXPECT_LT(max_diff(w.k(l), ref_w.k(l)), 1e-5) << name << " layer " << l;
+      EXPECT_LT(max_diff(w.v(l), ref_w.v(l)), 1e-5) << name << " layer " << l;
+    }
+  }
 }
 
 TEST(Recompute, PrefixCacheReusesTheUnchangedPrefixExactly) {
