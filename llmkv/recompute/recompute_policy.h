@@ -117,8 +117,8 @@ struct RecomputeConfig {
   double ratio = 0.15;       // cacheblend, keep: the share of the reused tokens recomputed, (0, 1]
   int filter_layers = 2;     // cacheblend: layers after its first over which 2x ratio shrinks to ratio
   std::vector<int> check_layers;  // keep: the layers where multi-hop selection runs (empty: layer
-                                  // 0); cacheblend: its first layer is check_layers[0] when given
-                                  // (else 1)
+                                  // 1, or 0 in a 2-layer model); cacheblend: its first layer is
+                                  // check_layers[0] when given (else 1)
   std::vector<double> check_ratios;  // keep: per check layer, a multiple of ratio selected there
                                      // (from the units still recomputed): uneven recompute over the
                                      // layers, e.g. {3, 1}; empty: 1 at every check layer

@@ -148,7 +148,7 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   app.add_option("--check-layers", r.check_layers,
-                 "keep: layers of the multi-hop selection (default 0)")
+                 "keep: layers of the multi-hop selection (default 1)")
       ->check(CLI::Range(0, 1023));
   app.add_option("--check-ratios", r.check_ratios,
                  "keep: per check layer, the multiple of --ratio selected there (default 1 each)")
