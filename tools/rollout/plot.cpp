@@ -47,6 +47,28 @@ std::string tick_label(double v, double step) {
   return b;
 }
 
+// A log axis: the exponents of 1, 2 and 5 times the powers of ten; the largest such at or below
+// e, the smallest at or above it, and a tick's label (the value written out, 0.05 or 2000).
+double log125_below(double e) {
+  const double p = std::floor(e + 1e-9);
+  for (double m : {5.0, 2.0, 1.0})
+    if (p + std::log10(m) <= e + 1e-9) return p + std::log10(m);
+  return p;
+}
+double log125_above(double e) {
+  const double p = std::floor(e + 1e-9);
+  for (double m : {1.0, 2.0, 5.0})
+    if (p + std::log10(m) >= e - 1e-9) return p + std::log10(m);
+  return p + 1;
+}
+std::string log_tick_label(double e) {
+  char b[32];
+  const double p = std::floor(e + 1e-9);
+  if (p >= -4 && p <= 6) std::snprintf(b, sizeof b, "%.*f", p < 0 ? static_cast<int>(-p) : 0, std::pow(10, e));
+  else std::snprintf(b, sizeof b, "%.0e", std::pow(10, e));
+  return b;
+}
+
 // Ticks at multiples of step within [lo, hi].
 std::vector<double> ticks_within(double lo, double hi, double step) {
   std::vector<double> out;
@@ -115,23 +137,69 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one x: the points in the middle
   if (!log_y) y0 = std::min(y0, 0.0);
   if (y1 == y0) y1 = y0 + 1;
-  // Headroom: 5%, and the legend's band at the top, so that no data hides under the legend.
-  // The band's share f of the plot height: the data's range takes the rest.
-  const double f = std::min(0.8, 0.05 + (20.0 * static_cast<double>(series.size()) + 14) / (H - B - T));
-  y1 = y0 + (y1 - y0) / (1 - f);
-  // Ticks at round values: the y range widened to whole steps (a log axis: whole decades when it
-  // spans two or more, else round steps of the exponent); x ticks inside the data's range, whole
-  // numbers when every x is one.
-  const double y_step = log_y && y1 - y0 >= 2 ? std::max(1.0, nice_step(y1 - y0, 5)) : nice_step(y1 - y0, 5);
-  y0 = std::floor(y0 / y_step + 1e-9) * y_step, y1 = std::ceil(y1 / y_step - 1e-9) * y_step;
+  const double d0 = y0, d1 = y1;  // the data's range (exponents on a log axis)
   double x_step = nice_step(x1 - x0, 6);
   if (integer_x) x_step = std::max(1.0, x_step);
+  // The y range: 5% headroom; ticks at round steps, the bottom at a tick (a log axis: both ends
+  // at 1, 2 or 5 times a power of ten, ticks at each of those when the range spans up to 2.5
+  // decades, else at whole decades).
+  // With `band`, also a band at the top for the legend, so that no data hides under it.
+  const int lw = 194, lh = 20 * static_cast<int>(series.size()) + 8;
+  std::vector<double> y_ticks;
+  auto set_range = [&](bool band) {
+    const double f = band ? std::min(0.8, 0.05 + (lh + 6.0) / (H - B - T)) : 0.05;
+    y0 = d0, y1 = d0 + (d1 - d0) / (1 - f);
+    y_ticks.clear();
+    if (!log_y) {
+      const double step = nice_step(y1 - y0, 5);
+      y0 = std::floor(y0 / step + 1e-9) * step;
+      y_ticks = ticks_within(y0, y1, step);
+      return;
+    }
+    y0 = log125_below(y0), y1 = log125_above(y1);
+    if (y1 - y0 <= 2.5) {  // 1, 2, 5 in every decade
+      for (double p = std::floor(y0 + 1e-9); p <= y1 + 1e-9; p += 1)
+        for (double mult : {1.0, 2.0, 5.0}) {
+          const double e = p + std::log10(mult);
+          if (e >= y0 - 1e-9 && e <= y1 + 1e-9) y_ticks.push_back(e);
+        }
+    } else {  // whole decades, every one or a round number of them
+      y0 = std::floor(y0 + 1e-9), y1 = std::ceil(y1 - 1e-9);
+      y_ticks = ticks_within(y0, y1, std::max(1.0, nice_step(y1 - y0, 5)));
+    }
+  };
   auto px = [&](double x) { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); };
   auto py = [&](double y) { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); };
-  for (double v : ticks_within(y0, y1, y_step)) {
+  // The legend goes in the first corner (top right, top left, bottom right, bottom left) that
+  // no point or line passes through; if none is free, top right above a band kept for it.
+  auto free_at = [&](const cv::Rect& box) {
+    const cv::Rect near(box.x - 8, box.y - 8, box.width + 16, box.height + 16);  // a dot's radius and some
+    for (const auto& s : series)
+      for (size_t i = 0; i < s.points.size(); ++i) {
+        if (!std::isfinite(s.points[i].second)) continue;
+        const cv::Point b(px(s.points[i].first), py(s.points[i].second));
+        if (near.contains(b)) return false;
+        if (i == 0 || !std::isfinite(s.points[i - 1].second)) continue;
+        const cv::Point a(px(s.points[i - 1].first), py(s.points[i - 1].second));
+        for (int k = 1; k < 32; ++k)
+          if (near.contains(a + (b - a) * (k / 32.0))) return false;
+      }
+    return true;
+  };
+  set_range(false);
+  const std::vector<cv::Rect> corners = {{W - R - 6 - lw, T + 6, lw, lh},
+                                         {L + 6, T + 6, lw, lh},
+                                         {W - R - 6 - lw, H - B - 6 - lh, lw, lh},
+                                         {L + 6, H - B - 6 - lh, lw, lh}};
+  cv::Rect legend = corners[0];
+  bool placed = false;
+  for (const auto& c : corners)
+    if (!placed && free_at(c)) legend = c, placed = true;
+  if (!placed && !series.empty()) set_range(true);
+  for (double v : y_ticks) {
     const int yy = static_cast<int>(H - B - (v - y0) / (y1 - y0) * (H - B - T));
     cv::line(m, {L, yy}, {W - R, yy}, {225, 225, 225}, 1);
-    text(m, log_y ? num(std::pow(10, v)) : tick_label(v, y_step), 38, yy + 4, 0.4);
+    text(m, log_y ? log_tick_label(v) : tick_label(v, y_ticks.size() > 1 ? y_ticks[1] - y_ticks[0] : 1), 38, yy + 4, 0.4);
   }
   for (double xv : ticks_within(x0, x1, x_step)) text(m, tick_label(xv, x_step), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
   for (size_t si = 0; si < series.size(); ++si) {
@@ -147,13 +215,12 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   }
   // The legend, drawn last on a box of its own so that no line runs through it.
   if (!series.empty()) {
-    const int lx = W - R - 200, ly = T + 6, lh = 20 * static_cast<int>(series.size()) + 8;
-    cv::rectangle(m, {lx, ly}, {W - R - 6, ly + lh}, {255, 255, 255}, cv::FILLED);
-    cv::rectangle(m, {lx, ly}, {W - R - 6, ly + lh}, {200, 200, 200}, 1);
+    cv::rectangle(m, legend, {255, 255, 255}, cv::FILLED);
+    cv::rectangle(m, legend, {200, 200, 200}, 1);
     for (size_t si = 0; si < series.size(); ++si) {
-      const int y = T + 18 + 20 * static_cast<int>(si);
-      cv::line(m, {lx + 10, y}, {lx + 35, y}, kPalette[si % 8], 3);
-      text(m, series[si].name, lx + 42, y + 5, 0.45);
+      const int y = legend.y + 12 + 20 * static_cast<int>(si);
+      cv::line(m, {legend.x + 10, y}, {legend.x + 35, y}, kPalette[si % 8], 3);
+      text(m, series[si].name, legend.x + 42, y + 5, 0.45);
     }
   }
   save(path, m);
