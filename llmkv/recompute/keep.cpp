@@ -4,16 +4,26 @@
 //  (2) Multi-hop recompute (multi_hop.h): at each check layer (default: layer 1, the first where
 //      a query's attention has been through a layer of context; layer 0's follows only the words
 //      a query shares with a line, and on the embedded 3-layer model selecting there costs 4
-//      points of oracle agreement in wm_plan_bench's short layout against 0.5 at layer 1),
+//      points of oracle agreement in wm_plan_bench's short layout against 0.5 at layer 1,
+//      both without the head tokens below),
 //      importance starts from the query's attention to each unit; the top ratio of the reused
 //      tokens (times check_ratios[j] at the j-th check layer) is selected by whole units among
 //      those still recomputed, their attention to the other units raises those units'
 //      importance, and so on until the selection settles; the selected units are recomputed from
 //      the next layer on, the others taken from the cache. The layers before the first check are
 //      computed for every token of a unit not exact (the executor's rule), as CacheBlend's first.
+//      A selected unit's attention to the others is its segments' last tokens' (each has read its
+//      whole line): on a 2.4k-token memory that costs about 3 ms of a step against 10 for the
+//      average over every token of the unit, with the same oracle agreement in wm_plan_bench.
 //  (3) Layer-balanced loading: once a selection is made, the blocks every later layer needs are
 //      known, and the loader may load them all ahead (balanced_loading) instead of a layer ahead.
 // keep_no_grouping, keep_one_hop and keep_next_layer each switch one of the three off.
+// Besides, the first head_tokens (2) tokens of every reused unit not selected stay recomputed: a
+// unit prefilled alone from position 0 makes its first tokens that prefill's attention sink, and
+// re-anchored into a longer prompt their K/V are among those that differ most from the prompt's
+// own (as EPIC observes for position-independent caching). In wm_plan_bench's short layout (1,200
+// episodes, 7,780 steps) keep without them is wrong where cacheblend is right on 57 steps and the
+// reverse on 31 (p 0.007), with them on 37 and 29 (p 0.39). head_tokens = 0 is KEEP as published.
 #include <algorithm>
 #include <cmath>
 
@@ -38,6 +48,7 @@ class Keep final : public RecomputePolicy {
     plan.check_layers = cfg_.check_layers;
     if (plan.check_layers.empty()) plan.check_layers = {std::max(0, std::min(1, cache.n_layers() - 2))};
     check_layers_ = plan.check_layers;
+    offsets_ = segment_offsets(prompt);
     plan.balanced_loading = cfg_.balanced_loading;
     return plan;
   }
@@ -81,8 +92,9 @@ class Keep final : public RecomputePolicy {
       auto rows = [&](const std::vector<int>& from) {
         std::vector<std::vector<int64_t>> groups;
         for (int u : from) {
-          std::vector<int64_t> g;
-          for (int64_t i = units[u].begin; i < units[u].end; ++i) g.push_back(i);
+          std::vector<int64_t> g;  // the last token of each of the unit's segments
+          for (int sg = units[u].first; sg < units[u].last; ++sg)
+            if (offsets_[sg + 1] > offsets_[sg]) g.push_back(offsets_[sg + 1] - 1);
           groups.push_back(std::move(g));
         }
         return per_unit(view.attention_from(groups));
@@ -95,8 +107,19 @@ class Keep final : public RecomputePolicy {
       last_hops_ = 0;
     }
     std::vector<int64_t> keep;
-    for (int u : chosen)
+    std::vector<char> whole(U, 0);
+    for (int u : chosen) {
+      whole[u] = 1;
       for (int64_t i = units[u].begin; i < units[u].end; ++i) keep.push_back(i);
+    }
+    // Every other reused unit keeps its first head_tokens tokens that are still recomputed.
+    const std::vector<int64_t>& rec = view.recomputed();
+    for (int u = 0; u < U && cfg_.head_tokens > 0; ++u) {
+      if (units[u].exact || whole[u]) continue;
+      const int64_t head_end = std::min(units[u].end, units[u].begin + cfg_.head_tokens);
+      for (auto it = std::lower_bound(rec.begin(), rec.end(), units[u].begin); it != rec.end() && *it < head_end; ++it)
+        keep.push_back(*it);
+    }
     return keep;
   }
 
@@ -105,6 +128,7 @@ class Keep final : public RecomputePolicy {
  private:
   KeepMemory memory_;
   std::vector<int> check_layers_;
+  std::vector<int64_t> offsets_;  // the prompt's segment offsets
   int last_hops_ = 0;
 };
 

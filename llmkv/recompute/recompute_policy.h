@@ -29,7 +29,8 @@
 //                     filter_layers layers to ratio (gradual filtering)
 //   keep              KEEP: static-dynamic memory (keep_memory.h: segments unchanged for
 //                     static_after steps are grouped by similarity and cached as one block), multi-hop
-//                     selection of whole units at the check layers (multi_hop.h), layer-balanced loading
+//                     selection of whole units at the check layers (multi_hop.h), layer-balanced
+//                     loading; and every other reused unit's first head_tokens tokens recomputed
 //   keep_no_grouping, keep_one_hop, keep_next_layer: keep without one of its three parts
 #include <cstdint>
 #include <memory>
@@ -127,6 +128,11 @@ struct RecomputeConfig {
                                   // cosine of its signature with the group's mean is at least this
   int64_t max_group_tokens = 512;  // keep: the most tokens one group holds
   int max_hops = 8;          // keep: multi-hop rounds at most (the set usually settles in 2-3)
+  int head_tokens = 2;       // keep: the first head_tokens tokens of every reused unit not selected
+                             // stay recomputed too (on top of ratio; 0: KEEP as published). A unit
+                             // prefilled alone from position 0 makes its first tokens that
+                             // prefill's attention sink, and re-anchored those K/V are the ones
+                             // that differ most from the prompt's own (EPIC's observation)
   bool grouping = true;      // keep's parts; the ablations switch one off
   bool multi_hop = true;
   bool balanced_loading = true;

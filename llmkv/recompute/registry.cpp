@@ -51,6 +51,7 @@ void RecomputeConfig::validate() const {
            "group_similarity must be in [-1, 1], got ", group_similarity);
   WM_CHECK(max_group_tokens >= 1, "max_group_tokens must be >= 1, got ", max_group_tokens);
   WM_CHECK(max_hops >= 1, "max_hops must be >= 1, got ", max_hops);
+  WM_CHECK(head_tokens >= 0, "head_tokens must be >= 0, got ", head_tokens);
 }
 
 std::vector<std::string> recompute_policy_names() { return registered_names(registry()); }

@@ -166,6 +166,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--max-hops", r.max_hops, "keep: multi-hop rounds at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--head-tokens", r.head_tokens,
+                 "keep: the first tokens of every memory line not selected, recomputed as well (0: KEEP as "
+                 "published)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--bank-tier", o.bank_tier,
                  "where cache entries live: host memory, or disk (spill files, loaded a layer at a time)")
       ->capture_default_str()
@@ -897,6 +902,7 @@ int main(int argc, char** argv) {
                             {"load_mib_per_s", o.load_mib_per_s},
                             {"check_layers", o.recompute.check_layers},
                             {"check_ratios", o.recompute.check_ratios},
+                            {"head_tokens", o.recompute.head_tokens},
                             {"threads", threads}};
       json_file->stream() << nlohmann::json{{"config", cfg}, {"episodes", episodes_json}, {"summary", summary},
                                             {"steps", steps}}
