@@ -82,6 +82,14 @@ RecomputeConfig policy_config(const std::string& name, double ratio = 0.15) {
   return rc;
 }
 
+// keep at ratio 0.3 with one check layer and head_tokens.
+RecomputeConfig keep_config(int check_layer, int head_tokens) {
+  RecomputeConfig rc = policy_config("keep", 0.3);
+  rc.check_layers = {check_layer};
+  rc.head_tokens = head_tokens;
+  return rc;
+}
+
 std::string fresh_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -183,10 +191,7 @@ void expect_selected_lines_exact_and_the_others_cached(const std::vector<PromptS
   KvWindow ref_w = window_for(*m);
   full_prefill(*m, prompt, ref_w);
   ChunkCache cache(m, cache_config());
-  RecomputeConfig rc = policy_config("keep", 0.3);
-  rc.check_layers = {0};
-  rc.head_tokens = head_tokens;
-  auto policy = make_recompute_policy(rc);
+  auto policy = make_recompute_policy(keep_config(0, head_tokens));
   KvWindow w = window_for(*m);
   const ReuseResult r = prefill_with_reuse(cache, *policy, prompt, w);
   const std::vector<int64_t> off = segment_offsets(prompt);
@@ -318,10 +323,7 @@ TEST(Recompute, KeepSelectsWholeUnitsThroughTheModelsAttention) {
   const auto prompt = make_prompt();
   for (int head_tokens : {0, 2}) {
     ChunkCache cache(m, cache_config());
-    RecomputeConfig rc = policy_config("keep", 0.3);
-    rc.check_layers = {1};
-    rc.head_tokens = head_tokens;
-    auto policy = make_recompute_policy(rc);
+    auto policy = make_recompute_policy(keep_config(1, head_tokens));
     KvWindow w = window_for(*m);
     const ReuseResult r = prefill_with_reuse(cache, *policy, prompt, w);
     // Units recomputed whole, the others' heads: the tokens after the check layer are whole lines'

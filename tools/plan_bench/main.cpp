@@ -82,6 +82,7 @@ struct Options {
   std::string model = kEmbeddedModel, tokenizer, device = "auto", driver = "model";
   std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host", layout = "long";
   std::vector<std::string> policies = wm::llm::recompute_policy_names();
+  std::vector<std::string> pair_with;
   int episodes = 8, first_episode = 0, max_steps = 24, layers = 0, threads = 0;
   int rooms = 4, locks = 3, objects = 3;
   int64_t memory_tokens = 2048, max_new_tokens = 16, prefill_chunk = 512;
@@ -103,6 +104,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--seed", o.seed, "random weights' seed")->capture_default_str();
   app.add_option("--policies", o.policies, "recompute policies, run in turn on every step")
       ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::recompute_policy_names()));
+  app.add_option("--pair-with", o.pair_with,
+                 "policies of --policies to pair every other policy with, as with full_recompute (a table each: "
+                 "outcomes right there and wrong here, the reverse, McNemar's p)")
       ->check(CLI::IsMember(wm::llm::recompute_policy_names()));
   app.add_option("--episodes", o.episodes, "held-out episodes")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--first-episode", o.first_episode, "index of the first held-out episode")
@@ -352,6 +357,12 @@ struct PolicySummary {
   // it got right and this policy wrong (lost), the reverse (won), McNemar's exact two-sided p.
   int64_t lost = -1, won = -1;
   double mcnemar_p = std::nan("");
+  // The same against each policy of --pair-with (not against itself).
+  struct Pairing {
+    int64_t lost = 0, won = 0;
+    double p = 1.0;
+  };
+  std::map<std::string, Pairing> paired_with;
 };
 
 // McNemar's exact test: two-sided p of b against c discordant pairs (binomial, n = b + c, 1/2).
@@ -364,9 +375,9 @@ double mcnemar_exact(int64_t b, int64_t c) {
   return std::min(1.0, 2 * tail);
 }
 
-// Fills lost, won and mcnemar_p of every row against the full_recompute runner's outcomes: per
-// step (episode, step) when the oracle drives, per episode when the model does.
-void pair_with_full(std::vector<PolicySummary>& rows, const std::vector<Runner>& runners, bool model_driven) {
+// Outcomes of `mine` against those of `ref`: per step (episode, step) when the oracle drives, per
+// episode when the model does.
+PolicySummary::Pairing pair_outcomes(const Runner& ref, const Runner& mine, bool model_driven) {
   auto outcomes = [&](const Runner& r) {
     std::map<std::pair<int, int>, bool> out;
     if (model_driven)
@@ -375,21 +386,31 @@ void pair_with_full(std::vector<PolicySummary>& rows, const std::vector<Runner>&
       for (const auto& st : r.steps) out[{st.episode, st.step}] = st.match;
     return out;
   };
-  const Runner* full = nullptr;
-  for (const auto& r : runners)
-    if (r.name == "full_recompute") full = &r;
-  if (!full) return;
-  const auto ref = outcomes(*full);
-  for (size_t i = 0; i < rows.size() && i < runners.size(); ++i) {
-    const auto mine = outcomes(runners[i]);
-    int64_t lost = 0, won = 0;
-    for (const auto& [key, ok] : ref) {
-      const auto it = mine.find(key);
-      if (it == mine.end()) continue;
-      lost += ok && !it->second;
-      won += !ok && it->second;
+  const auto theirs = outcomes(ref), ours = outcomes(mine);
+  PolicySummary::Pairing pr;
+  for (const auto& [key, ok] : theirs) {
+    const auto it = ours.find(key);
+    if (it == ours.end()) continue;
+    pr.lost += ok && !it->second;
+    pr.won += !ok && it->second;
+  }
+  pr.p = mcnemar_exact(pr.lost, pr.won);
+  return pr;
+}
+
+// Fills lost, won and mcnemar_p of every row against the full_recompute runner, and paired_with
+// against each runner `pair_with` names.
+void pair_rows(std::vector<PolicySummary>& rows, const std::vector<Runner>& runners, bool model_driven,
+               const std::vector<std::string>& pair_with) {
+  for (const auto& ref : runners) {
+    const bool full = ref.name == "full_recompute";
+    const bool asked = std::find(pair_with.begin(), pair_with.end(), ref.name) != pair_with.end();
+    if (!full && !asked) continue;
+    for (size_t i = 0; i < rows.size() && i < runners.size(); ++i) {
+      const PolicySummary::Pairing pr = pair_outcomes(ref, runners[i], model_driven);
+      if (full) rows[i].lost = pr.lost, rows[i].won = pr.won, rows[i].mcnemar_p = pr.p;
+      if (asked && runners[i].name != ref.name) rows[i].paired_with[ref.name] = pr;
     }
-    rows[i].lost = lost, rows[i].won = won, rows[i].mcnemar_p = mcnemar_exact(lost, won);
   }
 }
 
@@ -449,6 +470,12 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
   return s;
 }
 
+nlohmann::json paired_json(const PolicySummary& s) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, pr] : s.paired_with) j[name] = {{"lost", pr.lost}, {"won", pr.won}, {"mcnemar_p", pr.p}};
+  return j;
+}
+
 nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
   return {{"policy", s.policy},
           {"episodes", s.episodes},
@@ -462,6 +489,7 @@ nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
           {"vs_full_recompute",
            s.lost < 0 ? nlohmann::json(nullptr)
                       : nlohmann::json({{"lost", s.lost}, {"won", s.won}, {"mcnemar_p", s.mcnemar_p}})},
+          {"paired_with", paired_json(s)},
           {"ttft_ms", {{"mean", s.ttft_mean}, {"p50", s.ttft_p50}, {"p90", s.ttft_p90}}},
           {"ttft_vs_full_recompute", num_or_null(s.ttft_vs_full)},
           {"warm_ttft_ms", {{"mean", num_or_null(s.warm_mean)}, {"p50", num_or_null(s.warm_p50)}}},
@@ -519,7 +547,8 @@ std::string fmt(double v, const char* f = "%.2f") {
   return b;
 }
 
-void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int n_layers) {
+void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int n_layers,
+                 const std::vector<std::string>& pair_with) {
   std::printf("\n%-17s %8s %16s %6s %9s %9s %9s %8s %9s %8s %7s %9s %9s %8s %9s %8s %7s\n", "policy",
               model_driven ? "success" : "oracle", "Wilson 95%", "steps",
               "TTFT ms", "p50", "p90", "vs full", "warm ms", "vs full", "recomp", "host tok", "disk tok", "prefill",
@@ -550,6 +579,18 @@ void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int 
       if (s.lost >= 0 && s.policy != "full_recompute")
         std::printf("%-17s %7lld %7lld %9.3g\n", s.policy.c_str(), static_cast<long long>(s.lost),
                     static_cast<long long>(s.won), s.mcnemar_p);
+  }
+  for (const std::string& ref : pair_with) {
+    if (ref == "full_recompute") continue;  // the table above
+    std::printf("\nPaired with %s (%s): right there and wrong here (lost), the reverse (won), McNemar's exact p\n",
+                ref.c_str(), model_driven ? "per episode, success" : "per step, the oracle's action; the same prompts");
+    std::printf("%-17s %7s %7s %9s\n", "policy", "lost", "won", "p");
+    for (const auto& s : rows) {
+      const auto it = s.paired_with.find(ref);
+      if (it == s.paired_with.end()) continue;
+      std::printf("%-17s %7lld %7lld %9.3g\n", s.policy.c_str(), static_cast<long long>(it->second.lost),
+                  static_cast<long long>(it->second.won), it->second.p);
+    }
   }
   std::printf("\nLoader per layer (ms per step): idle while the model computes the layer / the model waiting\n");
   std::printf("%-17s", "policy");
@@ -682,6 +723,9 @@ int main(int argc, char** argv) {
         seen.push_back(p);
       }
     }
+    for (const auto& p : o.pair_with)
+      if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end())
+        throw wm::Error(wm::str_cat("--pair-with names '", p, "', which --policies does not run"));
     if (o.bank_host_mib > 0 && o.bank_tier == "disk")
       throw wm::Error("--bank-host-mib is for --bank-tier host (with disk every entry goes to spill files)");
     o.recompute.validate();
@@ -862,11 +906,11 @@ int main(int argc, char** argv) {
       }
     std::vector<PolicySummary> rows;
     for (const auto& r : runners) rows.push_back(summarize(r, L, full_ttft, full_warm));
-    pair_with_full(rows, runners, model_driven);
+    pair_rows(rows, runners, model_driven, o.pair_with);
     std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
                 model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
                 rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
-    print_table(rows, model_driven, L);
+    print_table(rows, model_driven, L, o.pair_with);
     for (const auto& r : runners)
       for (const auto& msg : r.cache->corrupt_reports())
         std::printf("%s: damaged cache entry reported and recomputed: %s\n", r.name.c_str(), msg.c_str());
@@ -903,6 +947,7 @@ int main(int argc, char** argv) {
                             {"check_layers", o.recompute.check_layers},
                             {"check_ratios", o.recompute.check_ratios},
                             {"head_tokens", o.recompute.head_tokens},
+                            {"pair_with", o.pair_with},
                             {"threads", threads}};
       json_file->stream() << nlohmann::json{{"config", cfg}, {"episodes", episodes_json}, {"summary", summary},
                                             {"steps", steps}}
