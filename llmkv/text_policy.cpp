@@ -15,6 +15,8 @@ void TextMemoryConfig::validate() const {
   WM_CHECK(window > 0, "the observation window must be > 0, got ", window);
   WM_CHECK(kernel > 0 && kernel % 2 == 1, "the pooling kernel must be odd and > 0, got ", kernel);
   WM_CHECK(score_decay > 0.0 && score_decay < 1.0, "score_decay must be in (0, 1), got ", score_decay);
+  WM_CHECK(score_kernel > 0 && score_kernel % 2 == 1, "score_kernel must be odd and > 0, got ", score_kernel);
+  WM_CHECK(score_window >= 0, "score_window must be >= 0, got ", score_window);
   WM_CHECK(refresh_every >= 0, "refresh_every must be >= 0, got ", refresh_every);
   WM_CHECK(recovery == "restore" || recovery == "discard" || recovery == "breadcrumb",
            "recovery must be restore, discard or breadcrumb, got '", recovery, "'");

@@ -34,6 +34,11 @@ struct TextMemoryConfig {
   int64_t recent = 0;           // h2o, keepkv: the last tokens always kept (0: h2o half the budget,
                                 // keepkv a quarter)
   double score_decay = 0.9;     // keepkv: the attention scores' moving-average decay, in (0, 1)
+  int64_t score_window = 32;    // keepkv: a step's attention scores come from its last score_window
+                                // queries (at the end of a prompt, SnapKV's observation window);
+                                // 0: from all of them (H2O's accumulation)
+  int64_t score_kernel = 7;     // keepkv: max-pooling width over the scores before the choice
+                                // (odd; 1: none, KeepKV as published)
   int64_t refresh_every = 0;    // keepkv: every this many steps the window is rebuilt from the full
                                 // KV (the original entries merges replaced go to the bank); 0: never
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)

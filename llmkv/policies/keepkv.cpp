@@ -3,8 +3,11 @@
 // `recent` excluded, each into the kept entry whose key is most similar (cosine over the kv
 // heads), by ZIP-merging (llmkv/merge.h): votes add up, and for the step's last query the
 // attention output is what it was before the merge. Scores are an exponential moving average of
-// the attention each entry received (the step's mean over its queries, summed over heads),
+// the attention each entry received (the mean over the step's last `score_window` queries, as
+// SnapKV's observation window at the end of a prompt, or over all of them; summed over heads),
 // bias-corrected for the steps an entry has seen; a merged entry scores the sum of its members.
+// Added to KeepKV: the scores are max-pooled over `score_kernel` (7) neighbouring entries before
+// the choice, as SnapKV pools its votes (score_kernel 1: KeepKV as published).
 // keepkv_ev, the ablation: the same votes and choices, keys and values vote-weighted means.
 //
 // Periodic refresh (refresh_every = T > 0): an original entry (one vote, never merged) that a
@@ -13,6 +16,8 @@
 // step's last query attends to most (the recent ones always) are kept, every other original
 // merges into the kept one with the most similar key, and the window takes the result in place
 // of its merged entries, which had drifted over many merges at older queries.
+#include <ATen/ops/max_pool1d.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -35,6 +40,7 @@ class KeepKv final : public TextPolicy {
   StepNeeds step_needs() const override {
     StepNeeds n;
     n.key_mass = true;
+    n.mass_queries = cfg_.score_window;
     n.query = true;
     return n;
   }
@@ -60,7 +66,11 @@ class KeepKv final : public TextPolicy {
         ema_[l] = at::zeros({before}, at::kDouble);
         seen_[l] = at::zeros({before}, at::kDouble);
       }
-      const at::Tensor m = mass.sum(0).to(at::kCPU, at::kDouble) / static_cast<double>(fresh);
+      // Each key's mean attention over the scoring queries that see it (the step's last
+      // score_window, or all of them): a key inside that window is seen by the queries from it on.
+      const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
+      const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
+      const at::Tensor m = mass.sum(0).to(at::kCPU, at::kDouble) / seen_by;
       at::Tensor ema = at::cat({ema_[l], at::zeros({fresh}, at::kDouble)}) * beta + m * (1.0 - beta);
       at::Tensor seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
       if (refresh && !stash_[l].empty()) {
@@ -80,13 +90,35 @@ class KeepKv final : public TextPolicy {
   }
 
  private:
+  // The order in which candidates are kept, as scores for keep_top_and_recent: by their scores
+  // max-pooled over score_kernel neighbours (as SnapKV pools its votes, so that a key the query
+  // wants keeps the tokens around it), ties within a pooled plateau broken by the score itself
+  // (the peak first). score_kernel 1: the scores as they are.
+  at::Tensor pooled(const at::Tensor& score) const {
+    const int64_t k = cfg_.score_kernel, n = score.size(0);
+    if (k <= 1 || n == 0) return score;
+    const at::Tensor p = at::max_pool1d(score.view({1, 1, -1}), {k}, {1}, {k / 2}).view({-1}).contiguous();
+    const at::Tensor raw = score.contiguous();
+    const double* pp = p.data_ptr<double>();
+    const double* rp = raw.data_ptr<double>();
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return pp[a] != pp[b] ? pp[a] > pp[b] : rp[a] > rp[b];
+    });
+    at::Tensor rank = at::empty({n}, at::kDouble);
+    double* rk = rank.data_ptr<double>();
+    for (int64_t r = 0; r < n; ++r) rk[order[r]] = static_cast<double>(n - r);
+    return rank;
+  }
+
   // Plans layer l's merge down to the budget and leaves ema/seen as the kept entries' state.
   void merge_layer(const KvWindow& w, int l, const at::Tensor& q, double scale, at::Tensor& ema, at::Tensor& seen,
                    MemoryPlan& plan) {
     const int64_t n = w.size(l), excess = n - evict_to(), cand = n - recent_;
     // Bias-corrected scores of the candidates; the lowest `excess` go.
     const at::Tensor score = ema / (1.0 - at::pow(cfg_.score_decay, seen));
-    std::vector<int64_t> keep = keep_top_and_recent(score.narrow(0, 0, cand), cand - excess, n, recent_);
+    std::vector<int64_t> keep = keep_top_and_recent(pooled(score.narrow(0, 0, cand)), cand - excess, n, recent_);
     std::vector<bool> kept(n, false);
     for (int64_t i : keep) kept[i] = true;
     std::vector<int64_t> sources, targets;  // targets: the kept candidates
@@ -191,7 +223,7 @@ class KeepKv final : public TextPolicy {
     const at::Tensor score =
         (K.to(at::kFloat).matmul(q.to(dev, at::kFloat).unsqueeze(-1)).squeeze(-1) * scale).softmax(1).sum(0).to(at::kCPU,
                                                                                                            at::kDouble);
-    std::vector<int64_t> keep = keep_top_and_recent(score.narrow(0, 0, m - recent), G - recent, m, recent);
+    std::vector<int64_t> keep = keep_top_and_recent(pooled(score.narrow(0, 0, m - recent)), G - recent, m, recent);
     std::vector<int64_t> group(m, -1);
     for (size_t g = 0; g < keep.size(); ++g) group[keep[g]] = static_cast<int64_t>(g);
     std::vector<int64_t> sources, targets;

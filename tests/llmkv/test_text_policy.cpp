@@ -2,6 +2,7 @@
 // real window, and the session running them end to end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "llm_test_util.h"
@@ -231,6 +232,7 @@ TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
     for (int l = 0; l < L; ++l) before.push_back(attend(l));
     TextMemoryConfig c = config(name, 8);
     c.recent = 2;
+    c.score_kernel = 1;  // the scores as they are
     auto p = make_text_policy(c);
     EXPECT_TRUE(p->step_needs().key_mass && p->step_needs().query);
     f.memory.apply(p->observe(f.memory, v));
@@ -247,6 +249,74 @@ TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
         EXPECT_GT(diff, 1e-3) << "layer " << l;
     }
   }
+}
+
+// KeepKV's scores over a prompt come from its last score_window queries (SnapKV's observation
+// window), each key's mass divided by the window queries that see it: with every query giving
+// each key it sees the same attention, the window's own tokens score as high as the ones before
+// it although fewer queries reach them. 12 tokens, window 4 (queries 8..11), budget 8, recent 2:
+// the four keys with the least attention per query (2, 4, 6, 7) merge, and 9, which three queries
+// see, stays (by its summed mass, 0.3 against their 0.32, it would be the one to go).
+TEST(TextPolicy, KeepKvScoresByTheWindowsAttentionPerQuery) {
+  const int64_t n = 12, window = 4;
+  Filled f = filled(n);
+  const int L = f.memory.spec().n_layers;
+  const int64_t KH = f.memory.spec().n_kv_heads;
+  TextMemoryConfig c = config("keepkv", 8);
+  c.recent = 2;
+  c.score_window = window;
+  c.score_kernel = 1;
+  auto p = make_text_policy(c);
+  EXPECT_EQ(p->step_needs().mass_queries, window);
+  StepView v;
+  v.fresh = n;
+  for (int l = 0; l < L; ++l) {
+    at::Tensor m = at::empty({KH, n});
+    for (int64_t j = 0; j < n; ++j) {
+      const bool low = j == 2 || j == 4 || j == 6 || j == 7;
+      m.select(1, j).fill_((low ? 0.08 : 0.1) * static_cast<double>(std::min(window, n - j)));
+    }
+    v.key_mass.push_back(m);
+    v.query.push_back(at::randn({KH, f.memory.spec().head_dim}));
+  }
+  f.memory.apply(p->observe(f.memory, v));
+  for (int l = 0; l < L; ++l)
+    EXPECT_EQ(positions(f.memory.window(), l), (std::vector<int64_t>{0, 1, 3, 5, 8, 9, 10, 11})) << "layer " << l;
+}
+
+// KeepKV's scores max-pooled over score_kernel (3) neighbours before the choice: one key with
+// high attention keeps its neighbours, the peak itself first. 16 tokens, budget 6, recent 2:
+// keys 5 (the peak) and 4, 6 (its neighbours, tied when pooled) and key 11 (second peak, whose
+// plateau is 10-12; its neighbours go since no room is left after 11): 4 of the 14 candidates.
+TEST(TextPolicy, KeepKvPoolsItsScoresSoAKeptKeyBringsItsNeighbours) {
+  const int64_t n = 16;
+  Filled f = filled(n);
+  const int L = f.memory.spec().n_layers;
+  const int64_t KH = f.memory.spec().n_kv_heads;
+  TextMemoryConfig c = config("keepkv", 6);
+  c.recent = 2;
+  c.score_kernel = 3;
+  c.score_window = 0;
+  StepView v;
+  v.fresh = 1;  // one query: every key's mass counts as it is
+  for (int l = 0; l < L; ++l) {
+    at::Tensor m = at::full({KH, n}, 0.01);
+    m.select(1, 5).fill_(0.5);
+    m.select(1, 11).fill_(0.3);
+    m.select(1, 12).fill_(0.02);  // a little above the rest: without pooling, it would be kept
+    v.key_mass.push_back(m);
+    v.query.push_back(at::randn({KH, f.memory.spec().head_dim}));
+  }
+  auto p = make_text_policy(c);
+  f.memory.apply(p->observe(f.memory, v));
+  for (int l = 0; l < L; ++l)
+    EXPECT_EQ(positions(f.memory.window(), l), (std::vector<int64_t>{4, 5, 6, 11, 14, 15})) << "layer " << l;
+  // The same case without pooling keeps the four highest as they are.
+  Filled g = filled(n);
+  c.score_kernel = 1;
+  auto q = make_text_policy(c);
+  g.memory.apply(q->observe(g.memory, v));
+  EXPECT_EQ(positions(g.memory.window(), 0), (std::vector<int64_t>{0, 5, 11, 12, 14, 15}));
 }
 
 // KeepKV's periodic refresh: originals that merges change go to the bank, and a refresh step

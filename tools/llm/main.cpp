@@ -111,6 +111,15 @@ int main(int argc, char** argv) {
   app.add_option("--window", memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--score-kernel", memory.score_kernel,
+                 "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
+                 "published)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
+  app.add_option("--score-window", memory.score_window,
+                 "keepkv: each step's attention scores from its last N queries (0: from all of them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--dump-logits", dump_logits, "write the logits at the prompt's last position to this .npy file");
   app.add_option("--stats-json", stats_json_path, "write timing and KV figures as JSON to this file");
   app.add_flag("--no-stream", no_stream, "print the text at the end instead of as it is generated");

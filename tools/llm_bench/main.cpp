@@ -277,6 +277,16 @@ void add_options(CLI::App& app, Options& o) {
                  "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--score-kernel", m.score_kernel,
+                 "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
+                 "published)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
+  app.add_option("--score-window", m.score_window,
+                 "keepkv: each step's attention scores from its last N queries (at the end of a prompt, SnapKV's "
+                 "observation window; 0: from all of them, as H2O accumulates)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--refresh-every", m.refresh_every,
                  "keepkv: rebuild the cache from the full KV kept in the bank every N steps (0: never)")
       ->capture_default_str()
