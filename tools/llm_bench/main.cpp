@@ -31,6 +31,7 @@
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/stats.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 #include "tools/rollout/plot.h"
@@ -39,14 +40,6 @@ namespace {
 
 const char* const kEmbeddedModel = "assets/models/tiny-llm";
 
-// Wilson score interval (95%) of k successes in n.
-std::pair<double, double> wilson(int64_t k, int64_t n) {
-  if (n == 0) return {0.0, 0.0};
-  const double z = 1.959963984540054, p = static_cast<double>(k) / n;
-  const double den = 1 + z * z / n, c = (p + z * z / (2.0 * n)) / den;
-  const double h = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / den;
-  return {std::max(0.0, c - h), std::min(1.0, c + h)};
-}
 
 // A budget as given: "64" tokens, or "25%" of the context length.
 struct Budget {
@@ -478,7 +471,7 @@ RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const O
 
 nlohmann::json result_row(const RunTotals& t, const std::string& task, int64_t ctx, const std::string& policy,
                           const std::string& budget, int64_t budget_tokens, int64_t samples) {
-  const auto [lo, hi] = wilson(t.correct, t.answers);
+  const auto [lo, hi] = wm::cli::wilson95(t.correct, t.answers);
   const double n = static_cast<double>(samples);
   return {{"task", task},
           {"context", ctx},

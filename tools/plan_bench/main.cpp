@@ -39,6 +39,7 @@
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/stats.h"
 #include "tools/llm_tasks/plan_world.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/rollout/plot.h"
@@ -57,14 +58,6 @@ nlohmann::json num_or_null(double v) { return std::isnan(v) ? nlohmann::json(nul
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Wilson score interval (95%) of k successes in n.
-std::pair<double, double> wilson(int64_t k, int64_t n) {
-  if (n == 0) return {0.0, 0.0};
-  const double z = 1.959963984540054, p = static_cast<double>(k) / n;
-  const double den = 1 + z * z / n, c = (p + z * z / (2.0 * n)) / den;
-  const double h = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / den;
-  return {std::max(0.0, c - h), std::min(1.0, c + h)};
-}
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return std::nan("");
@@ -421,7 +414,7 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
   s.episodes = r.episodes;
   s.successes = r.successes;
   s.success = r.episodes ? static_cast<double>(r.successes) / r.episodes : 0.0;
-  std::tie(s.lo, s.hi) = wilson(r.successes, r.episodes);
+  std::tie(s.lo, s.hi) = wm::cli::wilson95(r.successes, r.episodes);
   std::vector<double> ttft, warm, rec, pre, kl, store, dec, mem, prompt;
   s.idle_per_layer.assign(n_layers, 0.0);
   s.stall_per_layer.assign(n_layers, 0.0);
@@ -446,7 +439,7 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
     }
     s.corrupt += st.corrupt;
   }
-  std::tie(s.agree_lo, s.agree_hi) = wilson(s.match, s.steps);  // oracle agreement
+  std::tie(s.agree_lo, s.agree_hi) = wm::cli::wilson95(s.match, s.steps);  // oracle agreement
   const double n = std::max<int64_t>(1, s.steps);
   for (int t = 0; t < 3; ++t) s.loaded[t] /= n;
   s.busy_ms /= n;
