@@ -1,6 +1,7 @@
 #include "llmkv/text_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/error.h"
 
@@ -25,6 +26,8 @@ void TextMemoryConfig::validate() const {
   WM_CHECK(relevance == "attention" || relevance == "hidden" || relevance == "embedding",
            "relevance must be attention, hidden or embedding, got '", relevance, "'");
   WM_CHECK(recall_blocks >= 0, "recall_blocks must be >= 0, got ", recall_blocks);
+  WM_CHECK(message_blocks >= 0, "message_blocks must be >= 0, got ", message_blocks);
+  WM_CHECK(std::isfinite(relevance_margin), "relevance_margin must be finite, got ", relevance_margin);
   WM_CHECK(reserve >= 0, "reserve must be >= 0, got ", reserve);
   WM_CHECK(sink_blocks >= 0, "sink_blocks must be >= 0, got ", sink_blocks);
   for (const auto& [kind, n] : kind_floors)

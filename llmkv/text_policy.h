@@ -59,6 +59,12 @@ struct TextMemoryConfig {
   TextEmbedder embedder;               // evoke with relevance "embedding"
   int relevance_layer = -1;          // evoke: the layer whose query-key scores rank blocks (-1: last)
   int64_t recall_blocks = 0;         // evoke: banked blocks restored per message at most (0: what fits)
+  int64_t message_blocks = 0;        // evoke: blocks of region "blocks" the window holds for a message
+                                     // at most (the block before it first, then the most relevant,
+                                     // kept or restored); the others leave (0: what fits)
+  double relevance_margin = -1.0;    // evoke: >= 0: for a message, only blocks whose relevance is
+                                     // within this of the most relevant block's stay or come back
+                                     // (the block before the message always); < 0: no margin
   int64_t reserve = 4;               // evoke: tokens kept free for the message's answer
   int64_t sink_blocks = 0;           // evoke: the first blocks to arrive never leave (attention sinks)
   std::map<std::string, int64_t> kind_floors;  // evoke: per block kind (BlockMeta::kind), the most

@@ -11,7 +11,10 @@
 // of the message ("hidden"), or the cosine of sentence embeddings of their texts
 // ("embedding", the config's embedder). The most
 // relevant blocks that fit the budget (less the message and `reserve` tokens for its answer)
-// are the window's: banked ones come back without recompute, re-anchored to the tail by one
+// are the window's (at most `message_blocks` of them when that is set, the block before the
+// message counted first, and with `relevance_margin` >= 0 only those within that margin of the
+// most relevant: a window holding what the message needs and little else, since a small model
+// reads a needle better among few blocks): banked ones come back without recompute, re-anchored to the tail by one
 // RoPE rotation (placement "tail") or at their original positions ("original"), and the others
 // make room for them. With placement "compact" every eviction and recall ends with the window
 // re-anchored so that its positions run 0, 1, ... with no gaps, the blocks in the order they
@@ -125,9 +128,18 @@ class Evoke final : public TextPolicy {
     int64_t room = cfg_.budget - fixed - probe.fresh - cfg_.reserve;
     int64_t restored = 0;
     std::vector<std::string> leave, back;
+    int64_t held = 0;  // blocks chosen for the message so far
+    // With a relevance margin, only blocks within it of the most relevant one (the block before
+    // the message aside) are candidates.
+    double floor = -std::numeric_limits<double>::infinity();
+    if (cfg_.relevance_margin >= 0)
+      for (const auto& c : cands)
+        if (std::isfinite(c.rel)) floor = std::max(floor, c.rel - cfg_.relevance_margin);
     for (const auto& c : cands) {
-      const bool fits = c.len <= room && (!c.banked || cfg_.recall_blocks == 0 || restored < cfg_.recall_blocks);
+      const bool fits = c.len <= room && (!c.banked || cfg_.recall_blocks == 0 || restored < cfg_.recall_blocks) &&
+                        (cfg_.message_blocks == 0 || held < cfg_.message_blocks) && c.rel >= floor;
       if (fits) {
+        ++held;
         room -= c.len;
         if (c.banked) back.push_back(c.id), ++restored;
         used_[c.id] = ++clock_;  // relevant now: evicted last

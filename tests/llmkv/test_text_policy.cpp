@@ -433,6 +433,49 @@ TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
   }
 }
 
+// message_blocks: for a message the window holds at most that many blocks (the block before
+// the message, then the most relevant); relevance_margin 0: only the most relevant beside the
+// block before the message. The rest go to the bank although they would fit. Five blocks of 6
+// tokens, budget 20, nothing reserved: room for three blocks beside the 2-token message; with
+// message_blocks 2, or with the margin, only b4 (before the message) and b0 (the one it asks
+// about).
+TEST(TextPolicy, EvokeMessageBlocksKeepsOnlyTheMostRelevantForAMessage) {
+  for (const auto& [message_blocks, margin] : std::vector<std::pair<int64_t, double>>{{0, -1.0}, {2, -1.0}, {0, 0.0}}) {
+    at::manual_seed(9);
+    const KvSpec spec = test::random_model(kVocab, 1)->kv_spec(at::kCPU);
+    KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{});
+    TextMemoryConfig c = config("evoke", 20);
+    c.reserve = 0;
+    c.placement = "tail";
+    c.message_blocks = message_blocks;
+    c.relevance_margin = margin;
+    auto p = make_text_policy(c);
+    std::vector<at::Tensor> raw;
+    for (int b = 0; b < 5; ++b) {
+      raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
+      const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
+      for (int l = 0; l < spec.n_layers; ++l)
+        mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
+      mem.apply(p->observe(mem, view({}, 6)));
+    }
+    const at::Tensor k03 = apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
+    StepView probe;
+    probe.fresh = 2;
+    for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
+    mem.apply(p->recall(mem, probe));
+    std::vector<std::string> ids;
+    for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
+    EXPECT_EQ(p->recoveries(), 1) << message_blocks;
+    if (message_blocks == 2 || margin >= 0) {
+      EXPECT_EQ(ids, (std::vector<std::string>{"b4", "b0"})) << message_blocks << " " << margin;
+      EXPECT_EQ(p->evictions(), 4);  // b0, b1 over the budget; b2 and b3 for the message
+    } else {
+      EXPECT_EQ(ids.size(), 3u);  // what fits: b4, b0 and one of b2, b3
+      EXPECT_EQ(p->evictions(), 3);
+    }
+  }
+}
+
 // Placement "compact": every eviction and recall leaves the window's positions 0, 1, ... in the
 // order the blocks arrived, keys rotated to match (V untouched), and a restored block lands
 // between the blocks around it.

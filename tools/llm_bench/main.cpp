@@ -32,6 +32,7 @@
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/stats.h"
+#include "tools/cli/validators.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 #include "tools/rollout/plot.h"
@@ -327,6 +328,16 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--recall-blocks", m.recall_blocks, "evoke: banked blocks restored per message at most (0: what fits)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--message-blocks", m.message_blocks,
+                 "evoke: blocks the window holds for a user message at most (the block before it, then the most "
+                 "relevant to it, kept or restored); the others go to the bank (0: as many as fit)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--relevance-margin", m.relevance_margin,
+                 "evoke: for a user message only blocks whose relevance is within this of the most relevant "
+                 "block's stay or come back (cosine units with --relevance embedding or hidden; negative: none)")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(-1e9, 1e9));
   app.add_option("--bank-host-mib", o.bank_host_mib,
                  "evoke: the bank's host budget in MiB, beyond which banked blocks spill to --spill-dir (0: no limit)")
       ->check(CLI::Range(0.0, 1e9));
