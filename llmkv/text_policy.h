@@ -37,6 +37,8 @@ struct TextMemoryConfig {
   int64_t score_window = 32;    // keepkv: a step's attention scores come from its last score_window
                                 // queries (at the end of a prompt, SnapKV's observation window);
                                 // 0: from all of them (H2O's accumulation)
+  bool prompt_restart = true;   // keepkv: a step of more than one token restarts the scores from its
+                                // own attention instead of adding to the moving average
   int64_t score_kernel = 7;     // keepkv: max-pooling width over the scores before the choice
                                 // (odd; 1: none, KeepKV as published)
   int64_t refresh_every = 0;    // keepkv: every this many steps the window is rebuilt from the full

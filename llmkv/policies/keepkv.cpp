@@ -6,6 +6,8 @@
 // the attention each entry received (the mean over the step's last `score_window` queries, as
 // SnapKV's observation window at the end of a prompt, or over all of them; summed over heads),
 // bias-corrected for the steps an entry has seen; a merged entry scores the sum of its members.
+// A prompt step (more than one token) restarts the average from its own attention
+// (`prompt_restart`): its last queries, a question among them, say best what matters next.
 // Added to KeepKV: the scores are max-pooled over `score_kernel` (7) neighbouring entries before
 // the choice, as SnapKV pools its votes (score_kernel 1: KeepKV as published).
 // keepkv_ev, the ablation: the same votes and choices, keys and values vote-weighted means.
@@ -71,8 +73,15 @@ class KeepKv final : public TextPolicy {
       const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
       const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
       const at::Tensor m = mass.sum(0).to(at::kCPU, at::kDouble) / seen_by;
-      at::Tensor ema = at::cat({ema_[l], at::zeros({fresh}, at::kDouble)}) * beta + m * (1.0 - beta);
-      at::Tensor seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
+      at::Tensor ema, seen;
+      if (cfg_.prompt_restart && fresh > 1) {
+        // A prompt step: its own window decides (SnapKV's observation window), not the past.
+        ema = m * (1.0 - beta);
+        seen = at::ones({n}, at::kDouble);
+      } else {
+        ema = at::cat({ema_[l], at::zeros({fresh}, at::kDouble)}) * beta + m * (1.0 - beta);
+        seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
+      }
       if (refresh && !stash_[l].empty()) {
         rebuild_layer(memory, l, step.query[l], scale, ema, seen, plan);
       } else if (n > cfg_.budget) {

@@ -319,6 +319,48 @@ TEST(TextPolicy, KeepKvPoolsItsScoresSoAKeptKeyBringsItsNeighbours) {
   EXPECT_EQ(positions(g.memory.window(), 0), (std::vector<int64_t>{0, 5, 11, 12, 14, 15}));
 }
 
+// A prompt step restarts keepkv's scores from its own attention (prompt_restart): a key that
+// the first prompt attended to heavily and the second ignores goes, where the moving average
+// would keep it. 10 tokens (key 2 heavy), then 4 more over a budget of 10: four entries merge.
+TEST(TextPolicy, KeepKvPromptStepRestartsItsScores) {
+  for (const bool restart : {true, false}) {
+    at::manual_seed(3);
+    Filled f = filled(10);
+    const KvSpec& spec = f.memory.spec();
+    const int L = spec.n_layers;
+    const int64_t KH = spec.n_kv_heads;
+    TextMemoryConfig c = config("keepkv", 10);
+    c.recent = 2;
+    c.score_kernel = 1;
+    c.prompt_restart = restart;
+    auto p = make_text_policy(c);
+    auto step = [&](int64_t n, int64_t fresh, int64_t hot, double hot_mass, int64_t cold) {
+      StepView v;
+      v.fresh = fresh;
+      for (int l = 0; l < L; ++l) {
+        at::Tensor m = at::full({KH, n}, 0.01);
+        m.select(1, hot).fill_(hot_mass);
+        if (cold >= 0) m.select(1, cold).fill_(0.0001);
+        v.key_mass.push_back(m);
+        v.query.push_back(at::randn({KH, spec.head_dim}));
+      }
+      f.memory.apply(p->observe(f.memory, v));
+    };
+    step(10, 10, 2, 5.0, -1);
+    const at::Tensor pos = at::arange(10, 14, at::kLong).unsqueeze(1);
+    for (int l = 0; l < L; ++l)
+      f.memory.window().append("recent", "recent", l, at::randn({KH, 4, spec.head_dim}), at::randn({KH, 4, spec.head_dim}),
+                               pos);
+    step(14, 4, 5, 0.5, 2);
+    for (int l = 0; l < L; ++l) {
+      const auto kept = positions(f.memory.window(), l);
+      EXPECT_EQ(kept.size(), 10u);
+      EXPECT_EQ(std::count(kept.begin(), kept.end(), 2), restart ? 0 : 1) << "restart " << restart << " layer " << l;
+      EXPECT_EQ(std::count(kept.begin(), kept.end(), 5), 1) << "restart " << restart << " layer " << l;
+    }
+  }
+}
+
 // KeepKV's periodic refresh: originals that merges change go to the bank, and a refresh step
 // rebuilds each layer from the full KV (window originals + banked ones) by ZIP-merging at that
 // step's query, so that for it the window's attention output equals the full KV's (1e-5), which

@@ -271,6 +271,9 @@ void add_options(CLI::App& app, Options& o) {
                  "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_flag("!--no-prompt-restart", m.prompt_restart,
+               "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting "
+               "them from it");
   app.add_option("--score-kernel", m.score_kernel,
                  "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
                  "published)")
