@@ -422,6 +422,32 @@ TEST(TextPolicy, KeepKvRefreshRebuildsTheWindowFromTheFullKvInTheBank) {
   }
 }
 
+// Feeds `n` blocks b0, b1, ... of 6 tokens each (random raw keys, RoPE'd at positions 6b..6b+5,
+// values twice the raw keys) to the policy, a step each; returns the raw keys.
+std::vector<at::Tensor> feed_blocks(KvMemory& mem, TextPolicy& p, int n) {
+  const KvSpec& spec = mem.spec();
+  std::vector<at::Tensor> raw;
+  for (int b = 0; b < n; ++b) {
+    raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
+    const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
+    for (int l = 0; l < spec.n_layers; ++l)
+      mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
+    mem.apply(p.observe(mem, view({}, 6)));
+    EXPECT_LE(mem.window().size(0), p.config().budget) << p.name() << " after block " << b;
+  }
+  return raw;
+}
+
+// A 2-token message probe whose query, in every layer, is block b0's token 3 as the window first
+// held it, scaled up: it asks about b0.
+StepView probe_for_b0(const KvSpec& spec, const at::Tensor& raw0) {
+  const at::Tensor k03 = apply_rope(raw0, at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
+  StepView probe;
+  probe.fresh = 2;
+  for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
+  return probe;
+}
+
 // EVOKE on a constructed case: five blocks of 6 tokens for a budget of 20. The oldest leave
 // for the bank as the window overflows; a message whose query matches a key of the first block
 // brings that block back (re-anchored after everything, K as RoPE at its new positions, V bit
@@ -437,15 +463,7 @@ TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
     auto p = make_text_policy(c);
     EXPECT_TRUE(p->block_wise());
     EXPECT_EQ(p->wants_recall(), name == "evoke");
-    std::vector<at::Tensor> raw;
-    for (int b = 0; b < 5; ++b) {
-      raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
-      const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
-      for (int l = 0; l < spec.n_layers; ++l)
-        mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
-      mem.apply(p->observe(mem, view({}, 6)));
-      EXPECT_LE(mem.window().size(0), 20) << name << " after block " << b;
-    }
+    const std::vector<at::Tensor> raw = feed_blocks(mem, *p, 5);
     // 24 tokens after block 3: b0 leaves; after block 4: b1.
     std::vector<std::string> ids;
     for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
@@ -453,12 +471,7 @@ TEST(TextPolicy, EvokeBanksTheOldestBlocksAndRestoresTheRelevantOneReanchored) {
     EXPECT_EQ(p->evictions(), 2) << name;
     EXPECT_EQ(mem.bank().size(), name == "evoke" ? 2u : 0u) << name;
     if (name != "evoke") continue;
-    // The message's last query: b0's token 3 as the window held it, scaled up.
-    const at::Tensor k03 = apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
-    StepView probe;
-    probe.fresh = 2;
-    for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
-    mem.apply(p->recall(mem, probe));
+    mem.apply(p->recall(mem, probe_for_b0(spec, raw[0])));
     ids.clear();
     for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
     EXPECT_EQ(ids, (std::vector<std::string>{"b4", "b0"}));
@@ -492,19 +505,8 @@ TEST(TextPolicy, EvokeMessageBlocksKeepsOnlyTheMostRelevantForAMessage) {
     c.message_blocks = message_blocks;
     c.relevance_margin = margin;
     auto p = make_text_policy(c);
-    std::vector<at::Tensor> raw;
-    for (int b = 0; b < 5; ++b) {
-      raw.push_back(at::randn({spec.n_kv_heads, 6, spec.head_dim}));
-      const at::Tensor pos = at::arange(6 * b, 6 * b + 6, at::kLong).unsqueeze(1);
-      for (int l = 0; l < spec.n_layers; ++l)
-        mem.window().append("blocks", "b" + std::to_string(b), l, apply_rope(raw[b], pos, spec.rope), raw[b] * 2, pos);
-      mem.apply(p->observe(mem, view({}, 6)));
-    }
-    const at::Tensor k03 = apply_rope(raw[0], at::arange(0, 6, at::kLong).unsqueeze(1), spec.rope).select(1, 3);
-    StepView probe;
-    probe.fresh = 2;
-    for (int l = 0; l < spec.n_layers; ++l) probe.query.push_back(k03 * 10);
-    mem.apply(p->recall(mem, probe));
+    const std::vector<at::Tensor> raw = feed_blocks(mem, *p, 5);
+    mem.apply(p->recall(mem, probe_for_b0(spec, raw[0])));
     std::vector<std::string> ids;
     for (const auto& seg : mem.window().layout().segments(mem.window().layout().region("blocks"))) ids.push_back(seg.id);
     EXPECT_EQ(p->recoveries(), 1) << message_blocks;
