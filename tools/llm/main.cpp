@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("!--no-prompt-restart", memory.prompt_restart,
+               "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting them");
   app.add_option("--score-kernel", memory.score_kernel,
                  "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
                  "published)")
