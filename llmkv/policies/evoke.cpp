@@ -131,13 +131,13 @@ class Evoke final : public TextPolicy {
     int64_t held = 0;  // blocks chosen for the message so far
     // With a relevance margin, only blocks within it of the most relevant one (the block before
     // the message aside) are candidates.
-    double floor = -std::numeric_limits<double>::infinity();
+    double min_rel = -std::numeric_limits<double>::infinity();
     if (cfg_.relevance_margin >= 0)
       for (const auto& c : cands)
-        if (std::isfinite(c.rel)) floor = std::max(floor, c.rel - cfg_.relevance_margin);
+        if (std::isfinite(c.rel)) min_rel = std::max(min_rel, c.rel - cfg_.relevance_margin);
     for (const auto& c : cands) {
       const bool fits = c.len <= room && (!c.banked || cfg_.recall_blocks == 0 || restored < cfg_.recall_blocks) &&
-                        (cfg_.message_blocks == 0 || held < cfg_.message_blocks) && c.rel >= floor;
+                        (cfg_.message_blocks == 0 || held < cfg_.message_blocks) && c.rel >= min_rel;
       if (fits) {
         ++held;
         room -= c.len;

@@ -41,7 +41,6 @@ namespace {
 
 const char* const kEmbeddedModel = "assets/models/tiny-llm";
 
-
 // A budget as given: "64" tokens, or "25%" of the context length.
 struct Budget {
   std::string text;

@@ -58,7 +58,6 @@ nlohmann::json num_or_null(double v) { return std::isnan(v) ? nlohmann::json(nul
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -368,22 +367,24 @@ double mcnemar_exact(int64_t b, int64_t c) {
   return std::min(1.0, 2 * tail);
 }
 
-// Outcomes of `mine` against those of `ref`: per step (episode, step) when the oracle drives, per
-// episode when the model does.
-PolicySummary::Pairing pair_outcomes(const Runner& ref, const Runner& mine, bool model_driven) {
-  auto outcomes = [&](const Runner& r) {
-    std::map<std::pair<int, int>, bool> out;
-    if (model_driven)
-      for (size_t e = 0; e < r.outcomes.size(); ++e) out[{static_cast<int>(e), 0}] = r.outcomes[e];
-    else
-      for (const auto& st : r.steps) out[{st.episode, st.step}] = st.match;
-    return out;
-  };
-  const auto theirs = outcomes(ref), ours = outcomes(mine);
+// A runner's outcomes: per step (episode, step) when the oracle drives, per episode when the
+// model does.
+using Outcomes = std::map<std::pair<int, int>, bool>;
+Outcomes outcomes_of(const Runner& r, bool model_driven) {
+  Outcomes out;
+  if (model_driven)
+    for (size_t e = 0; e < r.outcomes.size(); ++e) out[{static_cast<int>(e), 0}] = r.outcomes[e];
+  else
+    for (const auto& st : r.steps) out[{st.episode, st.step}] = st.match;
+  return out;
+}
+
+// `mine` against `theirs`: right there and wrong here (lost), the reverse (won), McNemar's p.
+PolicySummary::Pairing pair_outcomes(const Outcomes& theirs, const Outcomes& mine) {
   PolicySummary::Pairing pr;
   for (const auto& [key, ok] : theirs) {
-    const auto it = ours.find(key);
-    if (it == ours.end()) continue;
+    const auto it = mine.find(key);
+    if (it == mine.end()) continue;
     pr.lost += ok && !it->second;
     pr.won += !ok && it->second;
   }
@@ -395,14 +396,17 @@ PolicySummary::Pairing pair_outcomes(const Runner& ref, const Runner& mine, bool
 // against each runner `pair_with` names.
 void pair_rows(std::vector<PolicySummary>& rows, const std::vector<Runner>& runners, bool model_driven,
                const std::vector<std::string>& pair_with) {
-  for (const auto& ref : runners) {
-    const bool full = ref.name == "full_recompute";
-    const bool asked = std::find(pair_with.begin(), pair_with.end(), ref.name) != pair_with.end();
+  std::vector<Outcomes> out;
+  for (const auto& r : runners) out.push_back(outcomes_of(r, model_driven));
+  for (size_t f = 0; f < runners.size(); ++f) {
+    const std::string& ref = runners[f].name;
+    const bool full = ref == "full_recompute";
+    const bool asked = std::find(pair_with.begin(), pair_with.end(), ref) != pair_with.end();
     if (!full && !asked) continue;
     for (size_t i = 0; i < rows.size() && i < runners.size(); ++i) {
-      const PolicySummary::Pairing pr = pair_outcomes(ref, runners[i], model_driven);
+      const PolicySummary::Pairing pr = pair_outcomes(out[f], out[i]);
       if (full) rows[i].lost = pr.lost, rows[i].won = pr.won, rows[i].mcnemar_p = pr.p;
-      if (asked && runners[i].name != ref.name) rows[i].paired_with[ref.name] = pr;
+      if (asked && i != f) rows[i].paired_with[ref] = pr;
     }
   }
 }
