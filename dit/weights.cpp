@@ -21,8 +21,9 @@ void save_weights(CausalDitImpl& model, const std::string& path,
   save_safetensors(path, tensors, meta);
 }
 
-void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt) {
-  SafeTensors st = SafeTensors::open(path);
+void load_parameters(torch::nn::Module& model, const SafeTensors& st, const LoadOptions& opt,
+                     const std::string& what) {
+  const std::string& path = st.path();
   auto file_name = [&](const std::string& n) {
     return !opt.strip_prefix.empty() && n.rfind(opt.strip_prefix, 0) == 0 ? n.substr(opt.strip_prefix.size()) : n;
   };
@@ -34,7 +35,8 @@ void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptio
   for (const auto& p : params) {
     auto it = in_file.find(p.key());
     if (it == in_file.end())
-      throw Error(str_cat(path, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(), ")"));
+      throw Error(str_cat(path, ": missing tensor '", opt.strip_prefix, p.key(), "' (expected shape ",
+                          p.value().sizes(), ")"));
     const auto& e = st.entry(it->second);
     if (!at::isFloatingType(e.dtype))
       throw Error(str_cat(path, ": tensor '", it->second, "' is ", c10::toString(e.dtype),
@@ -49,8 +51,7 @@ void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptio
     for (const auto& kv : in_file)
       if (!known.count(kv.first))
         throw Error(str_cat(path, ": unexpected tensor '", kv.second, "' (shape ",
-                            at::IntArrayRef(st.entry(kv.second).shape), ") not in model '", model.config().name,
-                            "'"));
+                            at::IntArrayRef(st.entry(kv.second).shape), ") not in model '", what, "'"));
   }
   // Read and check every tensor before the first copy, so a bad file leaves the model as it was.
   std::vector<at::Tensor> values;
@@ -65,6 +66,10 @@ void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptio
   }
   at::NoGradGuard ng;
   for (size_t i = 0; i < params.size(); ++i) params[i].value().copy_(values[i]);
+}
+
+void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt) {
+  load_parameters(model, SafeTensors::open(path), opt, model.config().name);
 }
 
 DitConfig config_from_weights(const std::string& path) {

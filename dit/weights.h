@@ -7,6 +7,7 @@
 
 #include "dit/config.h"
 #include "dit/model.h"
+#include "runtime/safetensors.h"
 
 namespace wm::dit {
 
@@ -14,6 +15,14 @@ struct LoadOptions {
   std::string strip_prefix;  // removed from every file name that starts with it ("model.", ...)
   bool strict = true;        // a file tensor the model does not have is an error (else ignored)
 };
+
+// Copies every parameter of `module` from the open file `st` (file names are the module's
+// parameter paths once opt.strip_prefix is removed). Throws wm::Error naming st's file and the
+// tensor for a missing tensor, an unexpected one (strict), a shape mismatch (both shapes), a
+// non-float tensor or non-finite values; `what` names the model in those messages. The module
+// is unchanged on error.
+void load_parameters(torch::nn::Module& module, const SafeTensors& st, const LoadOptions& opt,
+                     const std::string& what);
 
 // Writes every parameter (float32 or its own dtype, moved to the CPU) and the config JSON.
 // Throws wm::Error on an I/O failure.
