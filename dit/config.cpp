@@ -118,6 +118,9 @@ void DitConfig::validate() const {
   in("patch", patch_h, 1, 1 << 12);
   in("patch", patch_w, 1, 1 << 12);
   in("codec.stride", codec.stride, 1, 64);
+  field_check(codec.dtype.empty() || codec.dtype == "float32" || codec.dtype == "bfloat16" || codec.dtype == "float16",
+              w, "codec.dtype",
+              [&] { return str_cat("must be \"float32\", \"bfloat16\", \"float16\" or absent, got \"", codec.dtype, "\""); });
   in("conditioning.action_dim", cond.action_dim, 0, 1 << 12);
   in("conditioning.pos_bands", cond.pos_bands, 0, 64);
   in("conditioning.yaw_harmonics", cond.yaw_harmonics, 0, 64);
@@ -244,6 +247,8 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
     kr.get("stride", c.codec.stride);
     std::vector<int> isize{c.latent_height * c.codec.stride, c.latent_width * c.codec.stride};
     kr.get("image_size", isize);
+    kr.get("weights", c.codec.weights);
+    kr.get("dtype", c.codec.dtype);
     if (isize.size() != 2) throw Error(str_cat(where, ": field 'codec.image_size': expected [h, w]"));
     c.codec.image_height = isize[0];
     c.codec.image_width = isize[1];
@@ -308,6 +313,8 @@ nlohmann::json config_to_json(const DitConfig& c) {
   j["codec"] = {{"kind", c.codec.kind},
                 {"stride", c.codec.stride},
                 {"image_size", {c.codec.image_height, c.codec.image_width}}};
+  if (!c.codec.weights.empty()) j["codec"]["weights"] = c.codec.weights;
+  if (!c.codec.dtype.empty()) j["codec"]["dtype"] = c.codec.dtype;
   return j;
 }
 

@@ -24,6 +24,12 @@ struct CodecConfig {
   int stride = 4;                    // spatial down-sampling factor image -> latent
   int image_height = 64;             // RGB frame size the codec consumes and produces
   int image_width = 64;
+  // "wan_vae" only: the VAE's weights (Wan2.1_VAE.pth or a .safetensors with the same names), a
+  // path as given (relative to the working directory); "" = none, and make_codec throws.
+  std::string weights;
+  // "wan_vae" only: "float32", "bfloat16" or "float16" for encoder and decoder; "" = as
+  // Matrix-Game-2.0 runs it (bfloat16 encoder, float16 decoder).
+  std::string dtype;
 };
 
 // Per-frame camera/action conditioning and the per-token camera-ray embedding.

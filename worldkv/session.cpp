@@ -35,6 +35,7 @@ void WorldSession::reset(uint64_t seed, Policy policy) {
   cfg_.seed = seed;
   cfg_.memory.policy = policy;
   memory_ = std::make_unique<WorldMemory>(model_->kv_spec(device_), cfg_.memory);
+  codec_->reset();  // a new rollout for a streaming decoder
   gen_ = at::detail::createCPUGenerator(seed);
   next_index_ = 0;
 }

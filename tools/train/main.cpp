@@ -175,9 +175,10 @@ at::Tensor predict_target_latents(wm::dit::CausalDit& model, wm::train::Sample s
   return wm::dit::sample_flow(noise, sc, denoise);
 }
 
-std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, const wm::dit::Codec& codec, const wm::train::Sample& s,
+std::vector<wm::Image> predict_target(wm::dit::CausalDit& model, wm::dit::Codec& codec, const wm::train::Sample& s,
                                       bool keep_retrieved, uint64_t noise_seed, const wm::dit::SamplerConfig& sc,
                                       at::Device dev) {
+  codec.reset();  // a clip of its own
   return codec.decode_images(predict_target_latents(model, s, keep_retrieved, noise_seed, sc, dev));
 }
 
@@ -209,7 +210,7 @@ struct EvalResult {
   int n = 0;
 };
 
-EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int n, uint64_t seed,
+EvalResult evaluate(wm::dit::CausalDit& model, wm::dit::Codec& codec, int n, uint64_t seed,
                     const wm::dit::SamplerConfig& sc, at::Device dev) {
   at::NoGradGuard ng;
   const bool was_training = model->is_training();
@@ -222,7 +223,9 @@ EvalResult evaluate(wm::dit::CausalDit& model, const wm::dit::Codec& codec, int 
     wm::train::Sample s = make_sample(wm::world::hash_combine(seed, 0xE7A1000 + k), model->config(), codec, so);
     if (!s.revisit) continue;
     const int F = model->config().frames_per_chunk;
+    codec.reset();
     std::vector<wm::Image> truth = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F, F));
+    codec.reset();
     std::vector<wm::Image> last = codec.decode_images(s.latents.narrow(0, s.latents.size(0) - F - 1, 1));
     auto full = predict_target(model, codec, s, true, 1000 + k, sc, dev);
     auto nomem = predict_target(model, codec, s, false, 1000 + k, sc, dev);
