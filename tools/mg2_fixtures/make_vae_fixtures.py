@@ -39,6 +39,13 @@ fixtures are float32 throughout.
 
 Sizes: frames 24x40 (latents 3x5: odd, non-square), to keep the files small.
 
+Full-size check (--full DIR, not a fixture: files of about 0.6 GB, never committed): the real
+shape (base dim 96) with random weights of the same scales (stored float32), a 352x640 image
+encoded alone and 2 decode chunks of 3 latents (9 + 12 frames), through the same upstream calls,
+timed; writes DIR/wan_vae.pth and DIR/io.safetensors (enc.video, enc.mu, dec.latents,
+dec.latents_per_chunk, dec.frames.{0,1}, and the upstream times enc.ms, dec.ms.{0,1}) for
+`wm_bench_vae --check DIR`.
+
 Files written:
   wan_vae_tiny.pth           the state dict (float16), keys exactly as in Wan2.1_VAE.pth
   expected.safetensors
@@ -111,6 +118,72 @@ def randomize(model, gen):
             p.copy_(p.half().float())  # the values the float16 file holds
 
 
+def upstream_encoder(xv, model):
+    """upstream's WanVAE wrapper around `model`, assembled without its __init__ (which would build
+    and load the dim-96 model): mean, std, scale and upsampling_factor set as __init__ sets them."""
+    wrapper = xv.WanVAE.__new__(xv.WanVAE)
+    torch.nn.Module.__init__(wrapper)
+    wrapper.mean = torch.tensor([-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+                                 0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921])
+    wrapper.std = torch.tensor([2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+                                3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160])
+    wrapper.scale = [wrapper.mean, 1.0 / wrapper.std]
+    wrapper.model = model
+    wrapper.upsampling_factor = 8
+    return wrapper
+
+
+def upstream_decoder(vb, dim, sd):
+    """VAEDecoderWrapper with a VAEDecoder3d(dim) and the 'decoder.' / 'conv2' keys of sd loaded
+    strictly, as inference.py loads them."""
+    dec = vb.VAEDecoderWrapper()
+    dec.decoder = vb.VAEDecoder3d(dim=dim)
+    dec.load_state_dict({k: v for k, v in sd.items() if "decoder." in k or "conv2" in k})
+    return dec.float().eval().requires_grad_(False)
+
+
+def tile_args(lat_h, lat_w):
+    """One tile covering the frame: tile = latent size, a stride that skips the second row and
+    column of tiles (as [44, 80] / [23, 38] at 352x640)."""
+    return dict(tiled=True, tile_size=(lat_h, lat_w), tile_stride=(max(lat_h - 1, 1), max(lat_w - 2, 1)))
+
+
+def run_full(xv, vb, out_dir):
+    import time
+    os.makedirs(out_dir, exist_ok=True)
+    torch.manual_seed(0)
+    model = xv.VideoVAE_(dim=96, z_dim=16).eval().requires_grad_(False)
+    randomize(model, torch.Generator().manual_seed(1234))
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    torch.save(sd, os.path.join(out_dir, "wan_vae.pth"))
+    gen = torch.Generator().manual_seed(42)
+    out = {}
+    image_u8 = torch.randint(0, 256, (352, 640, 3), generator=gen, dtype=torch.uint8)
+    video = ((image_u8.permute(2, 0, 1).float() / 255.0 - 0.5) / 0.5)[None, :, None]
+    wrapper = upstream_encoder(xv, model)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        mu = wrapper.encode(video, device="cpu", **tile_args(44, 80))
+        out["enc.ms"] = torch.tensor([1000 * (time.perf_counter() - t0)], dtype=torch.float64)
+    out["enc.video"] = video.contiguous()
+    out["enc.mu"] = mu.float().contiguous()
+    print("encode", tuple(mu.shape), f"{out['enc.ms'].item():.0f} ms", flush=True)
+    dec = upstream_decoder(vb, 96, sd)
+    del model, wrapper
+    latents = torch.randn(1, 6, 16, 44, 80, generator=gen)
+    out["dec.latents"] = latents
+    out["dec.latents_per_chunk"] = torch.tensor([3], dtype=torch.int64)
+    cache = [None] * 32
+    with torch.no_grad():
+        for c in range(2):
+            t0 = time.perf_counter()
+            frames, cache = dec(latents[:, 3 * c:3 * c + 3], *cache)
+            out[f"dec.ms.{c}"] = torch.tensor([1000 * (time.perf_counter() - t0)], dtype=torch.float64)
+            out[f"dec.frames.{c}"] = frames.float().contiguous()
+            print(f"decode chunk {c}", tuple(frames.shape), f"{out[f'dec.ms.{c}'].item():.0f} ms", flush=True)
+    save_file(out, os.path.join(out_dir, "io.safetensors"))
+
+
 def cache_entries(i, t):
     t = t.detach().float().contiguous()
     flat = t.reshape(-1)
@@ -127,10 +200,15 @@ def main():
     ap.add_argument("--upstream", default="/work/upstream/Matrix-Game-2")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "tests", "dit", "fixtures", "wan_vae"))
+    ap.add_argument("--full", metavar="DIR", help="the full-size check instead (see above)")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     xv, vb = load_upstream(args.upstream)
+    if args.full:
+        run_full(xv, vb, args.full)
+        return
+    os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
     model = xv.VideoVAE_(dim=DIM, z_dim=16).eval().requires_grad_(False)
@@ -151,20 +229,9 @@ def main():
     image = (image_u8.permute(2, 0, 1).float() / 255.0 - 0.5) / 0.5  # ToTensor + Normalize(0.5, 0.5)
     image = image[None, :, None]                                    # [1, 3, 1, H, W]
     video = torch.cat([image, torch.zeros_like(image).repeat(1, 1, 4 * (N_COND - 1), 1, 1)], dim=2)
-    wrapper = xv.WanVAE.__new__(xv.WanVAE)
-    torch.nn.Module.__init__(wrapper)
-    wrapper.mean = torch.tensor([-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-                                 0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921])
-    wrapper.std = torch.tensor([2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-                                3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160])
-    wrapper.scale = [wrapper.mean, 1.0 / wrapper.std]
-    wrapper.model = model
-    wrapper.upsampling_factor = 8
+    wrapper = upstream_encoder(xv, model)
     with torch.no_grad():
-        # one tile covering the frame: tile = latent size, stride such that the second row and
-        # column of tiles are skipped (as [44, 80] / [23, 38] at 352x640)
-        mu = wrapper.encode(video, device="cpu", tiled=True, tile_size=(LAT_H, LAT_W),
-                            tile_stride=(LAT_H - 1, LAT_W - 2))
+        mu = wrapper.encode(video, device="cpu", **tile_args(LAT_H, LAT_W))
         plain = model.encode(video, wrapper.scale)
     assert mu.shape == (1, 16, N_COND, LAT_H, LAT_W), mu.shape
     assert torch.equal(mu, plain), "the tiled encode is not the plain encode"
@@ -174,11 +241,7 @@ def main():
     print("encode: mu", tuple(mu.shape), "max |.|", mu.abs().max().item())
 
     # ---- streaming decode through VAEDecoderWrapper, 3 chunks of 3 latents ----
-    dec = vb.VAEDecoderWrapper()
-    dec.decoder = vb.VAEDecoder3d(dim=DIM)
-    dec_sd = {k: v for k, v in sd.items() if "decoder." in k or "conv2" in k}
-    dec.load_state_dict(dec_sd)  # strict, as inference.py
-    dec = dec.float().eval().requires_grad_(False)
+    dec = upstream_decoder(vb, DIM, sd)
     latents = torch.randn(1, CHUNKS * CHUNK_LATENTS, 16, LAT_H, LAT_W, generator=gen)
     out["dec.latents"] = latents.contiguous()
     cache = [None] * 32
