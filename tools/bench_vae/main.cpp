@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dit/wan_vae.h"
+#include "runtime/clock.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
@@ -104,9 +105,18 @@ std::vector<at::ScalarType> parse_dtypes(const std::string& list) {
   return out;
 }
 
-void row(const char* dt, const std::string& what, int64_t frames, double ms) {
-  std::printf("%-9s %-28s %7lld %11.1f %9.3f\n", dt, what.c_str(), static_cast<long long>(frames), ms,
-              frames * 1000.0 / ms);
+// Wall and process CPU time of a step. On a shared machine the wall time counts the time other
+// processes hold the cores; cpu / threads is what the step would take with the cores to itself
+// (an estimate: waiting threads may spin and add CPU time).
+struct Timer {
+  Clock::time_point wall = Clock::now();
+  double cpu = wm::process_cpu_ms();
+};
+
+void row(const char* dt, const std::string& what, int64_t frames, const Timer& t, int threads) {
+  const double ms = ms_since(t.wall), cpu = wm::process_cpu_ms() - t.cpu;
+  std::printf("%-9s %-28s %7lld %11.1f %11.1f %9.3f %11.3f\n", dt, what.c_str(), static_cast<long long>(frames), ms,
+              cpu, frames * 1000.0 / ms, frames * 1000.0 * threads / cpu);
   std::fflush(stdout);
 }
 
@@ -129,7 +139,9 @@ int run(const Args& a) {
               a.weights.empty() ? "random weights" : a.weights.c_str(), ms_since(t_load) / 1000.0);
   std::printf("frames %dx%d, latents %dx%d, %s, %d threads\n", a.height, a.width, a.height / 8, a.width / 8,
               wm::describe_device(dev).c_str(), threads);
-  std::printf("%-9s %-28s %7s %11s %9s\n", "dtype", "step", "frames", "ms", "frames/s");
+  std::printf("%-9s %-28s %7s %11s %11s %9s %11s\n", "dtype", "step", "frames", "wall_ms", "cpu_ms", "frames/s",
+              "cpu_frames/s");
+  std::fflush(stdout);
 
   at::Generator g = at::detail::createCPUGenerator(a.seed + 1);
   at::Tensor image = at::rand({1, 3, 1, a.height, a.width}, g).mul_(2).sub_(1);
@@ -138,38 +150,39 @@ int run(const Args& a) {
     const char* dn = dtype_name(dt);
     if (!a.no_encode) {
       WanVae enc = wm::dit::make_wan_vae(sd, WanVaeParts::Encoder, dt, dev);
-      auto t0 = Clock::now();
+      Timer t0;
       sync(enc->encode(image.to(dev)));
-      row(dn, "encode image", 1, ms_since(t0));
+      row(dn, "encode image", 1, t0, threads);
       if (a.cond_latents > 1) {
         const int64_t T = 1 + 4 * int64_t(a.cond_latents - 1);
         at::Tensor video = at::zeros({1, 3, T, a.height, a.width});
         video.narrow(2, 0, 1).copy_(image);
-        t0 = Clock::now();
+        Timer t1;
         sync(enc->encode(video.to(dev)));
-        row(dn, "encode condition N=" + std::to_string(a.cond_latents), T, ms_since(t0));
+        row(dn, "encode condition N=" + std::to_string(a.cond_latents), T, t1, threads);
       }
     }
     WanVae dec = wm::dit::make_wan_vae(sd, WanVaeParts::Decoder, dt, dev);
     wm::dit::WanVaeDecodeState st;
-    double steady_ms = 0;
+    double steady_ms = 0, steady_cpu = 0;
     int64_t steady_frames = 0;
     for (int c = 0; c < a.chunks; ++c) {
       at::Tensor z = latents.narrow(1, int64_t(c) * a.latents_per_chunk, a.latents_per_chunk).to(dev);
-      auto t0 = Clock::now();
+      Timer t0;
       at::Tensor frames = dec->decode_chunk(z, st);
       sync(frames);
-      const double ms = ms_since(t0);
       row(dn, "decode chunk " + std::to_string(c) + " (" + std::to_string(a.latents_per_chunk) + " latents)",
-          frames.size(1), ms);
+          frames.size(1), t0, threads);
       if (c > 0) {
-        steady_ms += ms;
+        steady_ms += ms_since(t0.wall);
+        steady_cpu += wm::process_cpu_ms() - t0.cpu;
         steady_frames += frames.size(1);
       }
     }
     if (a.chunks > 1)
-      std::printf("%-9s decode after the first chunk: %.1f ms per chunk, %.3f frames/s\n", dn,
-                  steady_ms / (a.chunks - 1), steady_frames * 1000.0 / steady_ms);
+      std::printf("%-9s decode after the first chunk: %.1f ms per chunk (cpu %.1f ms), %.3f frames/s (cpu-based %.3f)\n",
+                  dn, steady_ms / (a.chunks - 1), steady_cpu / (a.chunks - 1), steady_frames * 1000.0 / steady_ms,
+                  steady_frames * 1000.0 * threads / steady_cpu);
   }
   std::printf("peak resident memory %.0f MB\n", peak_rss_mb());
   return 0;
@@ -199,27 +212,31 @@ int run_check(const Args& a) {
   double worst = 0;
   {
     WanVae enc = wm::dit::make_wan_vae(sd, WanVaeParts::Encoder, at::kFloat, dev, dir + "/wan_vae.pth");
-    auto t0 = Clock::now();
+    Timer t0;
     at::Tensor mu = enc->encode(io.get("enc.video").to(dev));
     sync(mu);
-    const double ms = ms_since(t0), r = rel(mu, io.get("enc.mu"));
+    const double ms = ms_since(t0.wall), cpu = wm::process_cpu_ms() - t0.cpu, r = rel(mu, io.get("enc.mu"));
     worst = std::max(worst, r);
-    std::printf("encode %s: max rel diff %.3g, ours %.0f ms, upstream %.0f ms\n",
-                wm::str_cat(io.get("enc.video").sizes()).c_str(), r, ms, upstream_ms("enc.ms"));
+    std::printf("encode %s: max rel diff %.3g; ours %.0f ms (cpu %.0f ms), upstream %.0f ms (cpu %.0f ms)\n",
+                wm::str_cat(io.get("enc.video").sizes()).c_str(), r, ms, cpu, upstream_ms("enc.ms"),
+                upstream_ms("enc.cpu_ms"));
   }
   WanVae dec = wm::dit::make_wan_vae(sd, WanVaeParts::Decoder, at::kFloat, dev, dir + "/wan_vae.pth");
   wm::dit::WanVaeDecodeState st;
   at::Tensor latents = io.get("dec.latents");
   const int64_t per = io.get("dec.latents_per_chunk").item<int64_t>();
   for (int64_t c = 0; c * per < latents.size(1); ++c) {
-    auto t0 = Clock::now();
+    Timer t0;
     at::Tensor frames = dec->decode_chunk(latents.narrow(1, c * per, per).to(dev), st);
     sync(frames);
-    const double ms = ms_since(t0), r = rel(frames, io.get("dec.frames." + std::to_string(c)));
+    const double ms = ms_since(t0.wall), cpu = wm::process_cpu_ms() - t0.cpu,
+                 r = rel(frames, io.get("dec.frames." + std::to_string(c)));
     worst = std::max(worst, r);
-    std::printf("decode chunk %lld (%lld frames): max rel diff %.3g, ours %.0f ms, upstream %.0f ms\n",
-                static_cast<long long>(c), static_cast<long long>(frames.size(1)), r, ms,
-                upstream_ms("dec.ms." + std::to_string(c)));
+    std::printf("decode chunk %lld (%lld frames): max rel diff %.3g; ours %.0f ms (cpu %.0f ms), upstream %.0f ms "
+                "(cpu %.0f ms)\n",
+                static_cast<long long>(c), static_cast<long long>(frames.size(1)), r, ms, cpu,
+                upstream_ms("dec.ms." + std::to_string(c)), upstream_ms("dec.cpu_ms." + std::to_string(c)));
+    std::fflush(stdout);
   }
   std::printf("worst max rel diff %.3g; peak resident memory %.0f MB\n", worst, peak_rss_mb());
   return 0;

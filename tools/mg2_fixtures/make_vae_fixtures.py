@@ -43,7 +43,8 @@ Full-size check (--full DIR, not a fixture: files of about 0.6 GB, never committ
 shape (base dim 96) with random weights of the same scales (stored float32), a 352x640 image
 encoded alone and 2 decode chunks of 3 latents (9 + 12 frames), through the same upstream calls,
 timed; writes DIR/wan_vae.pth and DIR/io.safetensors (enc.video, enc.mu, dec.latents,
-dec.latents_per_chunk, dec.frames.{0,1}, and the upstream times enc.ms, dec.ms.{0,1}) for
+dec.latents_per_chunk, dec.frames.{0,1}, and the upstream wall and CPU times enc.ms, enc.cpu_ms,
+dec.ms.{0,1}, dec.cpu_ms.{0,1}) for
 `wm_bench_vae --check DIR`.
 
 Files written:
@@ -162,9 +163,10 @@ def run_full(xv, vb, out_dir):
     video = ((image_u8.permute(2, 0, 1).float() / 255.0 - 0.5) / 0.5)[None, :, None]
     wrapper = upstream_encoder(xv, model)
     with torch.no_grad():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         mu = wrapper.encode(video, device="cpu", **tile_args(44, 80))
         out["enc.ms"] = torch.tensor([1000 * (time.perf_counter() - t0)], dtype=torch.float64)
+        out["enc.cpu_ms"] = torch.tensor([1000 * (time.process_time() - c0)], dtype=torch.float64)
     out["enc.video"] = video.contiguous()
     out["enc.mu"] = mu.float().contiguous()
     print("encode", tuple(mu.shape), f"{out['enc.ms'].item():.0f} ms", flush=True)
@@ -176,9 +178,10 @@ def run_full(xv, vb, out_dir):
     cache = [None] * 32
     with torch.no_grad():
         for c in range(2):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             frames, cache = dec(latents[:, 3 * c:3 * c + 3], *cache)
             out[f"dec.ms.{c}"] = torch.tensor([1000 * (time.perf_counter() - t0)], dtype=torch.float64)
+            out[f"dec.cpu_ms.{c}"] = torch.tensor([1000 * (time.process_time() - c0)], dtype=torch.float64)
             out[f"dec.frames.{c}"] = frames.float().contiguous()
             print(f"decode chunk {c}", tuple(frames.shape), f"{out[f'dec.ms.{c}'].item():.0f} ms", flush=True)
     save_file(out, os.path.join(out_dir, "io.safetensors"))
