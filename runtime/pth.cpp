@@ -1134,6 +1134,9 @@ std::vector<std::pair<std::string, at::Tensor>> load_pth(const std::string& path
 }
 
 CheckpointFormat sniff_checkpoint_format(const std::string& path) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0) throw Error(str_cat(path, ": cannot open: ", std::strerror(errno)));
+  if (!S_ISREG(sb.st_mode)) throw Error(str_cat(path, ": not a regular file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str_cat(path, ": cannot open: ", std::strerror(errno)));
   uint8_t h[16] = {0};
