@@ -21,6 +21,11 @@ Two substitutions, both forced by running on the CPU in float32:
     float32 softmax attention (scale 1/sqrt(head_dim)), the tower's definition in float32;
   * inference.py casts the 352x640 image to bf16 before `encode_video`; the fixture keeps float32.
 
+Made with torch 2.15, torchvision 0.29.2 and Pillow 13.0.0. Pillow 13 chose a new order for
+the two passes of a resize (vertical first when the height shrinks and the width shrinks by
+less than half as many pixels); dit/mg2_image.h follows it by default and offers the older
+horizontal-first order.
+
 Weights: random, of sensible scale for every parameter (norm weights 1 + 0.1 N(0,1), biases
 0.05 N(0,1), ...), rounded to float16 and stored as float16 in the .pth (torch.save of the whole
 model's state dict, as the real `models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth` is
