@@ -20,6 +20,7 @@
 #include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
+#include "tools/render/mg2_render.h"
 #include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
@@ -43,7 +44,12 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"wm_render: roll the world model out along a trajectory and write an MP4"};
+  CLI::App app{
+      "wm_render: roll the world model out along a trajectory and write an MP4. With --model naming a "
+      "Matrix-Game-2.0 folder (config.json + safetensors, as the hub has it), the MG2 path: --image or --latents, "
+      "--actions or --trajectory, --policy native or a memory policy"};
+  wm::render::Mg2RenderOptions mg2;
+  mg2.add_to(app);
   std::string model_path = "assets/models/tiny/model.safetensors";
   std::string suite = "assets/suites/revisit60.json";
   int index = 0;
@@ -61,7 +67,10 @@ int main(int argc, char** argv) {
   auto* index_opt = app.add_option("--index", index, "episode of the suite")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "instead of a suite: generate one episode from this seed")
       ->check(CLI::NonNegativeNumber)->excludes(suite_opt)->excludes(index_opt);
-  app.add_option("--policy", policy, "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn");
+  auto* policy_opt =
+      app.add_option("--policy", policy,
+                     "full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn (Matrix-Game-2.0 also: "
+                     "native, upstream's own window, its default)");
   ro.add_to(app);
   app.add_option("-o,--out", out, "output MP4 (written whole or not at all: a failed run leaves nothing under this name)");
   app.add_option("--png-dir", png_dir, "also write every output frame as PNG here (moved in when the run succeeds)");
@@ -81,6 +90,18 @@ int main(int argc, char** argv) {
   wm::cli::remove_temporaries_on_signal();
   try {
     wm::init_threads(threads);
+    const bool is_mg2 = std::filesystem::is_directory(model_path) || !mg2.mode.empty() || !mg2.image.empty() ||
+                        !mg2.latents_in.empty();
+    if (is_mg2) {
+      mg2.model = model_path;
+      mg2.out = app.count("--out") ? out : "";
+      if (policy_opt->count()) mg2.policy = policy;
+      mg2.placement = ro.placement;
+      mg2.seed = noise_seed;
+      mg2.device = device;
+      if (app.count("--fps")) mg2.fps = fps;
+      return wm::render::run_mg2_render(mg2);
+    }
     wm::keep_freed_memory();  // K/V chunks come and go every chunk: no mmap/munmap each time
     const at::Device dev = wm::parse_device(device);
     if (!std::filesystem::exists(model_path))

@@ -1,0 +1,147 @@
+// Matrix-Game-2.0 sessions on the reduced conformance model (tests/dit/fixtures/mg2): the world
+// memory's window with the action K/V that follow their chunks gives what upstream's own rolling
+// window gives when it holds the same frames, and every video policy runs on the model.
+#include <gtest/gtest.h>
+
+#include "dit/mg2_weights.h"
+#include "tests/dit/mg2_fixture.h"
+#include "worldkv/mg2_session.h"
+
+namespace wm::worldkv {
+namespace {
+
+using test::fixture_uniform;
+
+dit::Mg2Dit fixture_model(const std::string& mode) {
+  return dit::load_mg2_dit(std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/mg2/" + mode + "/model.safetensors",
+                           at::kCPU);
+}
+
+// A walk: W held, the mouse turning right for a while, then back left (so that a later chunk
+// faces where an early one did).
+std::vector<Mg2Input> inputs(int first, int n, int kd) {
+  std::vector<Mg2Input> v;
+  for (int i = first; i < first + n; ++i) {
+    Mg2Input in;
+    in.keyboard.assign(kd, 0.f);
+    in.keyboard[0] = (i / 6) % 2 == 0 ? 1.f : 0.f;
+    in.yaw = i < 30 ? 0.1f : -0.1f;
+    in.pitch = (i % 10 == 0) ? 0.1f : 0.f;
+    v.push_back(in);
+  }
+  return v;
+}
+
+std::vector<Mg2ChunkOutput> roll(Mg2Session& s, int chunks, int kd) {
+  s.start(fixture_uniform(2, {4, 16, 44, 80}), fixture_uniform(3, {257, 1280}));
+  std::vector<Mg2ChunkOutput> out;
+  int done = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int n = s.inputs_for_next_chunk();
+    out.push_back(s.next(inputs(done, n, kd)));
+    done += n;
+  }
+  return out;
+}
+
+TEST(Mg2Session, WorldMemoryWindowEqualsUpstreamsRollingWindow) {
+  // universal: local_attn_size 6, so the rolling window holds the previous chunk, which is what
+  // sliding_window with recent = 3 frames holds; the action K/V come from the chunk store.
+  Mg2SessionConfig native;
+  native.seed = 5;
+  Mg2SessionConfig sliding = native;
+  sliding.policy = "sliding_window";
+  sliding.memory.sink_frames = 0;
+  sliding.memory.retrieved_frames = 0;
+  sliding.memory.recent_frames = 3;
+  Mg2Session a(fixture_model("universal"), nullptr, native, at::kCPU);
+  Mg2Session b(fixture_model("universal"), nullptr, sliding, at::kCPU);
+  auto ra = roll(a, 3, 4), rb = roll(b, 3, 4);
+  for (int c = 0; c < 3; ++c) {
+    const double d = test::rel_max_diff(rb[c].latents, ra[c].latents);
+    EXPECT_LT(d, 1e-5) << "chunk " << c;
+  }
+  // A wrong action context (none) changes the result: the comparison can fail.
+  Mg2SessionConfig other = native;
+  other.seed = 6;
+  Mg2Session d(fixture_model("universal"), nullptr, other, at::kCPU);
+  EXPECT_GT(test::rel_max_diff(roll(d, 2, 4)[1].latents, ra[1].latents), 1e-2);
+}
+
+TEST(Mg2Session, EveryVideoPolicyRunsAndKeepsActionKvOfWhatItHolds) {
+  for (const char* policy : {"full_kv", "sliding_window", "sink_recent", "worldkv", "worldkv_c"}) {
+    SCOPED_TRACE(policy);
+    Mg2SessionConfig cfg;
+    cfg.policy = policy;
+    cfg.memory.sink_frames = 3;
+    cfg.memory.retrieved_frames = 3;
+    cfg.memory.recent_frames = 3;
+    cfg.seed = 1;
+    Mg2Session s(fixture_model("gta_drive"), nullptr, cfg, at::kCPU);
+    const bool banks = std::string(policy).rfind("worldkv", 0) == 0;
+    const int n = banks ? 4 : 3;  // chunk 3 is the first that can retrieve (sink 0, recent 1, banked 2)
+    auto out = roll(s, n, 2);
+    ASSERT_EQ(int(out.size()), n);
+    for (const auto& o : out) {
+      EXPECT_EQ(o.latents.sizes(), (at::IntArrayRef{3, 16, 44, 80}));
+      EXPECT_TRUE(at::isfinite(o.latents).all().item<bool>());
+      EXPECT_GT(o.action_bytes, 0u);
+    }
+    if (banks) {
+      EXPECT_FALSE(out[3].retrieved.empty()) << "a banked chunk comes back";
+      EXPECT_GT(out[3].bank_bytes[0] + out[3].bank_bytes[1] + out[3].bank_bytes[2], 0u);
+    }
+  }
+}
+
+TEST(Mg2Session, ReanchoredPlacementRunsWithActionKeysMoved) {
+  Mg2SessionConfig cfg;
+  cfg.policy = "worldkv";
+  cfg.memory.sink_frames = 0;
+  cfg.memory.retrieved_frames = 3;
+  cfg.memory.recent_frames = 3;
+  cfg.memory.placement = Placement::Reanchored;
+  Mg2Session s(fixture_model("templerun"), nullptr, cfg, at::kCPU);
+  auto out = roll(s, 4, 7);
+  EXPECT_FALSE(out[3].retrieved.empty());
+  EXPECT_TRUE(at::isfinite(out[3].latents).all().item<bool>());
+}
+
+TEST(Mg2ActionKv, ReanchoringEqualsRopeAtTheShiftedFrame) {
+  dit::Mg2ActionConfig a;
+  a.heads_num = 2;
+  a.keyboard_hidden_dim = 32;
+  a.mouse_hidden_dim = 32;
+  a.rope_dim_list = {8, 4, 4};
+  a.mouse_qk_dim_list = {8, 4, 4};
+  at::Tensor raw_k = fixture_uniform(11, {3, 2, 16}), raw_m = fixture_uniform(12, {5, 3, 2, 16});
+  dit::ActionKv kv;
+  kv.kb_k = {dit::mg2_action_rope(raw_k, 4, 8, a.rope_theta)};
+  kv.kb_v = {raw_k};
+  kv.ms_k = {dit::mg2_action_rope(raw_m, 4, 8, a.rope_theta)};
+  kv.ms_v = {raw_m};
+  dit::ActionKv moved = kv.reanchored(7, a);
+  EXPECT_TRUE(at::allclose(moved.kb_k[0], dit::mg2_action_rope(raw_k, 11, 8, a.rope_theta), 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(moved.ms_k[0], dit::mg2_action_rope(raw_m, 11, 8, a.rope_theta), 1e-5, 1e-5));
+  EXPECT_TRUE(at::equal(moved.kb_v[0], kv.kb_v[0]));
+  // Channels past the first 8 never move.
+  EXPECT_TRUE(at::equal(moved.kb_k[0].narrow(-1, 8, 8), kv.kb_k[0].narrow(-1, 8, 8)));
+}
+
+TEST(Mg2Pose, WasdAndMouseAccumulate) {
+  Pose p;
+  Mg2Input w;
+  w.keyboard = {1, 0, 0, 0};
+  p = mg2_integrate_pose(p, w, "universal", 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(p.x, 1.0);
+  Mg2Input turn;
+  turn.keyboard = {0, 0, 0, 1};  // D: strafe right (+y when facing +x)
+  turn.yaw = 0.5f;
+  p = mg2_integrate_pose(p, turn, "universal", 1.0, 1.0);
+  EXPECT_NEAR(p.yaw, 0.5, 1e-7);
+  EXPECT_NEAR(p.x, 1.0 - std::sin(0.5), 1e-7);
+  EXPECT_NEAR(p.y, std::cos(0.5), 1e-7);
+}
+
+}  // namespace
+}  // namespace wm::worldkv
