@@ -2,6 +2,9 @@
 // few-step sampler over the window, then the t = 0 refill pass whose K/V join the window.
 //   wm_bench_dit --config configs/matrix-game-2.json --chunks 3
 //   wm_bench_dit --config configs/tiny.json --chunks 16 --max-window-chunks 6
+// Matrix-Game-2.0 at its real shape (mg2_bench.h): one steady-state chunk per step, refresh, total:
+//   wm_bench_dit --mg2 universal --dtype both --threads 2
+//   wm_bench_dit --mg2-check /work/mg2_full      # one forward against the upstream code's output
 #include <CLI/CLI.hpp>
 
 #include <ATen/core/grad_mode.h>
@@ -19,6 +22,8 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/bench_dit/mg2_bench.h"
+#include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/validators.h"
 
@@ -184,8 +189,49 @@ int main(int argc, char** argv) {
       ->needs(train);
   app.add_option("--iters", a.iters, "--train: timed iterations after one warm-up")->capture_default_str()
       ->check(CLI::Range(1, 100000))->needs(train);
+  wm::bench::Mg2BenchOptions mg;
+  wm::bench::Mg2CheckOptions mc;
+  auto* mg2 = app.add_option("--mg2", mg.mode,
+                             "Matrix-Game-2.0 instead: random weights of the release's config, one steady-state chunk "
+                             "(chunk 2, full native window) timed per step (universal, gta_drive, templerun)")
+                  ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
+  auto* mg2_model = app.add_option("--mg2-model", mg.model_dir, "as --mg2 with a model folder (config.json + checkpoint)")
+                        ->check(CLI::ExistingPath)->excludes(mg2);
+  auto* mg2_check = app.add_option("--mg2-check", mc.dir,
+                                   "one forward of chunk 0 at t = 1000 of DIR/model.safetensors with the conformance "
+                                   "fixtures' inputs against DIR/io.safetensors `flow` (made by the upstream code)")
+                        ->check(CLI::ExistingDirectory)->excludes(mg2)->excludes(mg2_model);
+  auto* warmup = app.add_option("--warmup", mg.warmup, "--mg2: untimed chunks per dtype before the measured ones")
+                     ->capture_default_str()->check(CLI::Range(0, 1000));
+  auto* repeats = app.add_option("--repeats", mg.repeats, "--mg2: measured chunks per dtype")
+                      ->capture_default_str()->check(CLI::Range(1, 1000));
+  std::string json_out;
+  auto* json = app.add_option("--json", json_out, "--mg2, --mg2-check: also write the figures as JSON to this file");
+  app.footer("--mg2, --mg2-model, --mg2-check use --dtype f32|bf16|both (default f32), --threads, --device and "
+             "(--mg2) --layers, --seed; the other options are for configs/*.json models.");
   CLI11_PARSE(app, argc, argv);
+  wm::cli::remove_temporaries_on_signal();
   try {
+    const bool mg2_mode = *mg2 || *mg2_model || *mg2_check;
+    if (!mg2_mode)
+      for (auto* opt : {warmup, repeats, json})
+        if (*opt) throw wm::Error(opt->get_name() + " applies to --mg2, --mg2-model and --mg2-check");
+    if (mg2_mode) {
+      wm::init_threads(a.threads);
+      const auto dtypes = wm::bench::parse_mg2_dtypes(a.dtype == "float32" ? "f32" : a.dtype);
+      if (*mg2_check) {
+        mc.dtypes = dtypes;
+        mc.device = a.device;
+        mc.json_out = json_out;
+        return wm::bench::run_mg2_check(mc);
+      }
+      mg.dtypes = dtypes;
+      mg.device = a.device;
+      mg.layers = a.layers;
+      mg.seed = a.seed;
+      mg.json_out = json_out;
+      return wm::bench::run_mg2_bench(mg);
+    }
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_bench_dit: error: %s\n", wm::cli::error_text(e).c_str());
