@@ -54,7 +54,8 @@ struct Mg2Config {
   int sink_size = 0;
   std::optional<Mg2ActionConfig> action;  // absent: no action module
 
-  // Fixed upstream.
+  // Fixed upstream (not read from config.json); the latent grid may be set in code for small
+  // test models of the same architecture.
   int patch_t = 1, patch_h = 2, patch_w = 2;
   int latent_height = 44, latent_width = 80;
   int frames_per_chunk = 3;

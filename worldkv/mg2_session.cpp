@@ -72,6 +72,7 @@ void Mg2Session::start(const at::Tensor& image_latents, const at::Tensor& clip_t
   } else {
     memory_ = std::make_unique<WorldMemory>(model_->kv_spec(device_, model_->dtype()), cfg_.memory);
   }
+  if (codec_) codec_->reset();
   action_kv_.clear();
   inputs_.clear();
   poses_.clear();
