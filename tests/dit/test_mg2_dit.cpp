@@ -150,6 +150,27 @@ TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, Mg2Conformance, ::testing::Values("universal", "gta_drive", "templerun"));
 
+// bfloat16 as upstream runs the model (its float32 islands kept): the first call of a rollout
+// stays within a few percent of upstream's float32 output.
+TEST(Mg2Precision, Bfloat16FirstCallIsCloseToUpstreamsFloat32) {
+  at::NoGradGuard ng;
+  const std::string dir = fixture_dir("universal");
+  Mg2Dit model = load_mg2_dit(dir + "/model.safetensors", at::kCPU, at::kBFloat16);
+  ASSERT_EQ(model->dtype(), at::kBFloat16);
+  SafeTensors io = SafeTensors::open(dir + "/io.safetensors");
+  const Inputs in = make_inputs();
+  Mg2Actions actions{io.get("keyboard_cond")[0], io.get("mouse_cond")[0]};
+  const Mg2Visual visual = model->encode_visual(in.clip);
+  const Mg2Schedule sched = mg2_schedule(mg2_default_steps(model->config()));
+  at::Tensor flow = model->forward_chunk(in.noise.narrow(0, 0, 3), at::full({3}, sched.timesteps[0]),
+                                         in.cond.narrow(0, 0, 3), visual, actions, 0, Mg2Context{});
+  EXPECT_EQ(flow.scalar_type(), at::kFloat);  // the input's dtype
+  const double d = rel_max_diff(sub4(flow), io.get("c0.s0.flow_sub"));
+  std::cout << "[ mg2 bf16 ] first call against upstream's float32: relative difference " << d << "\n";
+  EXPECT_LT(d, 5e-2);
+  EXPECT_GT(d, 1e-5) << "bfloat16 cannot be this close: the model did not run in bfloat16";
+}
+
 TEST(Mg2Schedule, WarpedStepsAreUpstreams) {
   Mg2Schedule s = mg2_schedule({1000, 666, 333});
   ASSERT_EQ(s.timesteps.size(), 3u);
