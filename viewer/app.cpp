@@ -25,6 +25,7 @@
 #include "viewer/generator.h"
 #include "viewer/hud.h"
 #include "viewer/input.h"
+#include "viewer/mg2_app.h"
 #include "viewer/minimap.h"
 #include "viewer/palette.h"
 #include "viewer/script.h"
@@ -89,8 +90,8 @@ std::string format_summary(const ViewerSummary& s) {
   std::snprintf(b, sizeof b, "  chunk ms: mean %.1f  p50 %.1f  p90 %.1f  min %.1f  max %.1f\n", s.chunk_ms.mean,
                 s.chunk_ms.p50, s.chunk_ms.p90, s.chunk_ms.min, s.chunk_ms.max);
   out += b;
-  std::snprintf(b, sizeof b, "  generated fps: %.1f from model time (3 frames / mean chunk), %.1f delivered over the run\n",
-                s.model_fps, s.delivered_fps);
+  std::snprintf(b, sizeof b, "  generated fps: %.1f from model time (%s), %.1f delivered over the run\n", s.model_fps,
+                s.mode.empty() ? "3 frames / mean chunk" : "frames / chunk time", s.delivered_fps);
   out += b;
   std::snprintf(b, sizeof b, "  pose: start (%.2f, %.2f, yaw %.1f) -> end (%.2f, %.2f, yaw %.1f)", s.start.x, s.start.y,
                 s.start.yaw_deg, s.end.x, s.end.y, s.end.yaw_deg);
@@ -100,6 +101,12 @@ std::string format_summary(const ViewerSummary& s) {
     out += b;
   }
   out += "\n";
+  if (!s.mode.empty()) {
+    std::snprintf(b, sizeof b, "  matrix-game-2.0 %s: %lld video frames of input; DiT %.0f ms, VAE %.0f ms a chunk; window %s, action K/V %s\n",
+                  s.mode.c_str(), static_cast<long long>(s.inputs), s.dit_ms_mean, s.decode_ms_mean,
+                  format_bytes(s.window_bytes).c_str(), format_bytes(s.action_bytes).c_str());
+    out += b;
+  }
   for (const auto& p : s.screenshots) out += "  screenshot: " + p + "\n";
   for (const auto& p : s.recordings) out += "  recording: " + p + "\n";
   return out;
@@ -130,6 +137,14 @@ void write_summary_json(const ViewerSummary& s, const std::string& path) {
          {"screenshots", s.screenshots},
          {"recordings", s.recordings},
          {"load_avg", s.load_avg}};
+  if (!s.mode.empty()) {
+    json keys = json::object();
+    for (const auto& [name, n] : s.keyboard_frames) keys[name] = n;
+    j["mg2"] = {{"mode", s.mode},           {"inputs", s.inputs},
+                {"keyboard_frames", keys},  {"window_bytes", s.window_bytes},
+                {"action_bytes", s.action_bytes}, {"dit_ms_mean", s.dit_ms_mean},
+                {"decode_ms_mean", s.decode_ms_mean}};
+  }
   std::ofstream f(path);
   if (!f) throw Error(str_cat("write_summary_json: cannot open '", path, "'"));
   f << j.dump(2) << "\n";
@@ -767,6 +782,7 @@ ViewerSummary Viewer::run() {
 }  // namespace
 
 ViewerSummary run_viewer(const ViewerOptions& options) {
+  if (is_mg2_model(options.model_path, options.mode)) return run_mg2_viewer(options);
   Viewer v(options);
   return v.run();
 }

@@ -6,6 +6,7 @@
 // minimap. A script can drive it headless (tests, demos) and it can exit after N chunks.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/world/pose.h"
@@ -35,6 +36,15 @@ struct ViewerOptions {
   double timeout_s = 0;          // give up (error) after this long (0: never)
   bool software = false;         // SDL software renderer (headless, no GPU)
   std::string summary_json;      // write the run's summary here as JSON at exit
+  // Matrix-Game-2.0 (viewer/mg2_app.h): model_path names its folder (config.json + .safetensors)
+  // or its .safetensors; the frames come from the Wan VAE, the first one from `image` or `latents`.
+  std::string mode;              // universal, gta_drive, templerun: checked against the model (empty: the model's)
+  std::string image;             // first frame (PNG/JPEG); needs vae and clip
+  std::string latents;           // instead of image: safetensors with image_latents [N,16,44,80], clip_tokens [257,1280]
+  std::string vae;               // Wan2.1_VAE.pth (empty: beside the model folder, as the hub has it)
+  std::string clip;              // models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth (idem)
+  std::string dtype = "f32";     // the DiT's precision: f32 or bf16
+  int cond_latents = 8;          // latent frames of the image condition encoded (later ones reuse the last)
 };
 
 struct ViewerSummary {
@@ -52,9 +62,17 @@ struct ViewerSummary {
   bool ground_truth_shown = false;
   std::vector<std::string> screenshots, recordings;
   double load_avg = -1;            // 1-minute load average at exit (-1: unknown)
+  // Matrix-Game-2.0 only (mode empty otherwise). start/end/shown are the retrieval poses (x, y,
+  // yaw in degrees) before the first frame, after the last frame generated and of the one shown.
+  std::string mode;
+  int64_t inputs = 0;               // video frames of input handed to the model
+  std::vector<std::pair<std::string, int64_t>> keyboard_frames;  // per keyboard entry: frames it was on
+  size_t window_bytes = 0, action_bytes = 0;  // after the last chunk
+  double dit_ms_mean = 0, decode_ms_mean = 0;
 };
 
-// Runs the viewer until quit, the chunk/frame limit or the end of the script. Throws wm::Error
+// Runs the viewer until quit, the chunk/frame limit or the end of the script: the tiny model's
+// path, or Matrix-Game-2.0's (run_mg2_viewer) when is_mg2_model says so. Throws wm::Error
 // (model missing, SDL failure, bad script, timeout) with a message for the user.
 ViewerSummary run_viewer(const ViewerOptions& options);
 

@@ -224,9 +224,10 @@ void draw_latency_graph(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect&
   }
 }
 
-void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a) {
+void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a) { draw_help(r, font, a, help_text()); }
+
+void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& a, const std::string& text) {
   using namespace palette;
-  const std::string text = help_text();
   const int s = 2, pad = 14;
   const int w = BitmapFont::width(text, s) + 2 * pad, h = BitmapFont::height(text, s) + 2 * pad + kCellH * s + 8;
   const SDL_Rect box{a.x + std::max(0, (a.w - w) / 2), a.y + std::max(0, (a.h - h) / 2), w, h};

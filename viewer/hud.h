@@ -41,6 +41,8 @@ void draw_latency_graph(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect&
                         double budget_ms, const MemorySnapshot* mem);
 // The key list over `area` (a translucent box).
 void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area);
+// The same with another key list (lines of text).
+void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const std::string& text);
 
 // "1.23 MB", "512 B", ... for byte counts.
 std::string format_bytes(size_t bytes);

@@ -13,19 +13,27 @@
 #include "tools/cli/validators.h"
 #include "viewer/app.h"
 #include "viewer/hud.h"
+#include "viewer/mg2_app.h"
+#include "viewer/mg2_hud.h"
 
 int main(int argc, char** argv) {
   wm::viewer::ViewerOptions o;
   std::string script_file, inject;
   CLI::App app{"wm_viewer: play the world model live (WASD + mouse), with its KV memory on screen"};
   app.footer(std::string("\nKeys:\n") + wm::viewer::help_text() +
+             "\n\nMatrix-Game-2.0 keys (universal; gta_drive and templerun in viewer/README.md):\n" +
+             wm::viewer::mg2_help_text("universal") +
              "\n\nScripts (--inject / --script): commands separated by ';' or newlines:\n"
              "  down KEY | up KEY | press KEY | hold KEY DUR | mouse DX [DY] | click [left|middle|right]\n"
              "  wait DUR | screenshot PATH | quit        DUR: 500ms, 2s, 3c (chunks), 12f (frames)\n"
              "  e.g. --inject \"hold W 4c; mouse 200 0; wait 3c\"");
-  app.add_option("--model", o.model_path, "model safetensors (default: the embedded assets/models/tiny/model.safetensors)");
+  app.add_option("--model", o.model_path,
+                 "model safetensors (default: the embedded assets/models/tiny/model.safetensors), or a Matrix-Game-2.0 "
+                 "folder (config.json + .safetensors) or its .safetensors");
   app.add_option("--seed", o.seed, "scene and noise seed")->capture_default_str();
-  app.add_option("--policy", o.policy, "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn")
+  app.add_option("--policy", o.policy,
+                 "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn; Matrix-Game-2.0 "
+                 "also native (upstream's rolling window, its default)")
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads for the model (0: all cores but one, which the window keeps)")
@@ -48,7 +56,32 @@ int main(int argc, char** argv) {
       ->check(wm::cli::FiniteNonNegative);
   app.add_flag("--software", o.software, "use SDL's software renderer (headless / no GPU)");
   app.add_option("--summary-json", o.summary_json, "write the run's summary (latency, fps, poses, layout) as JSON");
+  auto* mg2 = app.add_option_group("Matrix-Game-2.0", "when --model names a Matrix-Game-2.0 model (or --mode is given)");
+  mg2->add_option("--mode", o.mode, "universal, gta_drive or templerun (checked against the model's config.json)")
+      ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
+  auto* image = mg2->add_option("--image", o.image, "the first frame (PNG or JPEG), encoded with the VAE and CLIP")
+                    ->check(CLI::ExistingFile);
+  mg2->add_option("--latents", o.latents,
+                  "instead of --image: safetensors with image_latents [N,16,44,80] and clip_tokens [257,1280]")
+      ->check(CLI::ExistingFile)
+      ->excludes(image);
+  mg2->add_option("--vae", o.vae, "Wan2.1_VAE.pth (default: beside the model folder, as the hub lays it out)");
+  mg2->add_option("--clip", o.clip,
+                  "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth for --image (default: beside the model folder)");
+  mg2->add_option("--dtype", o.dtype, "the DiT's precision: f32 or bf16")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  mg2->add_option("--cond-latents", o.cond_latents,
+                  "latent frames of the image condition to encode (later chunks reuse the last)")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
+  // Matrix-Game-2.0's defaults where the tiny model's differ: upstream's own window, its 12 fps,
+  // frames recorded at their size, the GPU when there is one.
+  if (wm::viewer::is_mg2_model(o.model_path, o.mode)) {
+    if (app.count("--policy") == 0) o.policy = "native";
+    if (app.count("--fps") == 0) o.fps = 12;
+    if (app.count("--record-upscale") == 0) o.record_upscale = 1;
+    if (app.count("--device") == 0) o.device = "auto";
+  }
 
   try {
     if (!script_file.empty()) {

@@ -35,10 +35,15 @@ TEST(Viewer, NotConfigured) {
 
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "dit/config.h"
 #include "dit/model.h"
+#include "dit/wan_vae.h"
 #include "dit/weights.h"
 #include "runtime/error.h"
+#include "runtime/safetensors.h"
 #include "tools/media/png.h"
 #include "tests/worldkv/synthetic.h"
 #include "tools/world/scene.h"
@@ -48,6 +53,10 @@ TEST(Viewer, NotConfigured) {
 #include "viewer/hud.h"
 #include "viewer/input.h"
 #include "viewer/layout.h"
+#include "viewer/mg2_app.h"
+#include "viewer/mg2_generator.h"
+#include "viewer/mg2_hud.h"
+#include "viewer/mg2_input.h"
 #include "viewer/palette.h"
 #include "viewer/script.h"
 
@@ -186,6 +195,148 @@ TEST(ViewerHud, FontAndFormatting) {
   EXPECT_EQ(wv::format_bytes(3 << 20), "3.00 MB");
   EXPECT_EQ(wv::chunk_number("chunk:42"), 42);
   EXPECT_EQ(wv::chunk_number("file:a.py#0"), -1);
+}
+
+// ---------------------------------------------------------------- Matrix-Game-2.0, no window
+
+namespace {
+
+wm::worldkv::Mg2Input keys_input(std::vector<float> keyboard) {
+  wm::worldkv::Mg2Input in;
+  in.keyboard = std::move(keyboard);
+  return in;
+}
+
+std::vector<float> one_hot(int i, int n = 7) {
+  std::vector<float> v(static_cast<size_t>(n), 0.f);
+  v[static_cast<size_t>(i)] = 1.f;
+  return v;
+}
+
+}  // namespace
+
+TEST(ViewerMg2Input, UniversalKeysAreMultiHotAndTheMouseLooks) {
+  using K = wv::Mg2Key;
+  wv::Mg2InputState in("universal");  // 0.005 a pixel, cap 0.2 a frame, backlog 1.0
+  in.press(K::W, 26);
+  in.press(K::D, 7);
+  auto a = in.sample();
+  EXPECT_EQ(a.keyboard, (std::vector<float>{1, 0, 0, 1}));
+  EXPECT_EQ(a.pitch, 0.f);
+  EXPECT_EQ(a.yaw, 0.f);
+  in.release(K::W, 26);
+  in.release(K::D, 7);
+  in.mouse_motion(20, -10);  // right and up
+  a = in.sample();
+  EXPECT_EQ(a.keyboard, (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_FLOAT_EQ(a.yaw, 0.1f);
+  EXPECT_FLOAT_EQ(a.pitch, 0.05f);
+  EXPECT_EQ(in.sample().yaw, 0.f);  // used up
+  in.mouse_motion(100, 0);          // 0.5: capped at 0.2 a frame, the rest carried over
+  EXPECT_FLOAT_EQ(in.sample().yaw, 0.2f);
+  EXPECT_FLOAT_EQ(in.sample().yaw, 0.2f);
+  EXPECT_FLOAT_EQ(in.sample().yaw, 0.1f);
+  EXPECT_EQ(in.sample().yaw, 0.f);
+  in.mouse_motion(-4000, 0);  // far beyond the backlog: -1.0 in all
+  double sum = 0;
+  for (int i = 0; i < 8; ++i) sum += in.sample().yaw;
+  EXPECT_NEAR(sum, -1.0, 1e-6);
+  in.press(K::Left, 80);  // arrows: 0.1 a frame, the mouse fills up to the cap beside them
+  EXPECT_FLOAT_EQ(in.sample().yaw, -0.1f);
+  in.mouse_motion(-100, 0);
+  EXPECT_FLOAT_EQ(in.sample().yaw, -0.2f);
+  in.release(K::Left, 80);
+  in.clear();
+  in.press(K::Up, 82);
+  EXPECT_FLOAT_EQ(in.sample().pitch, 0.1f);
+  in.release(K::Up, 82);
+  in.press(K::S, 22);  // a tap between two samples counts once
+  in.release(K::S, 22);
+  EXPECT_EQ(in.sample().keyboard, (std::vector<float>{0, 1, 0, 0}));
+  EXPECT_EQ(in.sample().keyboard, (std::vector<float>{0, 0, 0, 0}));
+  in.press(K::Space, 44);  // not a key of universal
+  in.press(K::Q, 20);
+  a = in.sample();
+  EXPECT_EQ(a.keyboard, (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(wv::format_mg2_keys(keys_input({1, 0, 0, 1}), in.keyboard_names()), "W . . D");
+}
+
+TEST(ViewerMg2Input, GtaSteersWithTheKeysAndTempleRunIsOneHot) {
+  using K = wv::Mg2Key;
+  wv::Mg2InputState g("gta_drive");
+  g.press(K::W, 1);
+  g.press(K::A, 2);
+  auto a = g.sample();
+  EXPECT_EQ(a.keyboard, (std::vector<float>{1, 0}));
+  EXPECT_FLOAT_EQ(a.yaw, -0.1f);
+  EXPECT_EQ(a.pitch, 0.f);
+  g.release(K::A, 2);
+  g.press(K::Right, 3);
+  g.mouse_motion(500, 500);  // the mouse does not drive
+  a = g.sample();
+  EXPECT_FLOAT_EQ(a.yaw, 0.1f);
+  EXPECT_EQ(a.pitch, 0.f);
+  g.release(K::Right, 3);
+  g.release(K::W, 1);
+  g.press(K::Down, 4);
+  EXPECT_EQ(g.sample().keyboard, (std::vector<float>{0, 1}));
+
+  wv::Mg2InputState t("templerun");
+  EXPECT_EQ(t.keyboard_dim(), 7);
+  EXPECT_EQ(t.sample().keyboard, one_hot(0));  // nothing held: nomove
+  t.press(K::Space, 1);
+  EXPECT_EQ(t.sample().keyboard, one_hot(1));  // jump
+  t.press(K::A, 2);
+  EXPECT_EQ(t.sample().keyboard, one_hot(1));  // jump goes first
+  t.release(K::Space, 1);
+  EXPECT_EQ(t.sample().keyboard, one_hot(3));  // turnleft
+  t.release(K::A, 2);
+  t.press(K::E, 3);
+  EXPECT_EQ(t.sample().keyboard, one_hot(6));  // rightside
+  t.release(K::E, 3);
+  t.press(K::Q, 4);
+  EXPECT_EQ(t.sample().keyboard, one_hot(5));  // leftside
+  t.release(K::Q, 4);
+  t.press(K::S, 5);
+  t.release(K::S, 5);
+  EXPECT_EQ(t.sample().keyboard, one_hot(2));  // slide, tapped
+  EXPECT_EQ(t.sample().keyboard, one_hot(0));
+  t.press(K::Right, 6);
+  EXPECT_EQ(wv::format_mg2_keys(t.sample(), t.keyboard_names()), "turnright");
+  EXPECT_THROW(wv::Mg2InputState("custom"), wm::Error);
+}
+
+TEST(ViewerMg2, RecognisesModelsAndFindsTheHubsFilesBesideThem) {
+  const fs::path fx = fs::path(WM_SOURCE_DIR) / "tests/dit/fixtures/mg2/universal";
+  EXPECT_TRUE(wv::is_mg2_model((fx / "model.safetensors").string(), ""));
+  EXPECT_TRUE(wv::is_mg2_model(fx.string(), ""));
+  EXPECT_TRUE(wv::is_mg2_model("anything.safetensors", "universal"));
+  EXPECT_FALSE(wv::is_mg2_model("", ""));
+  EXPECT_FALSE(wv::is_mg2_model((fs::path(WM_SOURCE_DIR) / "assets/models/tiny/model.safetensors").string(), ""));
+  // A config.json of something else beside a file does not make it Matrix-Game-2.0.
+  const fs::path other = fs::temp_directory_path() / ("wm_viewer_mg2_" + std::to_string(::getpid()));
+  fs::create_directories(other);
+  std::ofstream(other / "config.json") << R"({"_class_name": "LlamaForCausalLM"})";
+  EXPECT_FALSE(wv::is_mg2_model((other / "model.safetensors").string(), ""));
+  std::ofstream(other / "config.json") << "{not json";
+  EXPECT_FALSE(wv::is_mg2_model((other / "model.safetensors").string(), ""));
+  fs::remove_all(other);
+
+  const std::string want = (fx.parent_path() / "Wan2.1_VAE.pth").lexically_normal().string();
+  EXPECT_EQ(wv::mg2_file_beside_model((fx / "model.safetensors").string(), "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wv::mg2_file_beside_model(fx.string(), "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wv::mg2_file_beside_model(fx.string() + "/", "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wv::mg2_file_beside_model(fx.string(), "my.pth", "Wan2.1_VAE.pth"), "my.pth");
+}
+
+TEST(ViewerMg2, RollingWindowHoldsTheFramesUpstreamKeeps) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(0, 6, 3), V{});
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(1, 6, 3), V{"chunk:0"});  // universal, templerun: 3 frames
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 6, 3), V{"chunk:4"});
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 4, 3), V{"chunk:4"});  // gta_drive: its last frame
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 15, 3), (V{"chunk:1", "chunk:2", "chunk:3", "chunk:4"}));
+  EXPECT_EQ(wv::mg2_rolling_window_chunks(2, 15, 3), (V{"chunk:0", "chunk:1"}));
 }
 
 // ---------------------------------------------------------------- the program under X
@@ -449,6 +600,106 @@ TEST_F(ViewerProgram, ExitsAfterChunksAndReportsErrors) {
                                     dir_, 30);
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.output.find("not found"), std::string::npos) << bad.output;
+}
+
+// A Wan VAE state dict of base width `dim` with random weights (conv weights N(0, 1 / fan_in),
+// biases 0.05 N(0, 1), RMS gammas in [0.5, 1.5]), written as safetensors.
+void write_random_wan_vae(const std::string& path, int64_t dim, uint64_t seed) {
+  wm::dit::WanVaeConfig cfg;
+  cfg.dim = dim;
+  wm::dit::WanVae vae(cfg, wm::dit::WanVaeParts::Full);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  std::vector<std::pair<std::string, at::Tensor>> sd;
+  for (const auto& p : vae->named_parameters(true)) {
+    const std::string& k = p.key();
+    const at::Tensor& w = p.value();
+    auto ends = [&](const std::string& t) { return k.size() >= t.size() && k.compare(k.size() - t.size(), t.size(), t) == 0; };
+    if (ends("gamma")) sd.emplace_back(k, at::rand(w.sizes(), g).add_(0.5));
+    else if (ends("bias")) sd.emplace_back(k, at::randn(w.sizes(), g).mul_(0.05));
+    else sd.emplace_back(k, at::randn(w.sizes(), g).div_(std::sqrt(double(w[0].numel()))));
+  }
+  wm::save_safetensors(path, sd);
+}
+
+// Matrix-Game-2.0 on the reduced universal model (tests/dit/fixtures/mg2), from random image
+// latents and CLIP tokens, decoded by a 1-wide Wan VAE with random weights: the fixture's 4-wide
+// one (wan_vae_tiny.pth, same code) costs about 1 s of CPU a 640x352 frame, this one a third of
+// that. W held and the mouse 200 px right for both chunks: every one of the 9 + 12 frames' inputs
+// carries W, the mouse turns 1.0 (0.2 a frame), and the retrieval pose follows.
+TEST_F(ViewerProgram, Mg2RunsTwoChunksOfTheReducedModelFromHeldKeys) {
+  const fs::path model = fs::path(WM_SOURCE_DIR) / "tests/dit/fixtures/mg2/universal/model.safetensors";
+  const fs::path lat = dir_ / "mg2_latents.safetensors", vae = dir_ / "wan_vae_dim1.safetensors";
+  at::Generator g = at::detail::createCPUGenerator(3);
+  wm::save_safetensors(lat.string(), {{"image_latents", at::randn({2, 16, 44, 80}, g)},
+                                      {"clip_tokens", at::randn({257, 1280}, g)}});
+  write_random_wan_vae(vae.string(), 1, 4);
+  const fs::path shot = dir_ / "mg2.png", summary = dir_ / "mg2.json";
+  const char* scale_env = std::getenv("WM_TEST_TIME_SCALE");
+  const int scale = scale_env != nullptr ? std::max(1, std::atoi(scale_env)) : 1;
+  const RunResult r = run_program({WM_VIEWER_BIN, "--model", model.string(), "--latents", lat.string(), "--vae",
+                                   vae.string(), "--device", "cpu", "--threads", "2", "--software", "--chunks", "2",
+                                   "--fps", "0", "--timeout", std::to_string(100 * scale), "--summary-json",
+                                   summary.string(), "--screenshot", shot.string(), "--inject",
+                                   "down W; mouse 200 0; wait 2c; up W"},
+                                  x_->display, dir_, 110 * scale);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::ifstream f(summary);
+  ASSERT_TRUE(f) << r.output;
+  nlohmann::json s = nlohmann::json::parse(f);
+  EXPECT_EQ(s["chunks"], 2);
+  EXPECT_EQ(s["frames"], 21);  // 9 + 12 decoded frames
+  EXPECT_EQ(s["policy"], "native");
+  ASSERT_TRUE(s.contains("mg2")) << s.dump();
+  EXPECT_EQ(s["mg2"]["mode"], "universal");
+  EXPECT_EQ(s["mg2"]["inputs"], 21);
+  EXPECT_EQ(s["mg2"]["keyboard_frames"], (nlohmann::json{{"W", 21}, {"S", 0}, {"A", 0}, {"D", 0}}));
+  EXPECT_GT(s["mg2"]["window_bytes"].get<double>(), 0);
+  EXPECT_GT(s["mg2"]["action_bytes"].get<double>(), 0);
+  // The pose: yaw 0.2, 0.4, ... 1.0 then 1.0 (the turn first, then a step of 1 along it); the
+  // model's input is float32.
+  double x = 0, y = 0, yaw = 0;
+  for (int i = 0; i < 21; ++i) {
+    if (i < 5) yaw += double(0.2f);
+    x += std::cos(yaw);
+    y += std::sin(yaw);
+  }
+  EXPECT_NEAR(s["end"]["x"].get<double>(), x, 1e-4);
+  EXPECT_NEAR(s["end"]["y"].get<double>(), y, 1e-4);
+  EXPECT_NEAR(s["end"]["yaw_deg"].get<double>(), yaw * 180.0 / M_PI, 1e-6);
+
+  ASSERT_TRUE(fs::exists(shot)) << r.output;
+  const wm::Image img = wm::media::read_image(shot.string());
+  const SDL_Rect frame = rect_of(s["layout"]["frame"]), hud = rect_of(s["layout"]["hud"]);
+  EXPECT_EQ(frame.w, 640);
+  EXPECT_EQ(frame.h, 352);
+  ASSERT_LE(frame.x + frame.w, img.width);
+  ASSERT_LE(frame.y + frame.h, img.height);
+  EXPECT_GT(distinct_colors(img, frame), 200u) << "the decoded frame is (nearly) uniform";
+  EXPECT_GT(count_color(img, hud, wv::palette::kText), 300u) << "no HUD text in the HUD area";
+}
+
+TEST_F(ViewerProgram, Mg2ErrorsComeBeforeTheWindow) {
+  const fs::path model = fs::path(WM_SOURCE_DIR) / "tests/dit/fixtures/mg2/universal/model.safetensors";
+  const fs::path lat = dir_ / "mg2_latents_err.safetensors";
+  wm::save_safetensors(lat.string(), {{"image_latents", at::zeros({1, 16, 44, 80})}, {"clip_tokens", at::zeros({257, 1280})}});
+  const std::vector<std::string> base{WM_VIEWER_BIN, "--model", model.string(), "--latents", lat.string(), "--device", "cpu"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_program(argv, x_->display, dir_, 60);
+  };
+  const RunResult mode = run({"--mode", "gta_drive"});
+  EXPECT_NE(mode.rc, 0);
+  EXPECT_NE(mode.output.find("--mode gta_drive, but"), std::string::npos) << mode.output;
+  EXPECT_NE(mode.output.find("is a universal model"), std::string::npos) << mode.output;
+  // No --vae: the hub's file name beside the model folder, which the fixtures do not have.
+  const RunResult vae = run({});
+  EXPECT_NE(vae.rc, 0);
+  EXPECT_NE(vae.output.find("no VAE at"), std::string::npos) << vae.output;
+  EXPECT_NE(vae.output.find("Wan2.1_VAE.pth"), std::string::npos) << vae.output;
+  const RunResult policy = run({"--policy", "lru", "--vae", "x.pth"});
+  EXPECT_NE(policy.rc, 0);
+  EXPECT_NE(policy.output.find("lru"), std::string::npos) << policy.output;
 }
 
 #endif  // WM_VIEWER_BIN
