@@ -108,7 +108,8 @@ VaeCacheSlot& VaeFeatCache::next() {
 CausalConv3dImpl::CausalConv3dImpl(int64_t in, int64_t out, std::vector<int64_t> kernel, std::vector<int64_t> stride_,
                                    std::vector<int64_t> padding_)
     : stride(std::move(stride_)), padding(std::move(padding_)) {
-  weight = register_parameter("weight", at::zeros({out, in, kernel[0], kernel[1], kernel[2]}));
+  // Uninitialised until load(): the weights of the real model are 0.5 GB.
+  weight = register_parameter("weight", at::empty({out, in, kernel[0], kernel[1], kernel[2]}));
   bias = register_parameter("bias", at::zeros({out}));
 }
 
@@ -132,7 +133,7 @@ at::Tensor CausalConv3dImpl::forward(const at::Tensor& x, const at::Tensor& cach
 
 VaeConv2dImpl::VaeConv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_)
     : stride(stride_), padding(padding_) {
-  weight = register_parameter("weight", at::zeros({out, in, kernel, kernel}));
+  weight = register_parameter("weight", at::empty({out, in, kernel, kernel}));
   bias = register_parameter("bias", at::zeros({out}));
 }
 

@@ -220,6 +220,8 @@ class WanVaeDecodeState {
 };
 
 struct WanVaeImpl : torch::nn::Module {
+  // The modules of `parts`; the convolution weights are uninitialised until load() (RMS gammas 1,
+  // biases 0). Throws wm::Error on an invalid config.
   explicit WanVaeImpl(const WanVaeConfig& cfg = {}, WanVaeParts parts = WanVaeParts::Full);
 
   // video [B, 3, T, H, W] in [-1, 1] (any float dtype; cast to the weights' dtype), T = 1 + 4k,

@@ -3,12 +3,15 @@
 // VAE (base dim 4, everything else as Wan2.1) with random weights, 24x40 frames.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <set>
 #include <string>
 
 #include "dit/codec.h"
+#include "dit/config.h"
 #include "dit/wan_vae.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
@@ -75,7 +78,10 @@ TEST(WanVaeModule, KeysAreUpstreamsNamesAndShapes) {
   EXPECT_EQ(keys.at("decoder.head.2.weight"), (std::vector<int64_t>{3, 96, 3, 3, 3}));
   EXPECT_EQ(keys.at("conv1.weight"), (std::vector<int64_t>{32, 32, 1, 1, 1}));
   EXPECT_EQ(keys.at("conv2.weight"), (std::vector<int64_t>{16, 16, 1, 1, 1}));
-  WanVae dec(WanVaeConfig{}, WanVaeParts::Decoder);
+  WanVae dec(vae->config(), WanVaeParts::Decoder);
+  size_t n_dec = 0;
+  for (const auto& kv : want) n_dec += kv.first.rfind("decoder.", 0) == 0 || kv.first.rfind("conv2.", 0) == 0;
+  EXPECT_EQ(dec->expected_keys().size(), n_dec);
   for (const auto& kv : dec->expected_keys())
     EXPECT_TRUE(kv.first.rfind("decoder.", 0) == 0 || kv.first.rfind("conv2.", 0) == 0) << kv.first;
 }
@@ -259,6 +265,24 @@ TEST(WanVaeCodecTest, FactoryNeedsWeightsAndBuildsFromAFile) {
   EXPECT_EQ(dynamic_cast<WanVaeCodec*>(mg2.get())->decoder_vae()->dtype(), at::kHalf);
   c.latent_channels = 48;
   EXPECT_THROW(make_codec(c), Error);
+}
+
+TEST(WanVaeCodecTest, ConfigCarriesWeightsAndDtype) {
+  nlohmann::json j = {{"name", "vae"}, {"dim", 64}, {"n_layers", 1}, {"n_heads", 2}, {"ffn_dim", 128},
+                      {"latent_channels", 16}, {"latent_size", {4, 6}},
+                      {"codec", {{"kind", "wan_vae"}, {"stride", 8}, {"weights", "a/b.pth"}, {"dtype", "bfloat16"}}}};
+  DitConfig c = config_from_json(j);
+  EXPECT_EQ(c.codec.weights, "a/b.pth");
+  EXPECT_EQ(c.codec.dtype, "bfloat16");
+  EXPECT_EQ(c.codec.image_height, 32);
+  DitConfig back = config_from_json(config_to_json(c));
+  EXPECT_EQ(back.codec.weights, "a/b.pth");
+  EXPECT_EQ(back.codec.dtype, "bfloat16");
+  j["codec"]["dtype"] = "fp8";
+  EXPECT_THROW(config_from_json(j), Error);
+  j["codec"].erase("dtype");
+  j["codec"].erase("weights");
+  EXPECT_FALSE(config_to_json(config_from_json(j))["codec"].contains("weights"));
 }
 
 }  // namespace
