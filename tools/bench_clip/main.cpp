@@ -2,12 +2,18 @@
 // (crop, PIL bilinear resize to 640x352, normalisation, bicubic to 224x224) and the CLIP
 // ViT-H/14 vision tower (31 of 32 blocks) with random weights, per image, in float32 and/or
 // bfloat16. Median of --reps runs after one warm-up run.
+//
+//   wm_bench_clip --check DIR --weights FILE   # against make_clip_fixtures.py --full DIR
+// loads the tower from FILE (the whole-CLIP .pth) in float32, runs DIR/io.safetensors' pixels once
+// and prints max |ours - upstream| / max |upstream| of the tokens and both times; exits 1 when
+// that is above --tol (1e-4).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -16,8 +22,10 @@
 
 #include "dit/clip_vision.h"
 #include "dit/mg2_image.h"
+#include "runtime/clock.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/safetensors.h"
 
 namespace {
 
@@ -46,13 +54,49 @@ Timing median_ms(int reps, F&& f) {
   return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
+// The tower loaded from `weights` in float32 against the upstream code's output on the same
+// weights (make_clip_fixtures.py --full DIR): one forward of DIR's pixels, timed. Returns the
+// exit code: 0 when the worst relative difference is within tol, 1 otherwise.
+int run_check(const std::string& dir, const std::string& weights, const at::Device& dev, int threads, double tol) {
+  const wm::SafeTensors io = wm::SafeTensors::open(dir + "/io.safetensors");
+  const at::Tensor pixels = io.get("pixels"), want = io.get("tokens");
+  auto upstream = [&](const std::string& k) { return io.contains(k) ? io.get(k).item<double>() : std::nan(""); };
+  wm::dit::ClipVisionOptions opt;
+  opt.device = dev;
+  opt.dtype = at::kFloat;
+  const auto l0 = Clock::now();
+  const wm::dit::ClipVision tower = wm::dit::ClipVision::load(weights, wm::dit::ClipVisionConfig::vit_h_14(), opt);
+  const double load_s = std::chrono::duration<double>(Clock::now() - l0).count();
+  std::printf("check against %s/io.safetensors, weights %s (loaded in %.1f s), %s, %d threads\n", dir.c_str(),
+              weights.c_str(), load_s, wm::describe_device(dev).c_str(), threads);
+  const at::Tensor x = pixels.to(dev);
+  const auto t0 = Clock::now();
+  const double c0 = wm::process_cpu_ms();
+  const at::Tensor got = tower.forward(x).to(at::kCPU);  // the copy also waits for a GPU
+  const double cpu_ms = wm::process_cpu_ms() - c0;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  WM_CHECK(got.sizes() == want.sizes(), "tokens: expected shape ", want.sizes(), " (upstream), got ", got.sizes());
+  const at::Tensor w = want.to(at::kDouble);
+  const double max_ref = w.abs().max().item<double>();
+  const double worst = (got.to(at::kDouble) - w).abs().max().item<double>();
+  const double rel = worst / max_ref;
+  std::printf("pixels %s -> tokens %s: max |diff| %.3g, max |upstream| %.4g, relative %.3g (tolerance %.1g)\n",
+              wm::str_cat(pixels.sizes()).c_str(), wm::str_cat(got.sizes()).c_str(), worst, max_ref, rel, tol);
+  std::printf("forward: ours %.0f ms wall, %.0f ms CPU; upstream %.0f ms wall, %.0f ms CPU\n", ms, cpu_ms,
+              upstream("ms"), upstream("cpu_ms"));
+  const bool ok = std::isfinite(rel) && rel <= tol;
+  std::printf("%s\n", ok ? "OK" : "FAILED: above the tolerance");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"wm_bench_clip: MG2 image preprocessing and the CLIP ViT-H/14 vision tower, time per image"};
   int reps = 3, threads = 0, layers = 32, batch = 1;
   std::vector<std::string> dtypes = {"float32", "bfloat16"};
-  std::string device = "cpu";
+  std::string device = "cpu", check, weights;
+  double tol = 1e-4;
   app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--dtypes", dtypes, "float32 and/or bfloat16");
@@ -60,12 +104,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(2, 64));
   app.add_option("--batch", batch, "images per forward")->check(CLI::Range(1, 64));
   app.add_option("--device", device, "cpu, cuda, cuda:N");
+  app.add_option("--check", check,
+                 "instead of timing: compare with DIR/io.safetensors from "
+                 "tools/mg2_fixtures/make_clip_fixtures.py --full DIR (float32)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--weights", weights, "--check: the whole-CLIP checkpoint the reference was made with")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tol", tol, "--check: largest accepted max |diff| / max |upstream|")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     at::NoGradGuard no_grad;
     wm::keep_freed_memory();
     const int nt = wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
+    if (!check.empty()) {
+      WM_CHECK(!weights.empty(), "--check needs --weights FILE (the checkpoint the reference was made with)");
+      return run_check(check, weights, dev, nt, tol);
+    }
     std::cout << "wm_bench_clip: " << wm::describe_device(dev) << ", " << nt << " threads, median of "
               << reps << " after a warm-up\n";
 

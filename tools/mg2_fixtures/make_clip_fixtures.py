@@ -41,6 +41,16 @@ Files written:
                           rows and columns 0, 7, ..., 217;
                           pil_<i>_{src,dst,dst_hfirst} uint8 [h, w, 3]: PIL's BILINEAR resize of
                           noise images (PIL_CASES), and the horizontal-pass-first result
+
+Full-size check (--full DIR, not a fixture: nothing in DIR is committed): loads the random-weight
+checkpoint of the real shape that make_random_hub.py wrote (--weights, float32 values rounded to
+float16) into upstream's `clip_xlm_roberta_vit_h_14` with the vision tower at its real size and
+make_random_hub.py's tiny text tower, makes image_a's 224x224 CLIP input through the same upstream
+preprocessing as above (the 352x640 image, then `CLIPModel.encode_video`'s own steps, stopped where
+it calls the tower), and times one `visual(x, use_31_block=True)` in float32 (--threads, default 2,
+exact attention). Writes DIR/io.safetensors: pixels [1, 3, 224, 224] float32, tokens
+[1, 257, 1280] float32, ms and cpu_ms (float64 [1]: wall and process CPU time of the forward).
+Checked by `wm_bench_clip --check DIR --weights FILE` (tools/bench_clip/README.md).
 """
 import argparse
 import ast
@@ -134,17 +144,78 @@ def randomize(model, gen):
             p.copy_(p.half().float())  # the values the float16 file holds
 
 
+class _Stop(Exception):
+    """Raised by a forward pre-hook to stop a call once the tower's input is captured."""
+
+
+def run_full(clip, upstream, weights, out_dir):
+    import time
+    os.makedirs(out_dir, exist_ok=True)
+    resizecrop, frame_process = upstream_inference_parts(upstream)
+    # Built on the meta device, then the file's tensors are taken as they are (no random init of
+    # 2.5 GB that the load would overwrite). Text sizes as make_random_hub.py wrote them.
+    model, transforms = clip.clip_xlm_roberta_vit_h_14(
+        pretrained=False, return_transforms=True, device="meta",
+        embed_dim=32, vocab_size=64, max_text_len=16, text_dim=32, text_heads=2, text_layers=1)
+    sd = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
+    model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True, assign=True)
+    model = model.eval().requires_grad_(False)
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        assert t.device.type == "cpu" and t.dtype == torch.float32, (name, t.device, t.dtype)
+
+    wrapper = clip.CLIPModel.__new__(clip.CLIPModel)
+    torch.nn.Module.__init__(wrapper)
+    wrapper.model = model
+    wrapper.transforms = transforms
+    captured = {}
+
+    def stop(m, a, kw):
+        captured["x"] = a[0].clone()
+        raise _Stop
+
+    hook = model.visual.register_forward_pre_hook(stop, with_kwargs=True)
+    x352 = frame_process(resizecrop(None, make_image("a"), 352, 640))
+    try:
+        with torch.no_grad():
+            wrapper.encode_video(x352[None, :, None].clone())
+    except _Stop:
+        pass
+    hook.remove()
+    pixels = captured["x"].float().contiguous()
+    assert pixels.shape == (1, 3, 224, 224), pixels.shape
+
+    with torch.no_grad():
+        t0, c0 = time.perf_counter(), time.process_time()
+        tokens = model.visual(pixels, use_31_block=True)
+        ms = 1000 * (time.perf_counter() - t0)
+        cpu_ms = 1000 * (time.process_time() - c0)
+    assert tokens.shape == (1, 257, 1280) and tokens.dtype == torch.float32, (tokens.shape, tokens.dtype)
+    save_file({"pixels": pixels, "tokens": tokens.contiguous(),
+               "ms": torch.tensor([ms], dtype=torch.float64),
+               "cpu_ms": torch.tensor([cpu_ms], dtype=torch.float64)},
+              os.path.join(out_dir, "io.safetensors"))
+    print(f"visual(x, use_31_block=True) {tuple(tokens.shape)}: {ms:.0f} ms wall, {cpu_ms:.0f} ms CPU, "
+          f"{torch.get_num_threads()} threads; max |tokens| {tokens.abs().max().item():.4g}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", default="/work/upstream/Matrix-Game-2")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "tests", "dit", "fixtures", "clip"))
+    ap.add_argument("--full", metavar="DIR", help="the full-size check instead (see above)")
+    ap.add_argument("--weights", default="/work/mg2_hub/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth",
+                    help="--full: the whole-CLIP .pth of the real shape (make_random_hub.py)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default 1; 2 with --full)")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads or (2 if args.full else 1))
 
     clip = load_upstream_clip(args.upstream)
     clip.flash_attention = exact_attention
+    if args.full:
+        run_full(clip, args.upstream, args.weights, args.full)
+        return
+    os.makedirs(args.out, exist_ok=True)
     resizecrop, frame_process = upstream_inference_parts(args.upstream)
 
     torch.manual_seed(0)
