@@ -34,23 +34,8 @@ at::Tensor sub4(const at::Tensor& x) {
   return x.permute({1, 0, 2, 3}).unsqueeze(0).slice(3, 0, x.size(2), 4).slice(4, 0, x.size(3), 4);
 }
 
-// The inputs the fixture script defines, in our layouts.
-struct Inputs {
-  at::Tensor noise;   // [9, 16, 44, 80]
-  at::Tensor cond;    // [9, 20, 44, 80]
-  at::Tensor clip;    // [257, 1280]
-};
-
-Inputs make_inputs() {
-  Inputs in;
-  in.noise = fixture_uniform(1, {1, 16, 9, 44, 80})[0].permute({1, 0, 2, 3}).contiguous();
-  at::Tensor img = fixture_uniform(2, {1, 16, 9, 44, 80})[0].permute({1, 0, 2, 3});
-  at::Tensor mask = at::zeros({9, 4, 44, 80});
-  mask[0].fill_(1.0);
-  in.cond = at::cat({mask, img}, 1).contiguous();
-  in.clip = fixture_uniform(3, {1, 257, 1280})[0];
-  return in;
-}
+using Inputs = bench::FixtureInputs;
+Inputs make_inputs() { return bench::fixture_inputs(); }
 
 class Mg2Conformance : public ::testing::TestWithParam<std::string> {};
 

@@ -1,6 +1,6 @@
 #pragma once
-// The deterministic inputs of the Matrix-Game-2.0 conformance fixtures, for programs (tests keep
-// their own copy in tests/dit/mg2_fixture.h). This mirrors the generator of
+// The deterministic inputs of the Matrix-Game-2.0 conformance fixtures, for wm_bench_dit's
+// full-size check and the conformance tests (tests/dit/mg2_fixture.h). This mirrors the generator of
 // tools/mg2_fixtures/make_dit_fixtures.py (fixture_uniform, make_inputs); keep the three in step.
 #include <ATen/ATen.h>
 
