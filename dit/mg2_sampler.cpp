@@ -36,7 +36,7 @@ Mg2Schedule mg2_schedule(const std::vector<int>& steps, double shift) {
 Mg2ChunkResult mg2_generate_chunk(Mg2DitImpl& model, const at::Tensor& noise, const at::Tensor& cond,
                                   const Mg2Visual& visual, const Mg2Actions& actions, int64_t first_frame,
                                   const Mg2Context& ctx, const Mg2Schedule& schedule, const Mg2Noise& renoise,
-                                  Mg2ChunkTrace* trace) {
+                                  Mg2ChunkTrace* trace, const Mg2AfterCall& after_call) {
   WM_CHECK(!schedule.timesteps.empty() && schedule.timesteps.size() == schedule.sigmas.size(),
            "the schedule is empty or inconsistent");
   at::NoGradGuard ng;
@@ -63,11 +63,13 @@ Mg2ChunkResult mg2_generate_chunk(Mg2DitImpl& model, const at::Tensor& noise, co
       const at::Tensor s = at::scalar_tensor(schedule.sigmas[i + 1], at::TensorOptions().dtype(at::kFloat).device(dev));
       x = ((1 - s) * x0 + s * z).to(dt);
     }
+    if (after_call) after_call(i, i + 1 < n ? x : x0);
   }
   Mg2ChunkResult r;
   r.latents = x0;
   at::Tensor t0 = tensor_t(0.0f);
   at::Tensor flow = model.forward_chunk(x0, t0, cond, visual, actions, first_frame, ctx, &r.kv);
+  if (after_call) after_call(n, r.kv.main.back().k);
   if (trace) {
     trace->x.push_back(x0);
     trace->t.push_back(t0);

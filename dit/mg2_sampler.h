@@ -43,13 +43,18 @@ struct Mg2ChunkResult {
   Mg2ChunkKv kv;       // what the refresh pass wrote
 };
 
+// Called after each DiT call of a chunk (call = step index, the refresh pass last) with the tensor
+// that call's work ends in (the next x, the clean latents, the refresh pass's last keys): a
+// benchmark synchronises on it and reads its clock.
+using Mg2AfterCall = std::function<void(size_t call, const at::Tensor& result)>;
+
 // One chunk: noise [F, 16, 44, 80] (the chunk's share of the rollout's one draw), cond [F, 20, 44,
 // 80], first_frame its absolute latent frame, ctx what it attends to besides itself. renoise is
 // called after every step but the last.
 Mg2ChunkResult mg2_generate_chunk(Mg2DitImpl& model, const at::Tensor& noise, const at::Tensor& cond,
                                   const Mg2Visual& visual, const Mg2Actions& actions, int64_t first_frame,
                                   const Mg2Context& ctx, const Mg2Schedule& schedule, const Mg2Noise& renoise,
-                                  Mg2ChunkTrace* trace = nullptr);
+                                  Mg2ChunkTrace* trace = nullptr, const Mg2AfterCall& after_call = {});
 
 // Upstream's rolling KV cache: keeps the last keep_frames latent frames of main and action K/V.
 class Mg2NativeCache {

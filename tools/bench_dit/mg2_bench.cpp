@@ -153,39 +153,29 @@ struct ChunkTimes {
   double refresh_s = 0, total_s = 0;
 };
 
-// One chunk the way mg2_generate_chunk (dit/mg2_sampler.cpp) runs it, written out so that each
-// DiT call is timed apart: per step the DiT call, x0 = x - sigma flow (float64), and but for the
-// last step the re-noising with a fresh draw; then the t = 0 refresh pass writing *kv.
+// One chunk through mg2_generate_chunk, each DiT call timed apart (synchronised on its result):
+// the denoising steps, then the t = 0 refresh pass that writes *kv.
 ChunkTimes time_chunk(Mg2DitImpl& m, const at::Tensor& noise, const at::Tensor& cond, const wm::dit::Mg2Visual& vis,
                       const wm::dit::Mg2Actions& actions, int64_t first_frame, const wm::dit::Mg2Context& ctx,
                       const wm::dit::Mg2Schedule& sched, at::Generator& gen, Mg2ChunkKv* kv,
                       const std::string& label) {
-  const auto dt = m.dtype();
-  const auto dev = m.device();
-  const int64_t F = noise.size(0);
   const size_t n = sched.timesteps.size();
-  auto tensor_t = [&](float t) { return at::full({F}, t, at::TensorOptions().dtype(at::kFloat).device(dev)); };
   ChunkTimes r;
   const auto start = Clock::now();
-  at::Tensor x = noise.to(dev, dt), x0;
-  for (size_t i = 0; i < n; ++i) {
-    const auto t0 = Clock::now();
-    at::Tensor flow = m.forward_chunk(x, tensor_t(sched.timesteps[i]), cond, vis, actions, first_frame, ctx);
-    x0 = (x.to(at::kDouble) - double(sched.sigmas[i]) * flow.to(at::kDouble)).to(dt);
-    if (i + 1 < n) {
-      at::Tensor z = at::randn(x0.sizes(), gen).to(dev, dt);
-      const double s = sched.sigmas[i + 1];
-      x = ((1 - s) * x0 + s * z).to(dt);
+  auto t0 = start;
+  wm::dit::Mg2Noise renoise = [&](int, at::IntArrayRef shape) { return at::randn(shape, gen); };
+  wm::dit::Mg2AfterCall after = [&](size_t i, const at::Tensor& result) {
+    sync(result);
+    const double s = seconds_since(t0);
+    if (i < n) {
+      r.step_s.push_back(s);
+      std::fprintf(stderr, "[%s] step %zu/%zu (t %.4g): %.2f s\n", label.c_str(), i + 1, n, sched.timesteps[i], s);
+    } else {
+      r.refresh_s = s;
     }
-    sync(i + 1 < n ? x : x0);
-    r.step_s.push_back(seconds_since(t0));
-    std::fprintf(stderr, "[%s] step %zu/%zu (t %.4g): %.2f s\n", label.c_str(), i + 1, n, sched.timesteps[i],
-                 r.step_s.back());
-  }
-  const auto t0 = Clock::now();
-  m.forward_chunk(x0, tensor_t(0.0f), cond, vis, actions, first_frame, ctx, kv);
-  sync(kv->main.back().k);
-  r.refresh_s = seconds_since(t0);
+    t0 = Clock::now();
+  };
+  *kv = wm::dit::mg2_generate_chunk(m, noise, cond, vis, actions, first_frame, ctx, sched, renoise, nullptr, after).kv;
   r.total_s = seconds_since(start);
   std::fprintf(stderr, "[%s] refresh pass: %.2f s; chunk %.2f s\n", label.c_str(), r.refresh_s, r.total_s);
   return r;
