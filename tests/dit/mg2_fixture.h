@@ -3,6 +3,7 @@
 // (tools/mg2_fixtures/make_dit_fixtures.py) generates, and the comparison.
 #include <ATen/ATen.h>
 
+#include "tests/gpu/cuda_test_util.h"
 #include "tools/bench_dit/fixture_inputs.h"
 
 namespace wm::test {
@@ -13,11 +14,6 @@ using bench::fixture_inputs;
 using bench::fixture_uniform;
 
 // max |a - b| / max |b| (0 when both are zero).
-inline double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor x = a.to(at::kCPU, at::kDouble), y = b.to(at::kCPU, at::kDouble);
-  const double scale = y.abs().max().item<double>();
-  const double diff = (x - y).abs().max().item<double>();
-  return scale > 0 ? diff / scale : diff;
-}
+inline double rel_max_diff(const at::Tensor& a, const at::Tensor& b) { return rel_diff(a, b); }
 
 }  // namespace wm::test

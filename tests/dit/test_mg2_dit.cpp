@@ -37,12 +37,20 @@ at::Tensor sub4(const at::Tensor& x) {
 using Inputs = bench::FixtureInputs;
 Inputs make_inputs() { return bench::fixture_inputs(); }
 
-class Mg2Conformance : public ::testing::TestWithParam<std::string> {};
+// Parameters: the mode, and the device (the CUDA runs skip where no GPU is visible; there
+// cuDNN's TF32 convolutions are turned off, so that float32 means float32 as on the CPU).
+class Mg2Conformance : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
   at::NoGradGuard ng;
-  const std::string dir = fixture_dir(GetParam());
-  Mg2Dit model = load_mg2_dit(dir + "/model.safetensors", at::kCPU, at::kFloat);
+  const auto& [mode, device_name] = GetParam();
+  const at::Device device(device_name);
+  if (device.is_cuda()) {
+    WM_REQUIRE_CUDA();
+    at::globalContext().setAllowTF32CuDNN(false);
+  }
+  const std::string dir = fixture_dir(mode);
+  Mg2Dit model = load_mg2_dit(dir + "/model.safetensors", device, at::kFloat);
   const Mg2Config& c = model->config();
   SafeTensors io = SafeTensors::open(dir + "/io.safetensors");
   EXPECT_TRUE(at::equal(io.get("check.uniform"), fixture_uniform(7, {16})));
@@ -70,7 +78,7 @@ TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
     for (size_t s = 0; s < trace.flow.size(); ++s) {
       const std::string p = "c" + std::to_string(ch) + ".s" + std::to_string(s);
       SCOPED_TRACE(p);
-      EXPECT_TRUE(at::equal(trace.t[s].view({1, F}), io.get(p + ".t"))) << trace.t[s] << io.get(p + ".t");
+      EXPECT_TRUE(at::equal(trace.t[s].view({1, F}).cpu(), io.get(p + ".t"))) << trace.t[s] << io.get(p + ".t");
       EXPECT_LT(rel_max_diff(sub4(trace.x[s]), io.get(p + ".x_sub")), kTol);
       const double df = rel_max_diff(sub4(trace.flow[s]), io.get(p + ".flow_sub"));
       EXPECT_LT(df, kTol);
@@ -88,7 +96,7 @@ TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
       // Upstream's window [local_end - local_attn_size frames, local_end) holds the chunk and the
       // frames before it that stay; ours keeps those before and this chunk was just committed.
       const int64_t n_valid = end[1].item<int64_t>();
-      at::Tensor k = cache.main()[l].k.transpose(0, 1), v = cache.main()[l].v.transpose(0, 1);  // [n, H, d]
+      at::Tensor k = cache.main()[l].k.transpose(0, 1).cpu(), v = cache.main()[l].v.transpose(0, 1).cpu();  // [n, H, d]
       const int64_t keep_tokens = std::min<int64_t>(n_valid, k.size(0) + 0);
       ASSERT_EQ(k.size(0), std::min<int64_t>(n_valid, int64_t(c.local_attn_size - F) * c.tokens_per_frame()))
           << "frames kept after the chunk";
@@ -118,8 +126,8 @@ TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
       if (c.mouse_dim() > 0) {
         const std::string ms = pc + ".ms" + std::to_string(l);
         at::Tensor mk = io.get(ms + ".k_sub"), mv = io.get(ms + ".v_sub");  // [31, n, H, d]
-        at::Tensor ok = cache.action().ms_k[slot].slice(0, 0, c.tokens_per_frame(), 29);
-        at::Tensor ov = cache.action().ms_v[slot].slice(0, 0, c.tokens_per_frame(), 29);
+        at::Tensor ok = cache.action().ms_k[slot].slice(0, 0, c.tokens_per_frame(), 29).cpu();
+        at::Tensor ov = cache.action().ms_v[slot].slice(0, 0, c.tokens_per_frame(), 29).cpu();
         const int64_t hm = ok.size(1);
         const double dk = rel_max_diff(ok, mk.narrow(1, mk.size(1) - hm, hm));
         const double dv = rel_max_diff(ov, mv.narrow(1, mv.size(1) - hm, hm));
@@ -129,18 +137,25 @@ TEST_P(Mg2Conformance, EveryCallAndCacheMatchesUpstream) {
       }
     }
   }
-  std::cout << "[ mg2 " << GetParam() << " ] worst relative difference: DiT outputs " << worst_flow << ", caches "
+  std::cout << "[ mg2 " << mode << " on " << device_name << " ] worst relative difference: DiT outputs " << worst_flow << ", caches "
             << worst_cache << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, Mg2Conformance, ::testing::Values("universal", "gta_drive", "templerun"));
+INSTANTIATE_TEST_SUITE_P(Modes, Mg2Conformance,
+                         ::testing::Combine(::testing::Values("universal", "gta_drive", "templerun"),
+                                            ::testing::Values("cpu", "cuda")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // bfloat16 as upstream runs the model (its float32 islands kept): the first call of a rollout
 // stays within a few percent of upstream's float32 output.
-TEST(Mg2Precision, Bfloat16FirstCallIsCloseToUpstreamsFloat32) {
+class Mg2Precision : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Mg2Precision, Bfloat16FirstCallIsCloseToUpstreamsFloat32) {
   at::NoGradGuard ng;
+  const at::Device device(GetParam());
+  if (device.is_cuda()) WM_REQUIRE_CUDA();
   const std::string dir = fixture_dir("universal");
-  Mg2Dit model = load_mg2_dit(dir + "/model.safetensors", at::kCPU, at::kBFloat16);
+  Mg2Dit model = load_mg2_dit(dir + "/model.safetensors", device, at::kBFloat16);
   ASSERT_EQ(model->dtype(), at::kBFloat16);
   SafeTensors io = SafeTensors::open(dir + "/io.safetensors");
   const Inputs in = make_inputs();
@@ -151,10 +166,13 @@ TEST(Mg2Precision, Bfloat16FirstCallIsCloseToUpstreamsFloat32) {
                                          in.cond.narrow(0, 0, 3), visual, actions, 0, Mg2Context{});
   EXPECT_EQ(flow.scalar_type(), at::kFloat);  // the input's dtype
   const double d = rel_max_diff(sub4(flow), io.get("c0.s0.flow_sub"));
-  std::cout << "[ mg2 bf16 ] first call against upstream's float32: relative difference " << d << "\n";
+  std::cout << "[ mg2 bf16 on " << GetParam() << " ] first call against upstream's float32: relative difference " << d
+            << "\n";
   EXPECT_LT(d, 5e-2);
   EXPECT_GT(d, 1e-5) << "bfloat16 cannot be this close: the model did not run in bfloat16";
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Mg2Precision, ::testing::Values("cpu", "cuda"));
 
 TEST(Mg2Schedule, WarpedStepsAreUpstreams) {
   Mg2Schedule s = mg2_schedule({1000, 666, 333});

@@ -5,6 +5,7 @@
 // Matrix-Game-2.0 at its real shape (mg2_bench.h): one steady-state chunk per step, refresh, total:
 //   wm_bench_dit --mg2 universal --dtype both --threads 2
 //   wm_bench_dit --mg2-check /work/mg2_full      # one forward against the upstream code's output
+//   wm_bench_dit --mg2-rollout universal --device cuda --policies native,worldkv --seconds 10,60
 #include <CLI/CLI.hpp>
 
 #include <ATen/core/grad_mode.h>
@@ -23,6 +24,7 @@
 #include "runtime/error.h"
 #include "runtime/window.h"
 #include "tools/bench_dit/mg2_bench.h"
+#include "tools/bench_dit/mg2_rollout.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/validators.h"
@@ -181,7 +183,8 @@ int main(int argc, char** argv) {
                  "drop the oldest chunk beyond this many in the window (0: grow without bound)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window)")->capture_default_str();
+  auto* dtype_opt = app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window; --mg2-rollout: bf16 unless given)")
+                        ->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--seed", a.seed, "noise seed")->capture_default_str();
   auto* train = app.add_flag("--train", a.train, "time a training pass instead: forward_sequence over --chunks chunks + backward");
@@ -201,6 +204,22 @@ int main(int argc, char** argv) {
                                    "one forward of chunk 0 at t = 1000 of DIR/model.safetensors with the conformance "
                                    "fixtures' inputs against DIR/io.safetensors `flow` (made by the upstream code)")
                         ->check(CLI::ExistingDirectory)->excludes(mg2)->excludes(mg2_model);
+  wm::bench::Mg2RolloutOptions ro;
+  auto* mg2_rollout = app.add_option("--mg2-rollout", ro.mode,
+                                     "Matrix-Game-2.0 rollout frames/s instead: random weights of the release's config, "
+                                     "DiT + memory + Wan VAE decode per chunk, under each of --policies")
+                          ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}))
+                          ->excludes(mg2)->excludes(mg2_model)->excludes(mg2_check);
+  auto* policies = app.add_option("--policies", ro.policies, "--mg2-rollout: native, full_kv, worldkv, worldkv_c, ...")
+                       ->delimiter(',')->default_str("native,worldkv")->needs(mg2_rollout);
+  auto* seconds = app.add_option("--seconds", ro.seconds, "--mg2-rollout: report at these lengths (seconds of video)")
+                      ->delimiter(',')->default_str("10,60")->needs(mg2_rollout);
+  app.add_option("--video-fps", ro.video_fps, "--mg2-rollout: video frames per second of video")
+      ->capture_default_str()->check(CLI::Range(1.0, 240.0))->needs(mg2_rollout);
+  app.add_flag("--no-decode", "--mg2-rollout: skip the Wan VAE decode")->needs(mg2_rollout)
+      ->each([&](const std::string&) { ro.decode = false; });
+  app.add_option("--bank-device-gib", ro.bank_device_gib, "--mg2-rollout: the bank's GPU tier (GiB); the rest on the host")
+      ->capture_default_str()->check(CLI::Range(0.0, 4096.0))->needs(mg2_rollout);
   auto* warmup = app.add_option("--warmup", mg.warmup, "--mg2: untimed chunks per dtype before the measured ones")
                      ->capture_default_str()->check(CLI::Range(0, 1000));
   auto* repeats = app.add_option("--repeats", mg.repeats, "--mg2: measured chunks per dtype")
@@ -212,6 +231,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
   try {
+    if (*mg2_rollout) {
+      wm::init_threads(a.threads);
+      if (!*policies) ro.policies = {"native", "worldkv"};
+      if (!*seconds) ro.seconds = {10, 60};
+      ro.device = a.device;
+      ro.dtype = *dtype_opt ? a.dtype : "bf16";
+      ro.seed = a.seed;
+      ro.layers = a.layers;
+      ro.json_out = json_out;
+      return wm::bench::run_mg2_rollout(ro);
+    }
     const bool mg2_mode = *mg2 || *mg2_model || *mg2_check;
     if (!mg2_mode)
       for (auto* opt : {warmup, repeats, json})

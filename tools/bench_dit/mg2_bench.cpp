@@ -60,9 +60,9 @@ int64_t count_params(torch::nn::Module& m) {
   return n;
 }
 
-// Every parameter N(0, 0.02^2), except LayerNorm / RMSNorm weights 1 and LayerNorm biases 0.
-// Progress on stderr every 10 %.
-void randomize(Mg2DitImpl& m, uint64_t seed, const std::string& label) {
+}  // namespace
+
+void randomize_mg2(Mg2DitImpl& m, uint64_t seed, const std::string& label) {
   at::NoGradGuard ng;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const int64_t total = count_params(m);
@@ -86,6 +86,8 @@ void randomize(Mg2DitImpl& m, uint64_t seed, const std::string& label) {
     }
   }
 }
+
+namespace {
 
 // A chunk's K/V of the shapes the refresh pass writes (random values), for frames
 // first_frame .. first_frame + F - 1: main per block k, v [heads, F * 880, head_dim], pos, logw;
@@ -197,6 +199,17 @@ void print_row(const std::string& dtype, const std::string& run, const ChunkTime
 
 }  // namespace
 
+Mg2Config mg2_release_config(const std::string& mode, int layers) {
+  Mg2Config cfg = mg2_release_config(mode);
+  if (layers > 0 && layers < cfg.num_layers) {
+    cfg.num_layers = layers;
+    auto& b = cfg.action->blocks;
+    b.erase(std::remove_if(b.begin(), b.end(), [&](int x) { return x >= layers; }), b.end());
+    if (b.empty()) cfg.action.reset();
+  }
+  return cfg;
+}
+
 Mg2Config mg2_release_config(const std::string& mode) {
   WM_CHECK(mode == "universal" || mode == "gta_drive" || mode == "templerun", "unknown Matrix-Game-2.0 mode '", mode,
            "' (universal, gta_drive, templerun)");
@@ -258,16 +271,10 @@ int run_mg2_bench(const Mg2BenchOptions& o) {
   const auto t_build = Clock::now();
   Mg2Dit model{nullptr};
   if (o.model_dir.empty()) {
-    Mg2Config cfg = mg2_release_config(o.mode);
-    if (o.layers > 0 && o.layers < cfg.num_layers) {
-      cfg.num_layers = o.layers;
-      auto& b = cfg.action->blocks;
-      b.erase(std::remove_if(b.begin(), b.end(), [&](int x) { return x >= o.layers; }), b.end());
-      if (b.empty()) cfg.action.reset();
-    }
+    const Mg2Config cfg = mg2_release_config(o.mode, o.layers);
     std::fprintf(stderr, "[%s] building the model (%d blocks)\n", what.c_str(), cfg.num_layers);
     model = Mg2Dit(cfg);
-    randomize(*model, o.seed, what);
+    randomize_mg2(*model, o.seed, what);
     model->to(dev, o.dtypes[0]);
     model->eval();
   } else {

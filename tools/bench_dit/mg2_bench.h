@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dit/mg2_config.h"
+#include "dit/mg2_model.h"
 
 namespace wm::bench {
 
@@ -45,6 +46,12 @@ struct Mg2CheckOptions {
 // for gta_drive; keyboard 4 / 2 / 7 inputs; templerun without the mouse branch).
 // Throws wm::Error for another mode.
 wm::dit::Mg2Config mg2_release_config(const std::string& mode);
+// The same with only the first `layers` blocks (and the action modules among them); 0 keeps all.
+wm::dit::Mg2Config mg2_release_config(const std::string& mode, int layers);
+
+// Every parameter N(0, 0.02^2), except LayerNorm / RMSNorm weights 1 and LayerNorm biases 0, on
+// the CPU from `seed`. Progress on stderr every 10 %, labelled.
+void randomize_mg2(wm::dit::Mg2DitImpl& m, uint64_t seed, const std::string& label);
 
 // "f32", "bf16", "both" (also float32, fp32, bfloat16) -> the dtypes, f32 first. Throws wm::Error.
 std::vector<at::ScalarType> parse_mg2_dtypes(const std::string& s);
