@@ -216,8 +216,8 @@ int main(int argc, char** argv) {
                       ->delimiter(',')->default_str("10,60")->needs(mg2_rollout);
   app.add_option("--video-fps", ro.video_fps, "--mg2-rollout: video frames per second of video")
       ->capture_default_str()->check(CLI::Range(1.0, 240.0))->needs(mg2_rollout);
-  app.add_flag("--no-decode", "--mg2-rollout: skip the Wan VAE decode")->needs(mg2_rollout)
-      ->each([&](const std::string&) { ro.decode = false; });
+  bool no_decode = false;
+  app.add_flag("--no-decode", no_decode, "--mg2-rollout: skip the Wan VAE decode")->needs(mg2_rollout);
   app.add_option("--bank-device-gib", ro.bank_device_gib, "--mg2-rollout: the bank's GPU tier (GiB); the rest on the host")
       ->capture_default_str()->check(CLI::Range(0.0, 4096.0))->needs(mg2_rollout);
   auto* warmup = app.add_option("--warmup", mg.warmup, "--mg2: untimed chunks per dtype before the measured ones")
@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
       ro.dtype = *dtype_opt ? a.dtype : "bf16";
       ro.seed = a.seed;
       ro.layers = a.layers;
+      ro.decode = !no_decode;
       ro.json_out = json_out;
       return wm::bench::run_mg2_rollout(ro);
     }
