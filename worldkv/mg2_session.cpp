@@ -196,7 +196,11 @@ Mg2ChunkOutput Mg2Session::next(const std::vector<Mg2Input>& inputs) {
     for (int t = 0; t < 3; ++t) out.bank_bytes[t] = memory_->bank().bytes(static_cast<Tier>(t));
   }
   out.latents = r.latents.to(at::kCPU, at::kFloat);
-  if (codec_) out.frames = codec_->decode_images(r.latents.to(at::kFloat));
+  if (codec_) {
+    const auto tc = Clock::now();
+    out.frames = codec_->decode_images(r.latents.to(at::kFloat));
+    out.decode_ms = ms_since(tc);
+  }
   ++next_index_;
   out.ms = ms_since(t0);
   return out;

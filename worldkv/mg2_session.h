@@ -56,6 +56,7 @@ struct Mg2ChunkOutput {
   std::vector<Image> frames;     // decoded video frames (empty without a codec)
   double ms = 0;                 // wall time of the chunk
   double dit_ms = 0;             // of which the DiT (steps and refresh)
+  double decode_ms = 0;          // and the codec's decode (0 without a codec)
   std::vector<std::string> retrieved;  // chunks in the retrieved region (world memory only)
   size_t window_bytes = 0;       // main window (or rolling cache) bytes after the chunk
   size_t action_bytes = 0;       // action K/V kept (window and bank)
