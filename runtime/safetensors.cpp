@@ -34,6 +34,36 @@ at::ScalarType parse_dtype(const std::string& s, const std::string& where) {
   throw CorruptData(str_cat(where, ": unknown dtype '", s, "'"));
 }
 
+// The format's rule for the data section: the tensors' byte ranges, in offset order, follow each
+// other without overlap or gap and cover it to its end (what the reference implementation
+// checks). Overlapping ranges would let one tensor's bytes be read as another's.
+void check_layout(const std::map<std::string, SafeTensors::Entry>& entries, size_t data_size,
+                  const std::string& path) {
+  std::vector<std::pair<std::string, const SafeTensors::Entry*>> order;
+  for (const auto& [name, e] : entries) order.push_back({name, &e});
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.second->begin, a.second->end) < std::make_pair(b.second->begin, b.second->end);
+  });
+  size_t at = 0;
+  const std::string* prev = nullptr;
+  auto range = [](const SafeTensors::Entry& e) { return str_cat("[", e.begin, ", ", e.end, ")"); };
+  for (const auto& [name, e] : order) {
+    if (e->begin < at)
+      throw CorruptData(str_cat("safetensors: '", path, "': tensors '", *prev, "' (bytes ",
+                                range(entries.at(*prev)), ") and '", name, "' (bytes ", range(*e),
+                                ") overlap; the format needs each tensor's bytes apart"));
+    if (e->begin > at)
+      throw CorruptData(str_cat("safetensors: '", path, "': bytes [", at, ", ", e->begin, ") before tensor '", name,
+                                "' belong to no tensor; the format needs the data contiguous"));
+    at = e->end;
+    prev = &name;
+  }
+  if (at != data_size)
+    throw CorruptData(str_cat("safetensors: '", path, "': the data section has ", data_size, " bytes, the tensors cover ",
+                              at, prev ? str_cat(" (the last is '", *prev, "')") : std::string(),
+                              "; the format needs them to cover it"));
+}
+
 }  // namespace
 
 std::string safetensors_dtype_name(at::ScalarType t) {
@@ -128,6 +158,7 @@ SafeTensors SafeTensors::open(const std::string& path) {
       throw CorruptData(str_cat(where, ": holds ", e.end - e.begin, " bytes, its shape and dtype need ", want));
     st.entries_.emplace(name, std::move(e));
   }
+  check_layout(st.entries_, data_size, path);
   return st;
 }
 

@@ -2,7 +2,8 @@
 // Safetensors files (the Hugging Face format): an 8-byte little-endian header length, a JSON
 // header {name: {dtype, shape, data_offsets}, "__metadata__": {...}}, then the raw bytes.
 // The reader is defensive: capped header size, every tensor's byte range checked against the
-// file and its shape, an explicit error for an unknown dtype.
+// file and its shape, the ranges contiguous (no overlap, no gap, the data section covered, as
+// the format requires), an explicit error for an unknown dtype.
 #include <ATen/ATen.h>
 
 #include <map>
