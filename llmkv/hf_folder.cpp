@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "llmkv/json_file.h"
+#include "llmkv/weight_shapes.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 
@@ -27,13 +28,16 @@ constexpr const char* kTokenizer = "tokenizer.json";
 
 std::string join(const std::string& folder, const std::string& name) { return (fs::path(folder) / name).string(); }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// Tensors a checkpoint may hold that the model does not need (see hf_folder.h).
-bool harmless_extra(const std::string& name, const LlmConfig& c) {
-  return ends_with(name, ".rotary_emb.inv_freq") || (c.tie_word_embeddings && name == "lm_head.weight");
+// A file of the folder that is there under its name but cannot be read as one: a link to
+// nothing, a folder. Absent names pass (the caller decides).
+void check_plain_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (!fs::exists(link)) return;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_symlink(link) && !fs::exists(st))
+    throw Error(str_cat(path, " is a link to ", fs::read_symlink(path, ec).string(), ", which does not exist"));
+  if (fs::is_directory(st)) throw Error(str_cat(path, " is a folder, not a file"));
 }
 
 // A shard name from the index: a plain file name inside the folder.
@@ -79,17 +83,29 @@ const char* dtype_config_name(at::ScalarType t) {
 HfFolder HfFolder::open(const std::string& folder) {
   HfFolder h;
   h.path = folder;
-  if (!fs::is_directory(folder)) throw Error(str_cat(folder, ": not a folder"));
+  if (folder.empty()) throw Error("the model folder's path is empty");
+  std::error_code ec;
+  if (!fs::exists(folder, ec)) throw Error(str_cat(folder, ": no such folder"));
+  if (!fs::is_directory(folder, ec)) throw Error(str_cat(folder, ": not a folder (a model is a folder holding ", kConfig,
+                                                         " and its weights)"));
   const std::string cfg = join(folder, kConfig);
+  check_plain_file(cfg);
   if (!fs::exists(cfg)) throw Error(str_cat(folder, ": no ", kConfig));
   h.config = LlmConfig::load(cfg);
+  check_plain_file(join(folder, kGeneration));
   h.generation = GenerationDefaults::load(join(folder, kGeneration));
+  for (int64_t id : h.generation.eos_token_ids)
+    if (id >= h.config.vocab_size)
+      throw Error(str_cat(join(folder, kGeneration), ": field 'eos_token_id': token id ", id,
+                          " is outside the vocabulary [0, ", h.config.vocab_size, ") of ", kConfig));
   if (fs::exists(join(folder, kTokenizer))) h.tokenizer_file = join(folder, kTokenizer);
 
+  check_plain_file(join(folder, kSingle));
   if (fs::exists(join(folder, kSingle))) {
     h.weight_files = {join(folder, kSingle)};
     return h;
   }
+  check_plain_file(join(folder, kIndex));
   const std::string index = join(folder, kIndex);
   if (!fs::exists(index)) {
     const bool bin = fs::exists(join(folder, "pytorch_model.bin")) || fs::exists(join(folder, "pytorch_model.bin.index.json"));
@@ -118,89 +134,62 @@ HfFolder HfFolder::open(const std::string& folder) {
   return h;
 }
 
-void load_llm_weights(LlmModelImpl& model, const HfFolder& folder) {
-  const LlmConfig& cfg = model.config();
+namespace {
+
+// The folder's weight files, opened (headers read, data mapped) and checked against `cfg`;
+// per parameter the file that holds it.
+struct CheckedWeights {
   std::vector<SafeTensors> files;
-  files.reserve(folder.weight_files.size());
-  for (const auto& p : folder.weight_files) files.push_back(SafeTensors::open(p));  // CorruptData names the file
+  std::vector<std::pair<std::string, size_t>> where;
+};
 
-  // Every tensor of the checkpoint -> the file that holds it.
-  std::map<std::string, size_t> where;
-  for (size_t f = 0; f < files.size(); ++f)
-    for (const auto& name : files[f].names()) {
-      auto [it, fresh] = where.emplace(name, f);
-      if (!fresh)
-        throw Error(str_cat("tensor '", name, "' is stored twice: in ", files[it->second].path(), " and in ",
-                            files[f].path()));
-    }
-  for (const auto& [name, shard] : folder.weight_map) {
-    auto it = where.find(name);
-    if (it == where.end() || files[it->second].path() != shard)
-      throw Error(str_cat(folder.index_file, ": weight_map puts tensor '", name, "' in ", shard,
-                          it == where.end() ? ", which does not hold it" : str_cat(", but it is in ", files[it->second].path())));
-  }
-  auto files_list = [&] {
-    std::string s;
-    for (const auto& f : files) s += (s.empty() ? "" : ", ") + f.path();
-    return s;
-  };
-  auto check_dtype = [&](const std::string& name, const SafeTensors& st) {
-    const auto t = st.entry(name).dtype;
-    if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
-      throw Error(str_cat(st.path(), ": tensor '", name, "' is stored as ", c10::toString(t),
-                          "; the loader reads F32, F16 and BF16"));
-  };
+CheckedWeights check_weights(const LlmConfig& cfg, const HfFolder& folder) {
+  CheckedWeights w;
+  w.files.reserve(folder.weight_files.size());
+  for (const auto& p : folder.weight_files) w.files.push_back(SafeTensors::open(p));  // CorruptData names the file
+  w.where = check_llm_checkpoint(cfg, w.files, folder.weight_map, folder.path, folder.index_file,
+                                 join(folder.path, kConfig));
+  return w;
+}
 
+// Copies the checked weights into the model's parameters, each checked for NaN and inf first.
+void copy_weights(LlmModelImpl& model, const CheckedWeights& w) {
   auto params = model.named_parameters(true);
-  std::set<std::string> expected;
-  for (const auto& p : params) {
-    expected.insert(p.key());
-    auto it = where.find(p.key());
-    if (it == where.end())
-      throw Error(str_cat(folder.path, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(),
-                          ") in ", files_list()));
-    const SafeTensors& st = files[it->second];
-    const auto& e = st.entry(p.key());
-    if (at::IntArrayRef(e.shape) != p.value().sizes())
-      throw Error(str_cat(st.path(), ": tensor '", p.key(), "' has shape ", at::IntArrayRef(e.shape), ", expected ",
-                          p.value().sizes()));
-    check_dtype(p.key(), st);
-  }
-  for (const auto& [name, f] : where) {
-    if (expected.count(name)) continue;
-    const auto& e = files[f].entry(name);
-    if (harmless_extra(name, cfg)) {
-      if (name == "lm_head.weight") {
-        const std::vector<int64_t> want = {cfg.vocab_size, cfg.hidden_size};
-        if (e.shape != want)
-          throw Error(str_cat(files[f].path(), ": tensor 'lm_head.weight' has shape ", at::IntArrayRef(e.shape),
-                              ", expected ", at::IntArrayRef(want)));
-      }
-      continue;
-    }
-    throw Error(str_cat(files[f].path(), ": unexpected tensor '", name, "' (shape ", at::IntArrayRef(e.shape),
-                        ") not in a ", cfg.model_type, " model of ", cfg.num_hidden_layers, " layers"));
-  }
-
+  WM_CHECK(params.size() == w.where.size(), "the model has ", params.size(), " parameters, the checkpoint check ",
+           w.where.size());
   at::NoGradGuard no_grad;
-  for (auto& p : params) {
-    const SafeTensors& st = files[where.at(p.key())];
-    at::Tensor t = st.get(p.key());
+  for (const auto& [name, f] : w.where) {
+    at::Tensor* p = params.find(name);
+    WM_CHECK(p != nullptr && p->sizes() == at::IntArrayRef(w.files[f].entry(name).shape), "parameter '", name,
+             "' of the model does not match the checked checkpoint");
+    const SafeTensors& st = w.files[f];
+    at::Tensor t = st.get(name);
     // Checked once at load (cheap next to reading): NaN or inf weights would only show up as
     // garbage text much later.
     if (!at::isfinite(t).all().item<bool>())
-      throw Error(str_cat(st.path(), ": tensor '", p.key(), "' holds ", (~at::isfinite(t)).sum().item<int64_t>(),
+      throw Error(str_cat(st.path(), ": tensor '", name, "' holds ", (~at::isfinite(t)).sum().item<int64_t>(),
                           " non-finite values (NaN or inf)"));
-    p.value().copy_(t);  // converts the dtype, moves to the parameter's device
+    p->copy_(t);  // converts the dtype, moves to the parameter's device
   }
+}
+
+}  // namespace
+
+void load_llm_weights(LlmModelImpl& model, const HfFolder& folder) {
+  copy_weights(model, check_weights(model.config(), folder));
 }
 
 LlmModel load_llm(const HfFolder& folder, at::Device device, at::ScalarType dtype) {
   WM_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
            "dtype must be float32, float16 or bfloat16, got ", c10::toString(dtype));
-  LlmModel m(folder.config);
-  m->to(dtype);
-  load_llm_weights(*m, folder);
+  // The headers first: a config that disagrees with its weights fails before any allocation.
+  const CheckedWeights w = check_weights(folder.config, folder);
+  const uint64_t bytes = static_cast<uint64_t>(llm_parameter_count(folder.config)) * c10::elementSize(dtype);
+  check_fits_in_memory(bytes, str_cat("the model of ", folder.path),
+                       str_cat(join(folder.path, kConfig), ": ", llm_size_fields(folder.config)));
+  // Allocated at the weights' shapes (checked equal to the config's), never drawn at random.
+  LlmModel m(folder.config, ParamAlloc{ParamInit::Uninitialised, dtype});
+  copy_weights(*m, w);
   m->to(device);
   m->eval();
   return m;

@@ -32,9 +32,11 @@ struct HfFolder {
 
   // Reads config.json and generation_config.json and finds the weight files: model.safetensors
   // if present, else the index and every shard its weight_map names. Opens no weights. Throws
-  // wm::Error naming the file: no config.json, an invalid config (naming the field), no weights,
-  // an index that is not valid JSON, has no weight_map, or names a shard that does not exist
-  // (or a path outside the folder).
+  // wm::Error naming the file: an empty path, no folder, no config.json, an invalid config
+  // (naming the field), an eos_token_id of generation_config.json outside config.json's
+  // vocabulary, a file that is a folder or a link to nothing, no weights, an index that is not
+  // valid JSON, has no weight_map, or names a shard that does not exist (or a path outside the
+  // folder).
   static HfFolder open(const std::string& folder);
 };
 
@@ -46,8 +48,11 @@ struct HfFolder {
 void load_llm_weights(LlmModelImpl& model, const HfFolder& folder);
 
 // A model built from the folder's config with its weights, on `device` in `dtype` (float32,
-// float16 or bfloat16). Throws as HfFolder::open and load_llm_weights, and wm::Error for
-// another dtype.
+// float16 or bfloat16). The weights' headers are checked against the config first
+// (check_llm_checkpoint, weight_shapes.h: a mismatch names the config's fields), then the
+// parameters' bytes against the memory there is, and only then are the parameters allocated,
+// in `dtype`, uninitialised until the weights are copied in. Throws as HfFolder::open and
+// load_llm_weights, and wm::Error for another dtype or a model larger than memory.
 LlmModel load_llm(const HfFolder& folder, at::Device device, at::ScalarType dtype = at::kFloat);
 LlmModel load_llm(const std::string& folder, at::Device device, at::ScalarType dtype = at::kFloat);
 

@@ -7,7 +7,8 @@
 namespace wm::llm {
 
 // The file's JSON, read whole. Throws wm::Error naming the path when it cannot be opened or
-// read, wm::CorruptData (a wm::Error) naming it when it is not valid JSON.
+// read, is a folder, a link to nothing, no regular file or over 256 MiB; wm::CorruptData (a
+// wm::Error) naming it when it is not valid JSON.
 nlohmann::json read_json_file(const std::string& path);
 
 }  // namespace wm::llm

@@ -2,8 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
-#include <torch/nn/options/embedding.h>
-#include <torch/nn/options/linear.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
 
 #include "runtime/error.h"
 #include "runtime/rope.h"
@@ -13,7 +14,16 @@ namespace nn = torch::nn;
 
 namespace {
 
-nn::Linear linear(int64_t in, int64_t out, bool bias) { return nn::Linear(nn::LinearOptions(in, out).bias(bias)); }
+// A parameter of `shape`: uninitialised, or as `fill` starts it (in float32, then converted, so
+// that the default start draws the same numbers whatever the dtype).
+template <class Fill>
+at::Tensor make_param(at::IntArrayRef shape, const ParamAlloc& alloc, Fill fill) {
+  at::NoGradGuard no_grad;
+  if (alloc.init == ParamInit::Uninitialised) return at::empty(shape, at::TensorOptions().dtype(alloc.dtype));
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  fill(t);
+  return alloc.dtype == at::kFloat ? t : t.to(alloc.dtype);
+}
 
 // Hugging Face's rotate-half RoPE on x [..., n, H, d] (token-major, heads inside) with cos/sin
 // [n, d/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of the head dim.
@@ -42,8 +52,31 @@ bool same_rope(const RopeSpec& a, const RopeSpec& b) {
 
 }  // namespace
 
-LlmRmsNormImpl::LlmRmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", at::ones({dim}));
+LlmRmsNormImpl::LlmRmsNormImpl(int64_t dim, double eps_, ParamAlloc alloc) : eps(eps_) {
+  weight = register_parameter("weight", make_param({dim}, alloc, [](at::Tensor& t) { t.fill_(1.0); }));
+}
+
+// torch::nn::Linear's start: Kaiming-uniform weights (a = sqrt(5)), biases uniform in
+// +-1/sqrt(in), drawn in that order from libtorch's default generator.
+LlmLinearImpl::LlmLinearImpl(int64_t in, int64_t out, bool with_bias, ParamAlloc alloc) {
+  weight = register_parameter("weight", make_param({out, in}, alloc, [](at::Tensor& t) {
+                                torch::nn::init::kaiming_uniform_(t, std::sqrt(5));
+                              }));
+  if (with_bias) {
+    const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
+    bias = register_parameter("bias", make_param({out}, alloc, [&](at::Tensor& t) {
+                                torch::nn::init::uniform_(t, -bound, bound);
+                              }));
+  }
+}
+
+at::Tensor LlmLinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+
+// torch::nn::Embedding's start: standard normal.
+LlmEmbeddingImpl::LlmEmbeddingImpl(int64_t vocab, int64_t dim, ParamAlloc alloc) {
+  weight = register_parameter("weight", make_param({vocab, dim}, alloc, [](at::Tensor& t) {
+                                torch::nn::init::normal_(t);
+                              }));
 }
 
 at::Tensor LlmRmsNormImpl::forward(const at::Tensor& x) {
@@ -52,43 +85,46 @@ at::Tensor LlmRmsNormImpl::forward(const at::Tensor& x) {
   return weight * y.to(x.scalar_type());
 }
 
-LlmAttentionImpl::LlmAttentionImpl(const LlmConfig& c) {
+LlmAttentionImpl::LlmAttentionImpl(const LlmConfig& c, ParamAlloc a) {
   const int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
-  q_proj = register_module("q_proj", linear(c.hidden_size, q_out, c.qkv_bias()));
-  k_proj = register_module("k_proj", linear(c.hidden_size, kv_out, c.qkv_bias()));
-  v_proj = register_module("v_proj", linear(c.hidden_size, kv_out, c.qkv_bias()));
-  o_proj = register_module("o_proj", linear(q_out, c.hidden_size, c.o_proj_bias()));
+  q_proj = register_module("q_proj", LlmLinear(c.hidden_size, q_out, c.qkv_bias(), a));
+  k_proj = register_module("k_proj", LlmLinear(c.hidden_size, kv_out, c.qkv_bias(), a));
+  v_proj = register_module("v_proj", LlmLinear(c.hidden_size, kv_out, c.qkv_bias(), a));
+  o_proj = register_module("o_proj", LlmLinear(q_out, c.hidden_size, c.o_proj_bias(), a));
 }
 
-LlmMlpImpl::LlmMlpImpl(const LlmConfig& c) {
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+LlmMlpImpl::LlmMlpImpl(const LlmConfig& c, ParamAlloc a) {
+  gate_proj = register_module("gate_proj", LlmLinear(c.hidden_size, c.intermediate_size, c.mlp_bias, a));
+  up_proj = register_module("up_proj", LlmLinear(c.hidden_size, c.intermediate_size, c.mlp_bias, a));
+  down_proj = register_module("down_proj", LlmLinear(c.intermediate_size, c.hidden_size, c.mlp_bias, a));
 }
 
 at::Tensor LlmMlpImpl::forward(const at::Tensor& x) {
   return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
-LlmLayerImpl::LlmLayerImpl(const LlmConfig& c) {
-  input_layernorm = register_module("input_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", LlmAttention(c));
-  post_attention_layernorm = register_module("post_attention_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
-  mlp = register_module("mlp", LlmMlp(c));
+LlmLayerImpl::LlmLayerImpl(const LlmConfig& c, ParamAlloc a) {
+  input_layernorm = register_module("input_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps, a));
+  self_attn = register_module("self_attn", LlmAttention(c, a));
+  post_attention_layernorm = register_module("post_attention_layernorm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps, a));
+  mlp = register_module("mlp", LlmMlp(c, a));
 }
 
-LlmBodyImpl::LlmBodyImpl(const LlmConfig& c) {
-  embed_tokens = register_module("embed_tokens", nn::Embedding(c.vocab_size, c.hidden_size));
+LlmBodyImpl::LlmBodyImpl(const LlmConfig& c, ParamAlloc a) {
+  embed_tokens = register_module("embed_tokens", LlmEmbedding(c.vocab_size, c.hidden_size, a));
   layers = register_module("layers", nn::ModuleList());
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(LlmLayer(c));
-  norm = register_module("norm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(LlmLayer(c, a));
+  norm = register_module("norm", LlmRmsNorm(c.hidden_size, c.rms_norm_eps, a));
 }
 
-LlmModelImpl::LlmModelImpl(LlmConfig cfg) : cfg_(std::move(cfg)) {
+LlmModelImpl::LlmModelImpl(LlmConfig cfg, ParamAlloc alloc) : cfg_(std::move(cfg)) {
   cfg_.validate();
+  WM_CHECK(alloc.dtype == at::kFloat || alloc.dtype == at::kHalf || alloc.dtype == at::kBFloat16,
+           "parameters must be float32, float16 or bfloat16, got ", c10::toString(alloc.dtype));
   rope_ = RopeSpec::text1d(static_cast<int>(cfg_.head_dim), cfg_.rope_theta, RopeStyle::Half);
-  model = register_module("model", LlmBody(cfg_));
-  if (!cfg_.tie_word_embeddings) lm_head = register_module("lm_head", linear(cfg_.hidden_size, cfg_.vocab_size, false));
+  model = register_module("model", LlmBody(cfg_, alloc));
+  if (!cfg_.tie_word_embeddings)
+    lm_head = register_module("lm_head", LlmLinear(cfg_.hidden_size, cfg_.vocab_size, false, alloc));
 }
 
 at::Device LlmModelImpl::device() const { return model->embed_tokens->weight.device(); }

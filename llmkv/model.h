@@ -23,8 +23,6 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <string>
@@ -37,33 +35,61 @@
 
 namespace wm::llm {
 
+// How a model's parameters start: as libtorch's modules start theirs (Linear's Kaiming-uniform
+// weights and uniform biases, Embedding's standard normal, norms at 1), or allocated and left
+// uninitialised, for weights that are about to be loaded (hf_folder.h): a checkpoint's size in
+// random numbers drawn for nothing otherwise.
+enum class ParamInit { Default, Uninitialised };
+
+// How parameters are made: their start and dtype (float32, float16 or bfloat16; on the CPU).
+struct ParamAlloc {
+  ParamInit init = ParamInit::Default;
+  at::ScalarType dtype = at::kFloat;
+};
+
 // RMSNorm as Llama: x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
 // As Hugging Face: weight * (x_f32 * rsqrt(mean(x_f32^2) + eps)).to(x's dtype).
 struct LlmRmsNormImpl : torch::nn::Module {
-  LlmRmsNormImpl(int64_t dim, double eps);
+  LlmRmsNormImpl(int64_t dim, double eps, ParamAlloc alloc = {});
   at::Tensor forward(const at::Tensor& x);  // [..., dim] -> same shape and dtype
   at::Tensor weight;                         // [dim]
   double eps;
 };
 TORCH_MODULE(LlmRmsNorm);
 
+// y = x W^T + b: weight [out, in], bias [out] (undefined without one), as torch::nn::Linear
+// registers them.
+struct LlmLinearImpl : torch::nn::Module {
+  LlmLinearImpl(int64_t in, int64_t out, bool bias, ParamAlloc alloc = {});
+  at::Tensor forward(const at::Tensor& x);  // [..., in] -> [..., out]
+  at::Tensor weight, bias;
+};
+TORCH_MODULE(LlmLinear);
+
+// The token embeddings: weight [vocab, hidden] (rows looked up by LlmModelImpl::embed).
+struct LlmEmbeddingImpl : torch::nn::Module {
+  LlmEmbeddingImpl(int64_t vocab, int64_t dim, ParamAlloc alloc = {});
+  at::Tensor weight;
+};
+TORCH_MODULE(LlmEmbedding);
+
 // q_proj [n_heads * head_dim, hidden], k/v_proj [n_kv_heads * head_dim, hidden] (biases per
 // LlmConfig::qkv_bias), o_proj [hidden, n_heads * head_dim] (bias per LlmConfig::o_proj_bias).
 struct LlmAttentionImpl : torch::nn::Module {
-  explicit LlmAttentionImpl(const LlmConfig& c);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  explicit LlmAttentionImpl(const LlmConfig& c, ParamAlloc alloc = {});
+  LlmLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(LlmAttention);
 
 struct LlmMlpImpl : torch::nn::Module {
-  explicit LlmMlpImpl(const LlmConfig& c);
+  explicit LlmMlpImpl(const LlmConfig& c, ParamAlloc alloc = {});
   at::Tensor forward(const at::Tensor& x);  // SwiGLU: down(silu(gate(x)) * up(x)), x [..., hidden]
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // biases iff mlp_bias
+  LlmLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // biases iff mlp_bias
 };
 TORCH_MODULE(LlmMlp);
 
 struct LlmLayerImpl : torch::nn::Module {
-  explicit LlmLayerImpl(const LlmConfig& c);
+  explicit LlmLayerImpl(const LlmConfig& c, ParamAlloc alloc = {});
   LlmRmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlmAttention self_attn{nullptr};
   LlmMlp mlp{nullptr};
@@ -72,8 +98,8 @@ TORCH_MODULE(LlmLayer);
 
 // The inner "model." part of the checkpoint.
 struct LlmBodyImpl : torch::nn::Module {
-  explicit LlmBodyImpl(const LlmConfig& c);
-  torch::nn::Embedding embed_tokens{nullptr};
+  explicit LlmBodyImpl(const LlmConfig& c, ParamAlloc alloc = {});
+  LlmEmbedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   LlmRmsNorm norm{nullptr};
 };
@@ -110,9 +136,10 @@ struct Qkv {
 
 class LlmModelImpl : public torch::nn::Module {
  public:
-  // Throws wm::Error (from cfg.validate()) on an invalid config. Parameters start as libtorch's
-  // defaults on the CPU in float32; load weights (hf_folder.h) or call init_weights().
-  explicit LlmModelImpl(LlmConfig cfg);
+  // Throws wm::Error (from cfg.validate()) on an invalid config. Parameters are made on the CPU
+  // as `alloc` says (by default libtorch's defaults in float32); load weights (hf_folder.h) or
+  // call init_weights(). Parameters of llm_parameter_shapes(cfg) (weight_shapes.h), in its order.
+  explicit LlmModelImpl(LlmConfig cfg, ParamAlloc alloc = {});
 
   const LlmConfig& config() const { return cfg_; }
   const RopeSpec& rope() const { return rope_; }
@@ -155,7 +182,7 @@ class LlmModelImpl : public torch::nn::Module {
   void init_weights(uint64_t seed);
 
   LlmBody model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  LlmLinear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
   LlmLayerImpl& layer(int l);

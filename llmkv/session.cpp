@@ -100,6 +100,7 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
     next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
     peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
     pstats_.peak_window_bytes = std::max(pstats_.peak_window_bytes, memory_.window().bytes_used());
+    if (on_chunk_) on_chunk_(s + c, n);
   }
   return logits[-1].reshape({-1}).to(at::kCPU, at::kFloat);
 }
@@ -211,6 +212,11 @@ Generation LlmSession::generate(const std::vector<int64_t>& prompt, const Genera
   const auto t0 = Clock::now();
   g.stats.prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
   if (g.stats.prompt_tokens > 0) {
+    struct Reset {
+      std::function<void(int64_t, int64_t)>& f;
+      ~Reset() { f = nullptr; }
+    } reset{on_chunk_};
+    on_chunk_ = opt.on_prefill;
     g.prompt_logits = feed(prompt);
   } else {
     WM_CHECK(last_logits_.defined(), "generation needs a prompt or a context fed before");

@@ -37,6 +37,10 @@ struct GenerateOptions {
   int64_t max_new_tokens = 256;
   std::vector<int64_t> stop_tokens;       // generation ends on these (not shown in the text)
   std::vector<std::string> stop_strings;  // generation ends when the text shows one (cut there)
+  // Called after each prefill chunk of the prompt with the prompt's tokens done and in all (a
+  // program shows progress on long prompts). Should not throw: an exception there leaves the
+  // context holding part of the prompt (reset() the session then).
+  std::function<void(int64_t done, int64_t total)> on_prefill;
   void validate() const;                  // throws wm::Error naming the field
 };
 
@@ -170,6 +174,7 @@ class LlmSession {
   int64_t generations_ = 0;         // generate() calls so far (each draws its own random stream)
   std::vector<int64_t> lp_at_;      // keep_log_probs(): indices into predict()'s ids
   std::vector<at::Tensor> lp_;      // their log-probabilities, by index (undefined until seen)
+  std::function<void(int64_t, int64_t)> on_chunk_;  // generate()'s on_prefill while it feeds
   int64_t lp_base_ = 0;             // the index of the next token run() sees in predict()
 };
 

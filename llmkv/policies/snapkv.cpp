@@ -10,7 +10,9 @@
 namespace wm::llm {
 
 SnapKv::SnapKv(const TextMemoryConfig& cfg) : TextPolicy(cfg) {
-  WM_CHECK(cfg.budget >= 2, "snapkv needs a KV budget of at least 2 tokens, got ", cfg.budget);
+  // Named by the policy asked for (pyramidkv shares this constructor), not by the class.
+  if (cfg.budget < 2)
+    throw Error(str_cat("policy ", cfg.policy, " needs a KV budget of at least 2 tokens, got ", cfg.budget));
 }
 
 MemoryPlan SnapKv::observe(const KvMemory& memory, const StepView& step) {
