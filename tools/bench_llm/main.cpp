@@ -26,9 +26,14 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "llmkv/weight_shapes.h"
 #include "tools/cli/cleanup.h"
+#include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/run_folder.h"
+#include "tools/cli/shipped_path.h"
+#include "tools/cli/validators.h"
 
 namespace {
 
@@ -59,12 +64,13 @@ BankFigures bench_bank(wm::llm::LlmModelImpl& model, at::Device dev, at::ScalarT
   wm::StoreConfig sc;
   sc.device = dev;
   sc.device_budget = 0;
-  std::filesystem::path spill;
+  // Disk: spill files in a folder of this run's own under $TMPDIR, gone at the end and on a signal.
+  std::unique_ptr<wm::cli::RunFolder> spill;
   if (tier == wm::Tier::Disk) {
     sc.host_budget = 0;
-    spill = std::filesystem::temp_directory_path() /
-            ("wm_bench_llm_bank_" + std::to_string(static_cast<long long>(::getpid())));
-    sc.spill_dir = spill.string();
+    spill = std::make_unique<wm::cli::RunFolder>(std::filesystem::temp_directory_path().string(), "wm_bench_llm_bank",
+                                                 "the bank's spill folder");
+    sc.spill_dir = spill->path();
   }
   std::vector<double> save, load, recompute;
   size_t bytes = 0;
@@ -97,7 +103,6 @@ BankFigures bench_bank(wm::llm::LlmModelImpl& model, at::Device dev, at::ScalarT
       if (r > 0) recompute.push_back(rc), save.push_back(sv), load.push_back(ld);
     }
   }
-  if (!spill.empty()) std::filesystem::remove_all(spill);
   return {median(save), median(load), median(recompute), bytes};
 }
 
@@ -115,8 +120,11 @@ int main(int argc, char** argv) {
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
-  app.add_option("-m,--model", models, "model folder, or a config.json for random weights (repeatable)")
-      ->capture_default_str()->check(CLI::ExistingPath);
+  auto* model_opt = app.add_option("-m,--model", models,
+                                   "model folder, or a config.json for random weights (repeatable; the defaults are "
+                                   "looked for in the working directory, then above this program's folder)")
+                        ->capture_default_str()
+                        ->check(CLI::ExistingPath);
   app.add_option("--contexts", contexts, "context lengths (prompt tokens)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   app.add_option("--decode-tokens", decode_tokens, "tokens decoded after each prefill")->capture_default_str()
@@ -134,28 +142,52 @@ int main(int argc, char** argv) {
                  "also decode under these memory policies, each against the full cache in the same run (models "
                  "with a tokenizer.json only)")
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
-  app.add_option("--policy-budget", policy_share, "the policies' KV budget as a share of the context")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-3, 1.0));
+  auto* budget_opt = app.add_option("--policy-budget", policy_share, "the policies' KV budget as a share of the context")
+                         ->capture_default_str()
+                         ->check(wm::cli::FiniteRange(1e-3, 1.0));
   app.add_option("--evict-slack", evict_slack,
                  "the policies cut a layer over budget to budget - slack (eviction every slack + 1 steps)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
-  app.add_option("--seed", seed, "random weights and token ids")->capture_default_str();
+  app.add_option("--seed", seed, "random weights and token ids")->capture_default_str()->check(wm::cli::Uint64());
   app.add_option("--json", json_out, "also write the figures as JSON to this file");
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
 
   try {
+    if (model_opt->count() == 0)
+      for (auto& m : models) {
+        std::string tried;
+        const std::string found = wm::cli::find_shipped(m, &tried);
+        if (found.empty())
+          throw wm::Error(wm::str_cat("the default model ", m, " was not found; tried ", tried, ": give --model"));
+        m = found;
+      }
+    if (budget_opt->count() > 0 && policies.empty())
+      throw wm::Error("--policy-budget applies to --policies, and none is given");
+    {
+      wm::cli::NamedPaths inputs;
+      for (const auto& m : models) {
+        const bool dir = std::filesystem::is_directory(m);
+        inputs.push_back({"--model " + m, dir ? "" : m});
+        if (dir)
+          for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"})
+            inputs.push_back({wm::str_cat("the ", f, " of ", m), m + "/" + f});
+      }
+      wm::cli::require_distinct_outputs({{"--json", json_out}}, inputs);
+    }
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
     const int nt = wm::init_threads(threads);
     wm::keep_freed_memory();
     const at::Device dev = wm::parse_device(device);
     const at::ScalarType dt = wm::parse_compute_dtype(dtype);
+    if (dt == at::kHalf && dev.is_cpu())
+      throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
+                      "float32");
     torch::NoGradGuard ng;
     std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
                 dtype.c_str(), static_cast<long long>(prefill_chunk));
@@ -172,13 +204,30 @@ int main(int argc, char** argv) {
         name = std::filesystem::path(m).filename().string();
       } else {
         wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(m);
-        model = wm::llm::LlmModel(cfg);
+        wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(cfg)) * 4,
+                                      wm::str_cat("a model of ", m, " in float32"),
+                                      wm::str_cat(m, ": ", wm::llm::llm_size_fields(cfg)));
+        // Drawn once, by init_weights (not first by the modules' own start as well).
+        model = wm::llm::LlmModel(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
         model->init_weights(seed);
         model->to(dev, dt);
         name = std::filesystem::path(m).stem().string() + " (random)";
       }
       model->eval();
       const auto& cfg = model->config();
+      // The largest context's window (K and V of every layer) and its attention scores (one
+      // prefill chunk's queries against the whole context, float32) must fit before anything runs.
+      {
+        const int64_t ctx = *std::max_element(contexts.begin(), contexts.end());
+        const uint64_t kv = static_cast<uint64_t>(ctx + decode_tokens) * cfg.num_hidden_layers * 2 *
+                            cfg.num_key_value_heads * cfg.head_dim * c10::elementSize(dt);
+        const uint64_t scores = static_cast<uint64_t>(std::min(prefill_chunk, ctx)) * (ctx + decode_tokens) *
+                                cfg.num_attention_heads * 4;
+        wm::llm::check_fits_in_memory(kv + scores, wm::str_cat("context ", ctx, " on ", name),
+                                      wm::str_cat("--contexts ", ctx, ", --prefill-chunk ", prefill_chunk, "; ",
+                                                  cfg.num_hidden_layers, " layers of ", cfg.num_key_value_heads,
+                                                  " kv heads x head_dim ", cfg.head_dim));
+      }
       for (int64_t ctx : contexts) {
         at::manual_seed(static_cast<uint64_t>(seed + ctx));
         at::Tensor ids = at::randint(0, cfg.vocab_size, {ctx + decode_tokens}, at::kLong);
@@ -300,6 +349,9 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_bench_llm: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "wm_bench_llm: error: an unknown failure\n");
     return 1;
   }
   return 0;

@@ -1,6 +1,6 @@
 #pragma once
 // Outputs that are whole or absent: a file is written under a temporary name in its own folder,
-// `<folder>/.<name>.<pid>.part`, and renamed to its final name only when the program commits it;
+// `<folder>/.<name>.<pid>.part` (one of its own per output), and renamed to its final name only when the program commits it;
 // if the program fails first, the temporary file is removed and nothing appears under the final
 // name. While it exists the temporary name is registered with tools/cli/cleanup.h, so that a
 // termination signal removes it too (in programs that call remove_temporaries_on_signal()).
@@ -21,6 +21,18 @@ namespace wm::cli {
 inline std::string part_path(const std::string& path) {
   const std::filesystem::path p(path);
   return (p.parent_path() / ("." + p.filename().string() + "." + std::to_string(::getpid()) + ".part")).string();
+}
+
+// A temporary name of `path` that no other output of this process holds now: part_path(path),
+// or `<folder>/.<name>.<pid>-<k>.part` while that one is taken.
+inline std::string unique_part_path(const std::string& path) {
+  std::string tmp = part_path(path);
+  const std::filesystem::path p(path);
+  for (int k = 1; is_registered(tmp) && k < 1000; ++k)
+    tmp = (p.parent_path() / ("." + p.filename().string() + "." + std::to_string(::getpid()) + "-" +
+                              std::to_string(k) + ".part"))
+              .string();
+  return tmp;
 }
 
 // A final path and its temporary name, for writers that take a path (PNG, torch::save, FFmpeg):
@@ -45,7 +57,7 @@ class OutputPath {
       return;
     }
     if (fs::path(path_).filename().empty()) throw Error(str_cat("cannot write ", path_, ": no file name"));
-    tmp_ = part_path(path_);
+    tmp_ = unique_part_path(path_);
     slot_ = register_temporary(tmp_);
   }
   OutputPath(const OutputPath&) = delete;

@@ -5,8 +5,9 @@
 // becomes it on commit; when it exists, the temporary folder sits inside it, and commit moves
 // each file in, replacing files of the same names (as it also does when the folder appeared in
 // the meantime). Without a commit the destructor removes the temporary folder and everything in
-// it; a termination signal does too (tools/cli/cleanup.h). The temporary folder holds plain
-// files only. Header-only.
+// it; a termination signal does too (tools/cli/cleanup.h). The parents of `dir` that were
+// missing are made, and removed again (when empty) unless it commits. The temporary folder holds
+// plain files only. Header-only.
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
+#include "tools/cli/run_folder.h"
 
 namespace wm::cli {
 
@@ -38,8 +40,7 @@ class OutputFolder {
       if (!fs::is_directory(d, ec)) throw Error(str_cat("cannot write into ", dir_, ": it is not a folder"));
       staging_ = (d / (".wm." + pid + ".part")).string();
     } else {
-      fs::create_directories(d.parent_path(), ec);
-      if (ec) throw Error(str_cat("cannot create the folder ", dir_, ": ", ec.message()));
+      parents_.make(d.parent_path().string(), str_cat("cannot create the folder ", dir_));
       staging_ = (d.parent_path() / ("." + d.filename().string() + "." + pid + ".part")).string();
     }
     target_ = d.string();
@@ -95,6 +96,7 @@ class OutputFolder {
     unregister_temporary(slot_);
     slot_ = -1;
     committed_ = true;
+    parents_.keep();
   }
 
   // Removes the temporary folder now, unless committed (idempotent; never throws).
@@ -104,9 +106,11 @@ class OutputFolder {
     std::filesystem::remove_all(staging_, ec);
     unregister_temporary(slot_);
     slot_ = -1;
+    parents_.remove_empty();
   }
 
  private:
+  MadeFolders parents_;  // the parents of dir it made
   std::string dir_, target_, staging_;
   int slot_ = -1;
   bool committed_ = false;

@@ -42,6 +42,24 @@ class FiniteRange : public CLI::Validator {
   }
 };
 
+// A whole number in [0, 2^64 - 1] written in decimal digits: CLI11 itself reads "-1" and
+// "18446744073709551616" into an unsigned 64-bit option as 2^64 - 1 without a word.
+class Uint64 : public CLI::Validator {
+ public:
+  Uint64() {
+    name_ = "UINT64";
+    description("UINT in [0, 18446744073709551615]");
+    func_ = [](std::string& s) -> std::string {
+      static const std::string max = "18446744073709551615";
+      const size_t b = s.find_first_not_of('0');
+      const std::string digits = b == std::string::npos ? "0" : s.substr(b);
+      bool ok = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      ok = ok && (digits.size() < max.size() || (digits.size() == max.size() && digits <= max));
+      return ok ? std::string() : "'" + s + "' is not a whole number in [0, " + max + "]";
+    };
+  }
+};
+
 // Any finite number.
 inline const FiniteRange Finite(-std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
 // A finite number >= 0.

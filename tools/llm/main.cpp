@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,21 +24,63 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
+#include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/npy.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/shipped_path.h"
 #include "tools/cli/validators.h"
 
 namespace {
 
 const char* const kEmbeddedModel = "assets/models/tiny-llm";
 
-std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
+// At most max_bytes of a stream, where `what` names it in the error: a prompt larger than that
+// (or a device that never ends, /dev/zero) is refused instead of read until memory runs out.
+std::string read_bounded(std::istream& in, int64_t max_bytes, const std::string& what) {
+  std::string text;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(text.size()) > max_bytes)
+      throw wm::Error(wm::str_cat(what, " holds more than --max-prompt-bytes ", max_bytes,
+                                  " bytes: give a shorter prompt or raise the limit"));
+  }
+  if (in.bad()) throw wm::Error(wm::str_cat("cannot read ", what));
+  return text;
+}
 
-std::string read_file(const std::string& path) {
+std::string read_prompt_file(const std::string& path, int64_t max_bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw wm::Error(wm::str_cat("--prompt-file ", path, " is a folder, not a file"));
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw wm::Error(wm::str_cat("cannot read the prompt file ", path));
-  return read_all(f);
+  if (!f)
+    throw wm::Error(wm::str_cat("--prompt-file: cannot read ", path,
+                                std::filesystem::exists(path, ec) ? " (no permission?)" : " (no such file)"));
+  return read_bounded(f, max_bytes, wm::str_cat("the prompt file ", path));
+}
+
+// A line of standard input (chat), at most max_bytes long. False at the end of input.
+bool read_line_bounded(std::string& line, int64_t max_bytes) {
+  line.clear();
+  for (int c; (c = std::cin.get()) != EOF;) {
+    if (c == '\n') return true;
+    line.push_back(static_cast<char>(c));
+    if (static_cast<int64_t>(line.size()) > max_bytes)
+      throw wm::Error(wm::str_cat("a chat line on standard input holds more than --max-prompt-bytes ", max_bytes,
+                                  " bytes"));
+  }
+  return !line.empty();
+}
+
+// Writes to standard output; a reader that went away (EPIPE, when SIGPIPE is ignored) ends the
+// run as an error instead of generating on for no one.
+void write_stdout(const char* data, size_t n) {
+  if ((n > 0 && std::fwrite(data, 1, n, stdout) != n) || std::fflush(stdout) != 0)
+    throw wm::Error(wm::str_cat("cannot write to standard output: ", std::strerror(errno)));
 }
 
 void print_stats(const wm::llm::GenerationStats& s) {
@@ -70,17 +115,28 @@ int main(int argc, char** argv) {
       "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
   std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
-  bool chat = false, no_stream = false, raw_special = false;
+  bool chat = false, no_stream = false, raw_special = false, strict_positions = false;
+  int64_t max_prompt_bytes = int64_t{1} << 20;
   wm::llm::GenerateOptions gen;
   std::vector<int64_t> stop_tokens;
   int beams = 0, threads = 0;
   double length_penalty = 1.0;
   int64_t prefill_chunk = 512;
   wm::llm::TextMemoryConfig memory;
-  app.add_option("-m,--model", model_dir, "model folder")->capture_default_str();
+  auto* m_opt = app.add_option("-m,--model", model_dir,
+                               "model folder (default: the embedded tiny model, looked for in the working directory, "
+                               "then above this program's folder)")
+                    ->capture_default_str();
   auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text (else --prompt-file, else standard input)");
-  app.add_option("-f,--prompt-file", prompt_file, "read the prompt from this file ('-': standard input)")
+  auto* f_opt = app.add_option("-f,--prompt-file", prompt_file, "read the prompt from this file ('-': standard input)")
       ->excludes(p_opt);
+  app.add_option("--max-prompt-bytes", max_prompt_bytes,
+                 "a prompt file or standard input (or a chat line) longer than this is refused")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_flag("--strict-positions", strict_positions,
+               "refuse a prompt that reaches beyond the model's trained positions (max_position_embeddings) "
+               "instead of warning");
   app.add_flag("--chat", chat,
                "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
   app.add_option("--system", system, "system message (chat)");
@@ -92,10 +148,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--top-p", gen.sampling.top_p, "nucleus mass in (0, 1]")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
-  app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
+  app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str()->check(wm::cli::Uint64());
   app.add_option("--stop", gen.stop_strings, "stop string (repeatable)");
   app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   app.add_option("--beams", beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
   app.add_option("--length-penalty", length_penalty, "beam ranking: score / length^penalty")
       ->check(wm::cli::FiniteRange(-10.0, 10.0));
@@ -104,8 +160,9 @@ int main(int argc, char** argv) {
   app.add_option("--policy", memory.policy, "KV memory policy")
       ->capture_default_str()
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
-  app.add_option("--kv-budget", memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  auto* budget_opt =
+      app.add_option("--kv-budget", memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--sink", memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--window", memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
@@ -134,9 +191,34 @@ int main(int argc, char** argv) {
   wm::cli::remove_temporaries_on_signal();
 
   try {
+    if (m_opt->count() > 0 && model_dir.empty()) throw wm::Error("--model is empty");
+    if (p_opt->count() > 0 && prompt.empty())
+      throw wm::Error("--prompt is empty (give the text, or --prompt-file, or the prompt on standard input)");
+    if (f_opt->count() > 0 && prompt_file.empty()) throw wm::Error("--prompt-file is empty");
+    if (budget_opt->count() > 0 && memory.policy == "full")
+      throw wm::Error("--kv-budget applies to a memory policy that evicts: --policy full keeps every token");
     wm::init_threads(threads);
     const at::Device dev = wm::parse_device(device);
     const at::ScalarType dt = wm::parse_compute_dtype(dtype);
+    if (dt == at::kHalf && dev.is_cpu())
+      throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
+                      "float32");
+    if (m_opt->count() == 0) {
+      std::string tried;
+      model_dir = wm::cli::find_shipped(kEmbeddedModel, &tried);
+      if (model_dir.empty())
+        throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
+                                    ": give --model with a Hugging Face model folder"));
+    }
+    const std::string prompt_path = prompt_file == "-" ? "" : prompt_file;
+    wm::cli::require_distinct_outputs(
+        {{"--dump-logits", dump_logits}, {"--stats-json", stats_json_path}},
+        {{"--prompt-file", prompt_path},
+         {"the model's config.json", model_dir + "/config.json"},
+         {"the model's tokenizer.json", model_dir + "/tokenizer.json"},
+         {"the model's generation_config.json", model_dir + "/generation_config.json"},
+         {"the model's model.safetensors", model_dir + "/model.safetensors"},
+         {"the model's model.safetensors.index.json", model_dir + "/model.safetensors.index.json"}});
     gen.sampling.validate();  // top_p 0 and the like, with a message naming the field
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
@@ -152,10 +234,6 @@ int main(int argc, char** argv) {
     if (!dump_logits.empty()) logits_file = std::make_unique<wm::cli::OutputFile>(dump_logits);
     if (!stats_json_path.empty()) stats_file = std::make_unique<wm::cli::OutputFile>(stats_json_path);
 
-    if (model_dir == kEmbeddedModel && !std::filesystem::exists(model_dir))
-      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
-                                  ") is not shipped yet: give --model with a Hugging Face model folder, or train one "
-                                  "with wm_llm_train (README: 'The tiny model and its tasks')"));
     wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, dt);
     const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
     const auto defaults = wm::llm::GenerationDefaults::load(model_dir + "/generation_config.json");
@@ -183,10 +261,22 @@ int main(int argc, char** argv) {
     nlohmann::json turns = nlohmann::json::array();
     bool last_stop_im_end = false;
     auto on_text = [&](const std::string& s) {
-      if (no_stream) return;
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
+      if (!no_stream) write_stdout(s.data(), s.size());
     };
+    // Long prefills show their progress (after 2 s, so that short prompts stay quiet).
+    wm::cli::ProgressLine progress(15);
+    std::chrono::steady_clock::time_point prefill_t0;
+    bool prefill_shown = false;
+    gen.on_prefill = [&](int64_t done, int64_t total) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0).count();
+      if (s < 2 && !prefill_shown) return;
+      prefill_shown = true;
+      progress.show(done == total, "wm_llm: prefill %lld/%lld tokens, %.0f s", static_cast<long long>(done),
+                    static_cast<long long>(total), s);
+      if (done == total) progress.finish();
+    };
+    const int64_t max_positions = model->config().max_position_embeddings;
+    bool warned_positions = false;
 
     // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
     auto run_turn = [&](const std::string& text, bool first) {
@@ -208,6 +298,19 @@ int main(int argc, char** argv) {
         ids = tok.encode(text, raw_special, true);
       }
       if (ids.empty() && session.next_position() == 0) throw wm::Error("the prompt is empty");
+      const int64_t reach = session.next_position() + static_cast<int64_t>(ids.size());
+      if (reach > max_positions) {
+        const std::string msg =
+            wm::str_cat("the context reaches position ", reach, ", beyond the ", max_positions,
+                        " positions the model was trained on (max_position_embeddings in ", model_dir, "/config.json)");
+        if (strict_positions) throw wm::Error(msg + " (--strict-positions)");
+        if (!warned_positions)
+          std::fprintf(stderr, "wm_llm: warning: %s: expect text that makes little sense (--strict-positions refuses)\n",
+                       msg.c_str());
+        warned_positions = true;
+      }
+      prefill_t0 = std::chrono::steady_clock::now();
+      prefill_shown = false;
       if (beams > 0) {
         wm::llm::BeamOptions bo;
         bo.num_beams = beams;
@@ -220,8 +323,11 @@ int main(int argc, char** argv) {
           const auto& b = r.beams[i];
           std::vector<int64_t> shown = b.tokens;
           if (b.finished && !shown.empty()) shown.pop_back();
-          std::printf("[beam %zu] score %.4f ranked %.4f%s: %s\n", i, b.score, b.ranked, b.finished ? " (ended)" : "",
-                      tok.decode(shown).c_str());
+          char head[128];
+          std::snprintf(head, sizeof head, "[beam %zu] score %.4f ranked %.4f%s: ", i, b.score, b.ranked,
+                        b.finished ? " (ended)" : "");
+          const std::string line = head + tok.decode(shown) + "\n";
+          write_stdout(line.data(), line.size());
         }
         std::fprintf(stderr, "wm_llm: beam cache %.2f MiB, K/V bytes copied by reorders: %zu\n",
                      r.cache_bytes / 1048576.0, r.bytes_copied);
@@ -232,9 +338,8 @@ int main(int argc, char** argv) {
       }
       wm::llm::Generation g = session.generate(ids, gen, on_text);
       last_stop_im_end = im_end && g.stop_reason == "stop_token" && !g.tokens.empty() && g.tokens.back() == *im_end;
-      if (no_stream) std::fwrite(g.text.data(), 1, g.text.size(), stdout);
-      std::printf("\n");
-      std::fflush(stdout);
+      if (no_stream) write_stdout(g.text.data(), g.text.size());
+      write_stdout("\n", 1);
       print_stats(g.stats);
       if (logits_file && first) {
         wm::cli::write_npy(*logits_file, g.prompt_logits);
@@ -252,7 +357,7 @@ int main(int argc, char** argv) {
       std::string line;
       bool first = true;
       if (tty) std::fprintf(stderr, "wm_llm: chat; one line per turn, end with Ctrl-D\n> ");
-      while (std::getline(std::cin, line)) {
+      while (read_line_bounded(line, max_prompt_bytes)) {
         if (!line.empty()) {
           run_turn(line, first);
           first = false;
@@ -261,9 +366,9 @@ int main(int argc, char** argv) {
       }
       if (first) throw wm::Error("no chat turns on standard input");
     } else {
-      std::string text = !prompt.empty()                           ? prompt
-                         : (!prompt_file.empty() && prompt_file != "-") ? read_file(prompt_file)
-                                                                     : read_all(std::cin);
+      std::string text = !prompt.empty()       ? prompt
+                         : !prompt_path.empty() ? read_prompt_file(prompt_path, max_prompt_bytes)
+                                                : read_bounded(std::cin, max_prompt_bytes, "standard input");
       if (text.empty()) throw wm::Error("the prompt is empty (give --prompt, --prompt-file or standard input)");
       run_turn(text, true);
     }
@@ -278,6 +383,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "wm_llm: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "wm_llm: error: an unknown failure\n");
     return 1;
   }
   return 0;

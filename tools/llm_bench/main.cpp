@@ -28,9 +28,13 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
+#include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/run_folder.h"
+#include "tools/cli/shipped_path.h"
 #include "tools/cli/stats.h"
 #include "tools/cli/validators.h"
 #include "tools/llm_tasks/sample.h"
@@ -247,7 +251,10 @@ struct Options {
 };
 
 void add_options(CLI::App& app, Options& o) {
-  app.add_option("-m,--model", o.model_dir, "model folder")->capture_default_str();
+  app.add_option("-m,--model", o.model_dir,
+                 "model folder (default: the embedded tiny model, looked for in the working directory, then above "
+                 "this program's folder)")
+      ->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
   app.add_option("--contexts", o.contexts, "context lengths in tokens")->capture_default_str()
       ->check(CLI::Range(wm::llmtasks::kMinTargetTokens, int64_t{1} << 20));
@@ -343,7 +350,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--bank-host-mib", o.bank_host_mib,
                  "evoke: the bank's host budget in MiB, beyond which banked blocks spill to --spill-dir (0: no limit)")
       ->check(CLI::Range(0.0, 1e9));
-  app.add_option("--spill-dir", o.spill_dir, "where the bank's spill files go (needed with --bank-host-mib)");
+  app.add_option("--spill-dir", o.spill_dir,
+                 "where the bank's spill files go (needed with --bank-host-mib): a folder of this run's own inside "
+                 "it, removed at the end");
   app.add_flag("--kl", o.kl,
                "also the mean KL divergence of each policy's next-token distribution from the full cache's over "
                "the answer tokens");
@@ -587,6 +596,20 @@ nlohmann::json run_bench(const Options& o, wm::llm::LlmModel model, const wm::ll
   return results;
 }
 
+// The block kinds (evoke's BlockMeta::kind) the samples of these tasks carry.
+std::vector<std::string> block_kinds(const std::vector<std::string>& tasks, int64_t ctx) {
+  std::vector<std::string> kinds;
+  for (const auto& task : tasks)
+    for (uint64_t i = 0; i < 4; ++i) {
+      wm::llmtasks::GenOptions go;
+      go.target_tokens = ctx;
+      for (const auto& seg : wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(i), go).segments)
+        if (std::find(kinds.begin(), kinds.end(), seg.kind) == kinds.end()) kinds.push_back(seg.kind);
+    }
+  std::sort(kinds.begin(), kinds.end());
+  return kinds;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -596,22 +619,57 @@ int main(int argc, char** argv) {
   add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
+  const bool model_given = app.count("--model") > 0;
 
   try {
+    if (model_given && o.model_dir.empty()) throw wm::Error("--model is empty");
+    if (!model_given) {
+      std::string tried;
+      o.model_dir = wm::cli::find_shipped(kEmbeddedModel, &tried);
+      if (o.model_dir.empty())
+        throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
+                                    ": give --model"));
+    }
+    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}},
+                                      {{"the model's config.json", o.model_dir + "/config.json"},
+                                       {"the model's tokenizer.json", o.model_dir + "/tokenizer.json"},
+                                       {"the model's model.safetensors", o.model_dir + "/model.safetensors"}});
+    if (o.bank_host_mib > 0 && o.spill_dir.empty())
+      throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
+    if (!o.spill_dir.empty() && o.bank_host_mib == 0)
+      throw wm::Error("--spill-dir is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+    const bool evoke = std::find(o.policies.begin(), o.policies.end(), "evoke") != o.policies.end();
+    if (!o.kind_floors.empty() && !evoke) throw wm::Error("--kind-floor applies to --policies evoke, which is not run");
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
     std::unique_ptr<wm::cli::OutputFile> csv_file;
     if (!o.csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(o.csv_out);
-    if (!o.plot_dir.empty()) std::filesystem::create_directories(o.plot_dir);
-    if (o.bank_host_mib > 0 && o.spill_dir.empty())
-      throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
-    if (!o.spill_dir.empty()) std::filesystem::create_directories(o.spill_dir);
+    std::unique_ptr<wm::cli::OutputFolder> plots;  // whole or absent, as the files
+    if (!o.plot_dir.empty()) plots = std::make_unique<wm::cli::OutputFolder>(o.plot_dir);
+    // The bank's spill files: a folder of this run's own in --spill-dir, gone at the end and on a
+    // signal; what earlier runs left there is reported, never read or removed.
+    std::unique_ptr<wm::cli::RunFolder> spill;
+    if (!o.spill_dir.empty()) {
+      const std::string stale = wm::cli::leftover_report(o.spill_dir, "wm_llm_bench");
+      if (!stale.empty()) std::fprintf(stderr, "wm_llm_bench: warning: --spill-dir %s\n", stale.c_str());
+      spill = std::make_unique<wm::cli::RunFolder>(o.spill_dir, "wm_llm_bench", "--spill-dir");
+      o.spill_dir = spill->path();
+    }
     wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     if (o.tasks.empty()) o.tasks = wm::llmtasks::task_names();
-    if (o.model_dir == kEmbeddedModel && !std::filesystem::exists(o.model_dir))
-      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
-                                  ") is not there: run from the repository's root, or give --model"));
+    if (!o.kind_floors.empty()) {
+      const std::vector<std::string> kinds = block_kinds(o.tasks, o.contexts.front());
+      for (const auto& f : o.kind_floors) {
+        const std::string kind = f.substr(0, f.rfind(':'));
+        if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+          std::string known;
+          for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
+          throw wm::Error(wm::str_cat("--kind-floor ", f, ": no block of the tasks run has kind '", kind, "' (they have: ",
+                                      known, ")"));
+        }
+      }
+    }
     wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
     model->eval();
     const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
@@ -633,13 +691,19 @@ int main(int argc, char** argv) {
       write_csv(csv_file->stream(), results);
       csv_file->commit();
     }
-    if (!o.plot_dir.empty()) write_plots(o.plot_dir, results);
+    if (plots) {
+      write_plots(plots->staging(), results);
+      plots->commit();
+    }
     if (json_file) {
       json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"results", results}}.dump(2) << "\n";
       json_file->commit();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_llm_bench: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "wm_llm_bench: error: an unknown failure\n");
     return 1;
   }
   return 0;

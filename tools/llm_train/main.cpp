@@ -22,12 +22,14 @@
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
 #include "llmkv/tokenizer.h"
+#include "llmkv/weight_shapes.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/run_folder.h"
 #include "tools/cli/validators.h"
 #include "tools/llm_tasks/rng.h"
 #include "tools/llm_tasks/sample.h"
@@ -154,11 +156,12 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
 wm::llm::LlmModel grown_model(const wm::llm::HfFolder& folder, wm::llm::LlmConfig cfg, int grow, uint64_t seed) {
   wm::llm::LlmConfig small_cfg = cfg;
   small_cfg.num_hidden_layers = folder.config.num_hidden_layers;
-  wm::llm::LlmModel small(small_cfg);
+  const wm::llm::ParamAlloc blank{wm::llm::ParamInit::Uninitialised, at::kFloat};
+  wm::llm::LlmModel small(small_cfg, blank);
   wm::llm::load_llm_weights(*small, folder);
   cfg.num_hidden_layers = small_cfg.num_hidden_layers + grow;
   cfg.validate();
-  wm::llm::LlmModel model(cfg);
+  wm::llm::LlmModel model(cfg, blank);
   model->init_weights(seed);
   torch::NoGradGuard ng;
   auto params = model->named_parameters(true);
@@ -221,7 +224,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--eval-samples", eval_samples, "held-out samples per task in those checks")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
-  app.add_option("--seed", seed, "data and initialisation seed")->capture_default_str();
+  app.add_option("--seed", seed, "data and initialisation seed")->capture_default_str()->check(wm::cli::Uint64());
   app.add_flag("--all-queries", all_queries,
                "mqar samples for training query every pair, not half of them as the task does by default (and "
                "as evaluation does): twice the answers per token");
@@ -251,6 +254,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
 
+  // The folders of --out this run creates: removed again when the run fails before it wrote
+  // anything into them (kept once it succeeds).
+  wm::cli::MadeFolders made_out;
   try {
     wm::init_threads(threads);
     wm::keep_freed_memory();
@@ -260,11 +266,7 @@ int main(int argc, char** argv) {
     const auto mix = parse_mix(tasks);
     int64_t total_steps = 0;
     for (const auto& s : stages) total_steps += s.steps;
-    {
-      std::error_code ec;
-      fs::create_directories(out, ec);
-      if (ec) throw wm::Error(wm::str_cat("--out: cannot create ", out, ": ", ec.message()));
-    }
+    made_out.make(out, "--out");
     const std::string ckpt = out + "/checkpoint";
     if (resume && !fs::exists(ckpt) && fs::exists(ckpt + ".old")) fs::rename(ckpt + ".old", ckpt);
     if (resume && !fs::exists(ckpt + "/trainer_state.json"))
@@ -295,8 +297,19 @@ int main(int argc, char** argv) {
       if (auto e = tok.token_to_id("<|endoftext|>")) cfg.eos_token_ids.push_back(*e);
       cfg.validate();
     }
-    // The folder's weights into a model of cfg (the folder's config, but for --rope-theta).
-    wm::llm::LlmModel model(cfg);
+    {
+      wm::llm::LlmConfig grown = cfg;
+      grown.num_hidden_layers += grow_layers;
+      // Weights, gradients and AdamW's two moments, in float32.
+      wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(grown)) * 16,
+                                    "training this model",
+                                    wm::str_cat(from.empty() ? config_path : from + "/config.json", ": ",
+                                                wm::llm::llm_size_fields(grown),
+                                                grow_layers ? wm::str_cat("; --grow-layers ", grow_layers) : ""));
+    }
+    // The folder's weights into a model of cfg (the folder's config, but for --rope-theta); its
+    // parameters start uninitialised: loaded or drawn by init_weights, never drawn twice.
+    wm::llm::LlmModel model(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
     if (folder && grow_layers > 0) {
       model = grown_model(*folder, cfg, grow_layers, seed);
       cfg = model->config();
@@ -322,12 +335,24 @@ int main(int argc, char** argv) {
     torch::optim::AdamW opt(std::move(groups));
     int64_t step = 0;
     if (resume) {
-      torch::load(opt, ckpt + "/optimizer.pt");
-      std::ifstream f(ckpt + "/trainer_state.json");
-      if (!f) throw wm::CorruptData(wm::str_cat("cannot read ", ckpt, "/trainer_state.json"));
+      const std::string opt_file = ckpt + "/optimizer.pt";
+      try {
+        torch::load(opt, opt_file);
+      } catch (const std::exception& e) {
+        // libtorch's reader says "PytorchStreamReader failed reading zip archive" and the like,
+        // without the file: the file, and its message's first line.
+        std::string why = wm::cli::error_text(e);
+        why = why.substr(0, why.find('\n'));
+        throw wm::CorruptData(wm::str_cat("--resume: ", opt_file,
+                                          " is damaged or not this model's optimizer state (", why, ")"));
+      }
+      const std::string state_file = ckpt + "/trainer_state.json";
+      std::ifstream f(state_file);
+      if (!f) throw wm::CorruptData(wm::str_cat("cannot read ", state_file));
       const auto st = nlohmann::json::parse(f, nullptr, false);
-      if (st.is_discarded() || !st.contains("step") || !st.contains("seed"))
-        throw wm::CorruptData(wm::str_cat(ckpt, "/trainer_state.json is not a trainer state"));
+      if (st.is_discarded() || !st.is_object() || !st.contains("step") || !st.contains("seed") ||
+          !st.at("step").is_number_integer() || !st.at("seed").is_number_unsigned() || st.at("step").get<int64_t>() < 0)
+        throw wm::CorruptData(wm::str_cat(state_file, " is not a trainer state (step and seed: whole numbers >= 0)"));
       step = st.at("step").get<int64_t>();
       // The data stream is a function of (seed, step): the run's own seed, whatever the flags say.
       seed = st.at("seed").get<uint64_t>();
@@ -509,9 +534,13 @@ int main(int argc, char** argv) {
     }
     progress.finish();
     save(out);
+    made_out.keep();
     std::fprintf(stderr, "wm_llm_train: done; model in %s\n", out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_llm_train: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "wm_llm_train: error: an unknown failure\n");
     return 1;
   }
   return 0;

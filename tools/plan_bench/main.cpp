@@ -33,13 +33,19 @@
 #include "llmkv/recompute/blend.h"
 #include "llmkv/recompute/recompute_policy.h"
 #include "llmkv/tokenizer.h"
+#include "llmkv/weight_shapes.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
+#include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/run_folder.h"
+#include "tools/cli/shipped_path.h"
 #include "tools/cli/stats.h"
+#include "tools/cli/validators.h"
 #include "tools/llm_tasks/plan_world.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/rollout/plot.h"
@@ -85,7 +91,9 @@ struct Options {
 };
 
 void add_options(CLI::App& app, Options& o) {
-  app.add_option("-m,--model", o.model, "model folder, or a config.json for random weights at that shape")
+  app.add_option("-m,--model", o.model,
+                 "model folder, or a config.json for random weights at that shape (default: the embedded tiny model, "
+                 "looked for in the working directory, then above this program's folder)")
       ->capture_default_str()
       ->check(CLI::ExistingPath);
   app.add_option("--tokenizer", o.tokenizer,
@@ -93,7 +101,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--layers", o.layers, "random weights only: the config's layer count replaced by this")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--seed", o.seed, "random weights' seed")->capture_default_str();
+  app.add_option("--seed", o.seed, "random weights' seed")->capture_default_str()->check(wm::cli::Uint64());
   app.add_option("--policies", o.policies, "recompute policies, run in turn on every step")
       ->capture_default_str()
       ->check(CLI::IsMember(wm::llm::recompute_policy_names()));
@@ -140,7 +148,7 @@ void add_options(CLI::App& app, Options& o) {
   wm::llm::RecomputeConfig& r = o.recompute;
   app.add_option("--ratio", r.ratio, "cacheblend, keep: share of the memory's tokens recomputed")
       ->capture_default_str()
-      ->check(CLI::Range(1e-6, 1.0));
+      ->check(wm::cli::FiniteRange(1e-6, 1.0));
   app.add_option("--filter-layers", r.filter_layers, "cacheblend: layers over which 2x ratio shrinks to ratio")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
@@ -149,14 +157,14 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(0, 1023));
   app.add_option("--check-ratios", r.check_ratios,
                  "keep: per check layer, the multiple of --ratio selected there (default 1 each)")
-      ->check(CLI::Range(1e-6, 1e6));
+      ->check(wm::cli::FiniteRange(1e-6, 1e6));
   app.add_option("--static-after", r.static_after, "keep: steps unchanged after which a memory line is static")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--group-similarity", r.group_similarity,
                  "keep: a static line joins the group before it at this cosine of signatures or more")
       ->capture_default_str()
-      ->check(CLI::Range(-1.0, 1.0));
+      ->check(wm::cli::FiniteRange(-1.0, 1.0));
   app.add_option("--max-group-tokens", r.max_group_tokens, "keep: tokens in one group at most")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -175,15 +183,20 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--bank-host-mib", o.bank_host_mib,
                  "--bank-tier host: the host tier's budget in MiB, beyond which entries spill to disk (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(wm::cli::FiniteRange(0.0, 1e9));
   app.add_flag("--cold-disk", o.cold_disk,
                "drop spill files from the page cache once written, so that loading reads the disk");
   app.add_option("--load-mib-per-s", o.load_mib_per_s,
                  "cap on the loader's throughput in MiB/s, standing for a link slower than this machine's memory "
-                 "and disk (a PCIe bus, a network store); 0: none")
+                 "and disk (a PCIe bus, a network store); 0: none, else at least 1")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  app.add_option("--spill-dir", o.spill_dir, "folder for spill files (default: a fresh one under $TMPDIR, removed)");
+      ->check(wm::cli::FiniteRange(0.0, 1e9))
+      ->check([](const std::string& v) -> std::string {
+        const double x = std::strtod(v.c_str(), nullptr);
+        return x == 0.0 || x >= 1.0 ? "" : "'" + v + "' MiB/s would take days per step: give 0 (no cap) or at least 1";
+      });
+  app.add_option("--spill-dir", o.spill_dir,
+                 "where spill files go: a folder of this run's own inside it, removed at the end (default: $TMPDIR)");
   app.add_option("--json", o.json_out, "write the summary and every step as JSON to this file");
   app.add_option("--csv", o.csv_out, "write the summary table as CSV to this file");
   app.add_option("--plots", o.plot_dir,
@@ -686,7 +699,12 @@ wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name
   }
   wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(o.model);
   if (o.layers > 0) cfg.num_hidden_layers = o.layers;
-  wm::llm::LlmModel m(cfg);
+  wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(cfg)) * 4,
+                                wm::str_cat("a model of ", o.model, " in float32"),
+                                wm::str_cat(o.model, ": ", wm::llm::llm_size_fields(cfg),
+                                            o.layers > 0 ? wm::str_cat("; --layers ", o.layers) : std::string()));
+  // Drawn once, by init_weights (not first by the modules' own start as well).
+  wm::llm::LlmModel m(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
   m->init_weights(o.seed);
   m->to(dev, at::kFloat);
   *name = wm::str_cat(fs::path(o.model).stem().string(), " (random weights, ", cfg.num_hidden_layers, " layers)");
@@ -703,15 +721,35 @@ int main(int argc, char** argv) {
   add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
+  const bool model_given = app.count("--model") > 0;
 
-  std::string own_spill;  // a spill folder this run made (removed at the end)
+  // Spill files live in a folder this run makes for itself (never a folder the user named: a
+  // cleanup removes what is in it), declared before the runners so that their stores are gone
+  // first.
+  std::unique_ptr<wm::cli::RunFolder> spill;
   std::vector<Runner> runners;
   int rc = 0;
   try {
+    if (!model_given) {
+      std::string tried;
+      o.model = wm::cli::find_shipped(kEmbeddedModel, &tried);
+      if (o.model.empty())
+        throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
+                                    ": give --model"));
+    }
+    const std::string model_files = fs::is_directory(o.model) ? o.model + "/" : "";
+    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}},
+                                      {{"--model", model_files.empty() ? o.model : ""},
+                                       {"--tokenizer", o.tokenizer},
+                                       {"the model's config.json", model_files.empty() ? "" : model_files + "config.json"},
+                                       {"the model's tokenizer.json", model_files.empty() ? "" : model_files + "tokenizer.json"},
+                                       {"the model's model.safetensors",
+                                        model_files.empty() ? "" : model_files + "model.safetensors"}});
     std::unique_ptr<wm::cli::OutputFile> json_file, csv_file;  // opened first: a bad path fails before the work
     if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
     if (!o.csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(o.csv_out);
-    if (!o.plot_dir.empty()) fs::create_directories(o.plot_dir);
+    std::unique_ptr<wm::cli::OutputFolder> plots;  // whole or absent, as the files
+    if (!o.plot_dir.empty()) plots = std::make_unique<wm::cli::OutputFolder>(o.plot_dir);
     {
       std::vector<std::string> seen;
       for (const auto& p : o.policies) {
@@ -728,29 +766,38 @@ int main(int argc, char** argv) {
     o.recompute.validate();
     const int threads = wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
-    if (o.model == kEmbeddedModel && !fs::exists(o.model))
-      throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel,
-                                  ") is not there: run from the repository's root, or give --model"));
     std::string model_name;
     wm::llm::LlmModel model = load_model(o, dev, &model_name);
     model->eval();
-    if (o.tokenizer.empty())
-      o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json" : std::string(kEmbeddedModel) +
-                                                                                  "/tokenizer.json";
+    if (o.tokenizer.empty()) {
+      std::string tried;
+      o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json"
+                                              : wm::cli::find_shipped(std::string(kEmbeddedModel) + "/tokenizer.json", &tried);
+      if (o.tokenizer.empty())
+        throw wm::Error(wm::str_cat("the embedded model's tokenizer (for a config.json) was not found; tried ", tried,
+                                    ": give --tokenizer"));
+    }
     const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.tokenizer);
     if (tok.vocab_size() > model->config().vocab_size)
       throw wm::Error(wm::str_cat("the tokenizer has ", tok.vocab_size(), " ids, the model's vocabulary ",
                                   model->config().vocab_size));
     torch::NoGradGuard ng;
     const int L = static_cast<int>(model->config().num_hidden_layers);
+    for (int c : o.recompute.check_layers)
+      if (c >= L - 1)
+        throw wm::Error(wm::str_cat("--check-layers ", c, ": the model has ", L, " layers, and a check layer is one of 0..",
+                                    L - 2, " (the last layer has none after it to recompute)"));
     const bool model_driven = o.driver == "model";
     const uint64_t model_key = wm::llm::model_fingerprint(*model);
 
-    // Spill files: one folder per policy (the store names files by block id).
-    std::string spill_root = o.spill_dir;
-    if (spill_root.empty()) {
-      spill_root = (fs::temp_directory_path() / wm::str_cat("wm_plan_bench_", ::getpid())).string();
-      own_spill = spill_root;
+    // Spill files: one folder per policy (the store names files by block id), inside this run's.
+    {
+      const std::string parent = o.spill_dir.empty() ? fs::temp_directory_path().string() : o.spill_dir;
+      if (!o.spill_dir.empty()) {
+        const std::string stale = wm::cli::leftover_report(parent, "wm_plan_bench");
+        if (!stale.empty()) std::fprintf(stderr, "wm_plan_bench: warning: --spill-dir %s\n", stale.c_str());
+      }
+      spill = std::make_unique<wm::cli::RunFolder>(parent, "wm_plan_bench", "--spill-dir");
     }
     for (const auto& name : o.policies) {
       Runner r;
@@ -762,10 +809,8 @@ int main(int argc, char** argv) {
       cc.store.host_budget = o.bank_tier == "disk" ? 0
                              : o.bank_host_mib > 0 ? static_cast<size_t>(o.bank_host_mib * 1048576.0)
                                                    : std::numeric_limits<size_t>::max();
-      cc.store.spill_dir = spill_root + "/" + name;
+      cc.store.spill_dir = spill->subfolder(name);
       cc.store.drop_spill_pages = o.cold_disk;
-      fs::create_directories(cc.store.spill_dir);
-      wm::cli::register_temporary(cc.store.spill_dir, /*folder=*/true);
       r.cache = std::make_unique<wm::llm::ChunkCache>(model, cc);
       wm::llm::RecomputeConfig rcfg = o.recompute;
       rcfg.policy = name;
@@ -773,7 +818,6 @@ int main(int argc, char** argv) {
       r.window = std::make_unique<wm::KvWindow>(model->kv_spec(dev, at::kFloat), std::vector<std::string>{"recent"});
       runners.push_back(std::move(r));
     }
-    if (!own_spill.empty()) wm::cli::register_temporary(own_spill, /*folder=*/true);
     const PlanTexts texts = plan_texts(o.layout);
     wm::llm::ReuseOptions reuse_opt;
     reuse_opt.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
@@ -916,7 +960,10 @@ int main(int argc, char** argv) {
       write_csv(csv_file->stream(), rows, model_driven);
       csv_file->commit();
     }
-    if (!o.plot_dir.empty()) write_plots(o.plot_dir, rows, runners, model_driven, L);
+    if (plots) {
+      write_plots(plots->staging(), rows, runners, model_driven, L);
+      plots->commit();
+    }
     if (json_file) {
       nlohmann::json summary = nlohmann::json::array(), steps = nlohmann::json::array();
       for (const auto& s : rows) summary.push_back(to_json(s, model_driven));
@@ -955,11 +1002,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_plan_bench: error: %s\n", wm::cli::error_text(e).c_str());
     rc = 1;
+  } catch (...) {
+    std::fprintf(stderr, "wm_plan_bench: error: an unknown failure\n");
+    rc = 1;
   }
   runners.clear();  // the caches' stores remove their spill files
-  if (!own_spill.empty()) {
-    std::error_code ec;
-    fs::remove_all(own_spill, ec);
-  }
+  spill.reset();    // then this run's spill folder, and the parents it made
   return rc;
 }
