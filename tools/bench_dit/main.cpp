@@ -216,7 +216,9 @@ int main(int argc, char** argv) {
                       ->delimiter(',')->default_str("10,60")->needs(mg2_rollout);
   app.add_option("--video-fps", ro.video_fps, "--mg2-rollout: video frames per second of video")
       ->capture_default_str()->check(CLI::Range(1.0, 240.0))->needs(mg2_rollout);
-  bool no_decode = false;
+  bool no_decode = false, no_pin = false;
+  app.add_flag("--no-pin-host", no_pin, "--mg2-rollout: the bank's host tier in pageable memory, not pinned")
+      ->needs(mg2_rollout);
   app.add_flag("--no-decode", no_decode, "--mg2-rollout: skip the Wan VAE decode")->needs(mg2_rollout);
   app.add_option("--bank-device-gib", ro.bank_device_gib, "--mg2-rollout: the bank's GPU tier (GiB); the rest on the host")
       ->capture_default_str()->check(CLI::Range(0.0, 4096.0))->needs(mg2_rollout);
@@ -240,6 +242,7 @@ int main(int argc, char** argv) {
       ro.seed = a.seed;
       ro.layers = a.layers;
       ro.decode = !no_decode;
+      ro.pin_host = !no_pin;
       ro.json_out = json_out;
       return wm::bench::run_mg2_rollout(ro);
     }

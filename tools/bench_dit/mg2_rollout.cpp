@@ -106,6 +106,7 @@ int run_mg2_rollout(const Mg2RolloutOptions& o) {
     sc.policy = policy;
     sc.seed = o.seed;
     sc.memory.bank.device = dev;
+    sc.memory.bank.pin_host = o.pin_host;
     if (!dev.is_cpu()) sc.memory.bank.device_budget = size_t(o.bank_device_gib * double(1ull << 30));
     json row = {{"policy", policy}, {"checkpoints", json::array()}};
     std::vector<double> chunk_ms, dit_ms, decode_ms;

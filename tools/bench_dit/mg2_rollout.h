@@ -25,6 +25,7 @@ struct Mg2RolloutOptions {
   std::string dtype = "bf16";         // the DiT's: f32 or bf16
   bool decode = true;                 // Wan VAE decode per chunk (random weights, float16)
   double bank_device_gib = 8;         // the bank's device tier (GPU); the rest on the host
+  bool pin_host = true;               // the bank's host tier in pinned memory
   int layers = 0;                     // keep the first `layers` blocks (0: all 30)
   uint64_t seed = 0;
   std::string json_out;
