@@ -117,6 +117,15 @@ std::string llm_size_fields(const LlmConfig& c) {
   return s;
 }
 
+uint64_t llm_context_bytes(const LlmConfig& c, int64_t tokens, int64_t chunk, size_t kv_element_bytes) {
+  const auto n = static_cast<uint64_t>(std::max<int64_t>(tokens, 0));
+  const uint64_t kv = n * static_cast<uint64_t>(c.num_hidden_layers) * 2 * static_cast<uint64_t>(c.num_key_value_heads) *
+                      static_cast<uint64_t>(c.head_dim) * kv_element_bytes;
+  const uint64_t scores = static_cast<uint64_t>(std::min<int64_t>(std::max<int64_t>(chunk, 0), tokens)) * n *
+                          static_cast<uint64_t>(c.num_attention_heads) * 4;
+  return kv + scores;
+}
+
 uint64_t memory_limit_bytes() {
   uint64_t limit = std::numeric_limits<uint64_t>::max();
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);

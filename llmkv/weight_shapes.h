@@ -38,6 +38,11 @@ int64_t llm_parameter_count(const LlmConfig& c);
 // large, as text: "vocab_size 4194304 x hidden_size 128 (embeddings), ...", the largest first.
 std::string llm_size_fields(const LlmConfig& c);
 
+// Bytes a context of `tokens` takes while a chunk of `chunk` tokens runs over it: K and V of every
+// layer (kv_element_bytes each) and one layer's attention scores of the chunk's queries over the
+// context (float32).
+uint64_t llm_context_bytes(const LlmConfig& c, int64_t tokens, int64_t chunk, size_t kv_element_bytes);
+
 // Checks that `bytes` of memory for `what` fit in the memory this process may use
 // (memory_limit_bytes()). Throws wm::Error "<what> needs X GiB, more than the Y GiB of memory
 // this process may use (<why>)" otherwise; `why` names the fields or options that ask for it.

@@ -219,11 +219,9 @@ int main(int argc, char** argv) {
       // prefill chunk's queries against the whole context, float32) must fit before anything runs.
       {
         const int64_t ctx = *std::max_element(contexts.begin(), contexts.end());
-        const uint64_t kv = static_cast<uint64_t>(ctx + decode_tokens) * cfg.num_hidden_layers * 2 *
-                            cfg.num_key_value_heads * cfg.head_dim * c10::elementSize(dt);
-        const uint64_t scores = static_cast<uint64_t>(std::min(prefill_chunk, ctx)) * (ctx + decode_tokens) *
-                                cfg.num_attention_heads * 4;
-        wm::llm::check_fits_in_memory(kv + scores, wm::str_cat("context ", ctx, " on ", name),
+        wm::llm::check_fits_in_memory(wm::llm::llm_context_bytes(cfg, ctx + decode_tokens, std::min(prefill_chunk, ctx),
+                                                                 c10::elementSize(dt)),
+                                      wm::str_cat("context ", ctx, " on ", name),
                                       wm::str_cat("--contexts ", ctx, ", --prefill-chunk ", prefill_chunk, "; ",
                                                   cfg.num_hidden_layers, " layers of ", cfg.num_key_value_heads,
                                                   " kv heads x head_dim ", cfg.head_dim));

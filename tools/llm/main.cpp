@@ -21,6 +21,7 @@
 #include "llmkv/hf_folder.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
+#include "llmkv/weight_shapes.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
   bool chat = false, no_stream = false, raw_special = false, strict_positions = false;
-  int64_t max_prompt_bytes = int64_t{1} << 20;
+  int64_t max_prompt_bytes = int64_t{256} << 10;  // ~64k tokens of English text
   wm::llm::GenerateOptions gen;
   std::vector<int64_t> stop_tokens;
   int beams = 0, threads = 0;
@@ -219,7 +220,8 @@ int main(int argc, char** argv) {
          {"the model's generation_config.json", model_dir + "/generation_config.json"},
          {"the model's model.safetensors", model_dir + "/model.safetensors"},
          {"the model's model.safetensors.index.json", model_dir + "/model.safetensors.index.json"}});
-    gen.sampling.validate();  // top_p 0 and the like, with a message naming the field
+    if (!(gen.sampling.top_p > 0)) throw wm::Error("--top-p must be in (0, 1]: 0 keeps no token");
+    gen.sampling.validate();  // the rest, with a message naming the field
     for (const auto& s : gen.stop_strings)
       if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
     if (beams > 0) {
@@ -299,6 +301,12 @@ int main(int argc, char** argv) {
       }
       if (ids.empty() && session.next_position() == 0) throw wm::Error("the prompt is empty");
       const int64_t reach = session.next_position() + static_cast<int64_t>(ids.size());
+      // The context's K/V and a prefill chunk's attention scores must fit before the prefill starts.
+      wm::llm::check_fits_in_memory(
+          wm::llm::llm_context_bytes(model->config(), reach + gen.max_new_tokens, prefill_chunk, c10::elementSize(dt)),
+          wm::str_cat("a context of ", reach + gen.max_new_tokens, " tokens"),
+          wm::str_cat("the prompt's ", ids.size(), " tokens, --max-new-tokens ", gen.max_new_tokens,
+                      ", --prefill-chunk ", prefill_chunk));
       if (reach > max_positions) {
         const std::string msg =
             wm::str_cat("the context reaches position ", reach, ", beyond the ", max_positions,

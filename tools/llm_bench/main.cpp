@@ -630,7 +630,7 @@ int main(int argc, char** argv) {
         throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
                                     ": give --model"));
     }
-    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}},
+    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}, {"--plots", o.plot_dir}},
                                       {{"the model's config.json", o.model_dir + "/config.json"},
                                        {"the model's tokenizer.json", o.model_dir + "/tokenizer.json"},
                                        {"the model's model.safetensors", o.model_dir + "/model.safetensors"}});

@@ -738,7 +738,7 @@ int main(int argc, char** argv) {
                                     ": give --model"));
     }
     const std::string model_files = fs::is_directory(o.model) ? o.model + "/" : "";
-    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}},
+    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}, {"--plots", o.plot_dir}},
                                       {{"--model", model_files.empty() ? o.model : ""},
                                        {"--tokenizer", o.tokenizer},
                                        {"the model's config.json", model_files.empty() ? "" : model_files + "config.json"},
