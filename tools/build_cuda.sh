@@ -7,6 +7,7 @@
 #   bash tools/build_cuda.sh                 # build-cuda/, then the tests (ctest)
 #   bash tools/build_cuda.sh --no-tests      # build only
 #   bash tools/build_cuda.sh --keep-going    # build what builds past a failing target
+#   bash tools/build_cuda.sh --target=wm_tests --no-tests   # one target
 #
 # Where the libtorch comes from:
 #   WM_TORCH_PYTHON=python3   a Python that already has torch with CUDA (a GPU machine's image);
@@ -23,12 +24,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WM_BUILD_DIR:-$root/build-cuda}"
 run_tests=1
 keep_going=0
+targets=()
 for a in "$@"; do
   case "$a" in
     --no-tests) run_tests=0 ;;
     --keep-going) keep_going=1 ;;
+    --target=*) targets+=(--target "${a#--target=}") ;;
     -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "build_cuda.sh: unknown argument '$a' (--no-tests, --keep-going, --help)" >&2; exit 2 ;;
+    *) echo "build_cuda.sh: unknown argument '$a' (--no-tests, --keep-going, --target=T, --help)" >&2; exit 2 ;;
   esac
 done
 t0=$(date +%s)
@@ -81,9 +84,9 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWM_C
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep "worldmem:" "$build.configure.log" >&2 || true
 if [ "$keep_going" = 1 ]; then
-  cmake --build "$build" -j "$(nproc)" -- -k 0 || echo "build_cuda.sh: some targets failed (see above)" >&2
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}" -- -k 0 || echo "build_cuda.sh: some targets failed (see above)" >&2
 else
-  cmake --build "$build" -j "$(nproc)"
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 fi
 t1=$(date +%s)
 echo "build_cuda.sh: built in $((t1 - t0)) s in $build" >&2
