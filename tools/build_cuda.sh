@@ -76,11 +76,17 @@ prefix_path+=("$torch_cmake")
 # libtorch's own shared libraries (and the CUDA ones its wheel carries) for the programs.
 torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
 
+# The CUDA libraries PyPI's torch links against come in its nvidia-* wheels; the linker must see
+# those (a system NCCL or cuDNN of another version would not do), and libtorch's own libc10, not
+# one a Debian libtorch installed beside it.
+nvidia_libs="$("$py" -c 'import glob, os, torch; sp = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "*", "*", "lib")))))')"
+link_dirs="$torch_lib${nvidia_libs:+:$nvidia_libs}"
 generator=()
 if command -v ninja >/dev/null 2>&1 && [ ! -f "$build/Makefile" ]; then generator=(-G Ninja); fi
 IFS=';'; prefixes="${prefix_path[*]}"; unset IFS
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWM_CUDA=ON -DWM_BUILD_VIEWER=OFF \
   -DCMAKE_PREFIX_PATH="$prefixes" -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -Dc10_LIBRARY="$torch_lib/libc10.so" -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" \
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep "worldmem:" "$build.configure.log" >&2 || true
 if [ "$keep_going" = 1 ]; then
@@ -91,7 +97,7 @@ fi
 t1=$(date +%s)
 echo "build_cuda.sh: built in $((t1 - t0)) s in $build" >&2
 if [ "$run_tests" = 1 ]; then
-  export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$link_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 900)
   echo "build_cuda.sh: tests done in $(( $(date +%s) - t1 )) s" >&2
 fi

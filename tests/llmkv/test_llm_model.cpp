@@ -277,7 +277,9 @@ TEST(LlmModel, NoAppendAndKeyMass) {
     EXPECT_LE(km.select(1, 11).max().item<double>(), g + 1e-5);
   }
   StepResult b = m->step(tok.slice(0, 8, 12), positions(8, 12), w);
-  EXPECT_LT(max_abs_diff(a.logits, b.logits), 1e-6);
+  // The mass capture runs the unfused path, the plain step fused SDPA on libtorch 2.x: equal to
+  // float32 rounding (1.2e-6 seen with libtorch 2.11 on a GPU machine's CPU).
+  EXPECT_LT(max_abs_diff(a.logits, b.logits), 1e-5);
   EXPECT_EQ(w.size(0), 12);
   EXPECT_EQ(a.hidden.sizes(), (at::IntArrayRef{4, c.hidden_size}));
 }
