@@ -65,7 +65,7 @@ else
   fi
   py="$venv/bin/python"
 fi
-read -r torch_version torch_cuda torch_cmake < <("$py" -c \
+read -r torch_version torch_cuda torch_cmake < <("$py" -W ignore -c \
   'import torch; print(torch.__version__, torch.version.cuda, torch.utils.cmake_prefix_path)')
 if [ "$torch_cuda" = "None" ]; then
   echo "build_cuda.sh: $py's torch $torch_version has no CUDA" >&2
@@ -74,12 +74,12 @@ fi
 echo "build_cuda.sh: torch $torch_version (CUDA $torch_cuda) at $torch_cmake; nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" >&2
 prefix_path+=("$torch_cmake")
 # libtorch's own shared libraries (and the CUDA ones its wheel carries) for the programs.
-torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+torch_lib="$("$py" -W ignore -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
 
 # The CUDA libraries PyPI's torch links against come in its nvidia-* wheels; the linker must see
 # those (a system NCCL or cuDNN of another version would not do), and libtorch's own libc10, not
 # one a Debian libtorch installed beside it.
-nvidia_libs="$("$py" -c 'import glob, os, torch; sp = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "*", "*", "lib")))))')"
+nvidia_libs="$("$py" -W ignore -c 'import glob, os, torch; sp = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "*", "*", "lib")))))')"
 link_dirs="$torch_lib${nvidia_libs:+:$nvidia_libs}"
 generator=()
 if command -v ninja >/dev/null 2>&1 && [ ! -f "$build/Makefile" ]; then generator=(-G Ninja); fi
