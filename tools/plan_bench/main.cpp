@@ -90,7 +90,8 @@ struct Options {
   wm::llm::RecomputeConfig recompute;
 };
 
-void add_options(CLI::App& app, Options& o) {
+// The model, the episodes and the prompts.
+void add_run_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model,
                  "model folder, or a config.json for random weights at that shape (default: the embedded tiny model, "
                  "looked for in the working directory, then above this program's folder)")
@@ -145,7 +146,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per forward pass of an ordinary prefill")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  wm::llm::RecomputeConfig& r = o.recompute;
+}
+
+// The recompute policies' settings.
+void add_recompute_options(CLI::App& app, wm::llm::RecomputeConfig& r) {
   app.add_option("--ratio", r.ratio, "cacheblend, keep: share of the memory's tokens recomputed")
       ->capture_default_str()
       ->check(wm::cli::FiniteRange(1e-6, 1.0));
@@ -176,6 +180,10 @@ void add_options(CLI::App& app, Options& o) {
                  "published)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+}
+
+// The cache's tiers, the outputs, the device.
+void add_storage_and_output_options(CLI::App& app, Options& o) {
   app.add_option("--bank-tier", o.bank_tier,
                  "where cache entries live: host memory, or disk (spill files, loaded a layer at a time)")
       ->capture_default_str()
@@ -204,6 +212,13 @@ void add_options(CLI::App& app, Options& o) {
                  "per step, the loader's idle time per layer");
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
+// Every option, in the order --help lists them.
+void add_options(CLI::App& app, Options& o) {
+  add_run_options(app, o);
+  add_recompute_options(app, o.recompute);
+  add_storage_and_output_options(app, o);
 }
 
 // The static texts of the `plan` task's prompts, exactly as its generator writes them: the rules,
@@ -711,6 +726,364 @@ wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name
   return m;
 }
 
+
+// The embedded tiny model, looked for in the working directory, then above this program's folder.
+std::string shipped_model() {
+  std::string tried;
+  const std::string model = wm::cli::find_shipped(kEmbeddedModel, &tried);
+  if (model.empty())
+    throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
+                                ": give --model"));
+  return model;
+}
+
+// The output files and folder, opened before the work so that a bad path fails first; each is
+// written whole or not at all.
+struct Outputs {
+  std::unique_ptr<wm::cli::OutputFile> json, csv;
+  std::unique_ptr<wm::cli::OutputFolder> plots;
+};
+
+// Refuses outputs that name one another or one of the model's files, then opens them.
+Outputs open_outputs(const Options& o) {
+  const std::string model_files = fs::is_directory(o.model) ? o.model + "/" : "";
+  wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}, {"--plots", o.plot_dir}},
+                                    {{"--model", model_files.empty() ? o.model : ""},
+                                     {"--tokenizer", o.tokenizer},
+                                     {"the model's config.json", model_files.empty() ? "" : model_files + "config.json"},
+                                     {"the model's tokenizer.json", model_files.empty() ? "" : model_files + "tokenizer.json"},
+                                     {"the model's model.safetensors",
+                                      model_files.empty() ? "" : model_files + "model.safetensors"}});
+  Outputs out;
+  if (!o.json_out.empty()) out.json = std::make_unique<wm::cli::OutputFile>(o.json_out);
+  if (!o.csv_out.empty()) out.csv = std::make_unique<wm::cli::OutputFile>(o.csv_out);
+  if (!o.plot_dir.empty()) out.plots = std::make_unique<wm::cli::OutputFolder>(o.plot_dir);
+  return out;
+}
+
+// What the options' own checks cannot see: a policy named twice, --pair-with outside --policies,
+// a host budget with the disk tier, the recompute settings together. Throws wm::Error.
+void validate_options(const Options& o) {
+  std::vector<std::string> seen;
+  for (const auto& p : o.policies) {
+    if (std::find(seen.begin(), seen.end(), p) != seen.end())
+      throw wm::Error(wm::str_cat("--policies names '", p, "' twice"));
+    seen.push_back(p);
+  }
+  for (const auto& p : o.pair_with)
+    if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end())
+      throw wm::Error(wm::str_cat("--pair-with names '", p, "', which --policies does not run"));
+  if (o.bank_host_mib > 0 && o.bank_tier == "disk")
+    throw wm::Error("--bank-host-mib is for --bank-tier host (with disk every entry goes to spill files)");
+  o.recompute.validate();
+}
+
+// The tokenizer: --tokenizer, else the model folder's, else (a config.json) the embedded model's,
+// its path written back to o.tokenizer. Throws wm::Error when it has more ids than the model.
+wm::llm::Tokenizer load_tokenizer(Options& o, const wm::llm::LlmModelImpl& model) {
+  if (o.tokenizer.empty()) {
+    std::string tried;
+    o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json"
+                                            : wm::cli::find_shipped(std::string(kEmbeddedModel) + "/tokenizer.json", &tried);
+    if (o.tokenizer.empty())
+      throw wm::Error(wm::str_cat("the embedded model's tokenizer (for a config.json) was not found; tried ", tried,
+                                  ": give --tokenizer"));
+  }
+  wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.tokenizer);
+  if (tok.vocab_size() > model.config().vocab_size)
+    throw wm::Error(wm::str_cat("the tokenizer has ", tok.vocab_size(), " ids, the model's vocabulary ",
+                                model.config().vocab_size));
+  return tok;
+}
+
+// Every --check-layers layer has a layer after it in a model of n_layers layers.
+void check_layers_fit(const Options& o, int n_layers) {
+  for (int c : o.recompute.check_layers)
+    if (c >= n_layers - 1)
+      throw wm::Error(wm::str_cat("--check-layers ", c, ": the model has ", n_layers,
+                                  " layers, and a check layer is one of 0..", n_layers - 2,
+                                  " (the last layer has none after it to recompute)"));
+}
+
+// This run's own spill folder inside --spill-dir (or $TMPDIR), after a warning about what earlier
+// runs left in --spill-dir.
+std::unique_ptr<wm::cli::RunFolder> make_spill_folder(const Options& o) {
+  const std::string parent = o.spill_dir.empty() ? fs::temp_directory_path().string() : o.spill_dir;
+  if (!o.spill_dir.empty()) {
+    const std::string stale = wm::cli::leftover_report(parent, "wm_plan_bench");
+    if (!stale.empty()) std::fprintf(stderr, "wm_plan_bench: warning: --spill-dir %s\n", stale.c_str());
+  }
+  return std::make_unique<wm::cli::RunFolder>(parent, "wm_plan_bench", "--spill-dir");
+}
+
+// Appends a runner per --policies name: its chunk cache (spilling to a folder of its own in
+// `spill`: the store names files by block id), its policy and its KV window.
+void add_runners(std::vector<Runner>& runners, const Options& o, const wm::llm::LlmModel& model, uint64_t model_key,
+                 at::Device dev, wm::cli::RunFolder& spill) {
+  for (const auto& name : o.policies) {
+    Runner r;
+    r.name = name;
+    wm::llm::ChunkCacheConfig cc;
+    cc.model_key = model_key;
+    cc.prefill_chunk = o.prefill_chunk;
+    cc.store.device_budget = 0;  // on the CPU the device is the host: entries sit in the host tier
+    cc.store.host_budget = o.bank_tier == "disk" ? 0
+                           : o.bank_host_mib > 0 ? static_cast<size_t>(o.bank_host_mib * 1048576.0)
+                                                 : std::numeric_limits<size_t>::max();
+    cc.store.spill_dir = spill.subfolder(name);
+    cc.store.drop_spill_pages = o.cold_disk;
+    r.cache = std::make_unique<wm::llm::ChunkCache>(model, cc);
+    wm::llm::RecomputeConfig rcfg = o.recompute;
+    rcfg.policy = name;
+    r.policy = wm::llm::make_recompute_policy(rcfg);
+    r.window = std::make_unique<wm::KvWindow>(model->kv_spec(dev, at::kFloat), std::vector<std::string>{"recent"});
+    runners.push_back(std::move(r));
+  }
+}
+
+// What every step of a run shares.
+struct Bench {
+  const Options& o;
+  wm::llm::LlmModelImpl& model;
+  const wm::llm::Tokenizer& tok;
+  PlanTexts texts;
+  wm::llm::ReuseOptions reuse;
+  int n_layers = 0;
+  bool model_driven = true;
+  std::string model_name;
+  int threads = 0;
+};
+
+// The progress line and the counts it shows.
+struct Progress {
+  wm::cli::ProgressLine line{15};
+  Clock::time_point t_start = Clock::now();
+  int64_t step_total = 0;
+};
+
+// full_recompute's answer at the current step: the first action token's log-probabilities and the
+// prompt they came from (undefined until it has run).
+struct Reference {
+  at::Tensor lp;
+  std::vector<int64_t> ids;
+};
+
+// The order in which the policies take step `step`: full_recompute first when present (its answer
+// is the reference), the others rotating so that none is always first.
+std::vector<size_t> turn_order(const std::vector<Runner>& runners, int step) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < runners.size(); ++i)
+    if (runners[i].name == "full_recompute") order.push_back(i);
+  for (size_t i = 0; i < runners.size(); ++i) {
+    const size_t j = (i + static_cast<size_t>(step)) % runners.size();
+    if (runners[j].name != "full_recompute") order.push_back(j);
+  }
+  return order;
+}
+
+// A step's record as the prefill's statistics leave it (the action, oracle and fidelity unset).
+StepRecord record_of(const wm::llm::ReuseResult& res, int n_layers) {
+  StepRecord rec;
+  rec.ttft_ms = 1000 * res.stats.ttft_s;
+  rec.store_ms = 1000 * res.stats.store_s;
+  rec.recomputed = res.stats.recomputed_fraction();
+  rec.prompt_tokens = res.stats.prompt_tokens;
+  rec.memory_tokens = res.stats.memory_tokens;
+  rec.prefilled_tokens = res.stats.prefilled_tokens;
+  rec.units = res.stats.units;
+  rec.misses = res.stats.misses;
+  rec.corrupt = res.stats.corrupt;
+  for (int t = 0; t < 3; ++t) rec.loaded[t] = static_cast<double>(res.stats.loaded_token_layers[t]) / n_layers;
+  for (double v : res.stats.loader_idle_s) rec.idle_ms.push_back(1000 * v);
+  for (double v : res.stats.loader_stall_s) rec.stall_ms.push_back(1000 * v);
+  for (double v : res.stats.loader_busy_s) rec.busy_ms += 1000 * v;
+  if (rec.idle_ms.empty()) rec.idle_ms.assign(n_layers, 0.0), rec.stall_ms.assign(n_layers, 0.0);
+  return rec;
+}
+
+// One policy's turn at step `step` of episode `episode`: the prompt from its own world and past
+// (--driver model) or the oracle's course, the prefill with reuse, the first action token against
+// full_recompute's (`full`, which full_recompute's turn sets), the greedy action scored against the
+// oracle's and, under --driver model, executed in the policy's world. Appends the step's record.
+void take_turn(const Bench& b, Runner& r, const Episode& ep, int episode, int step, const lt::World& course,
+               const std::vector<std::string>& course_past, Reference& full) {
+  const lt::World& state = b.model_driven ? r.world : course;
+  const std::vector<std::string>& past = b.model_driven ? r.past : course_past;
+  const std::vector<PromptSegment> prompt = make_prompt(b.texts, state, ep.goal, past, b.tok);
+  std::vector<int64_t> ids;
+  for (const auto& s : prompt) ids.insert(ids.end(), s.ids.begin(), s.ids.end());
+  const wm::llm::ReuseResult res = wm::llm::prefill_with_reuse(*r.cache, *r.policy, prompt, *r.window, b.reuse);
+  StepRecord rec = record_of(res, b.n_layers);
+  rec.episode = episode;
+  rec.step = step;
+  rec.policy = r.name;
+  const at::Tensor lp = log_probs(res.logits, b.tok.vocab_size());
+  if (r.name == "full_recompute") {
+    full.lp = lp;
+    full.ids = ids;
+  } else if (full.lp.defined() && full.ids == ids) {
+    rec.kl = (full.lp.exp() * (full.lp - lp)).sum().item<double>();
+    rec.agree = full.lp.argmax().item<int64_t>() == lp.argmax().item<int64_t>() ? 1.0 : 0.0;
+  }
+  r.window_bytes = std::max(r.window_bytes, r.window->bytes_used());
+  const auto t_dec = Clock::now();
+  rec.action = decode_action(b.model, b.tok, *r.window, res.logits, res.stats.prompt_tokens, b.o.max_new_tokens);
+  rec.decode_ms = 1000 * since(t_dec);
+  rec.oracle = state.oracle_next_action(ep.goal);
+  rec.match = rec.action == rec.oracle;
+  lt::World probe = state;
+  rec.valid = probe.execute(rec.action);
+  if (b.model_driven) {
+    if (rec.valid) r.world = std::move(probe);
+    r.past.push_back(rec.action);
+    if (r.world.goal_done(ep.goal)) r.done = r.success = true;
+    if (step == b.o.max_steps) r.done = true;
+  }
+  for (int t = 0; t < 3; ++t) r.peak_bytes[t] = std::max(r.peak_bytes[t], r.cache->bytes(static_cast<wm::Tier>(t)));
+  r.steps.push_back(std::move(rec));
+}
+
+// Held-out episode e (counted from --first-episode) with every policy, step by step in turn, each
+// in its own world (--driver model) or all on the oracle's course. Returns the episode's
+// description for the JSON.
+nlohmann::json run_episode(const Bench& b, std::vector<Runner>& runners, int e, Progress& progress) {
+  const Options& o = b.o;
+  const Episode ep = make_episode(o.first_episode + e, o, b.tok);
+  const nlohmann::json description = {{"index", o.first_episode + e},
+                                      {"seed", ep.seed},
+                                      {"goal", ep.goal.text()},
+                                      {"oracle_steps", ep.solution.size()},
+                                      {"memory_lines", ep.world.names().size()},
+                                      {"memory_tokens", ep.memory_tokens}};
+  lt::World course = ep.world;  // the oracle's course (driver oracle)
+  std::vector<std::string> course_past;
+  for (auto& r : runners) {
+    r.world = ep.world;
+    r.past.clear();
+    r.done = r.success = false;
+    r.policy->reset();
+    r.episodes += 1;
+  }
+  for (int step = 1; step <= o.max_steps; ++step) {
+    const std::string oracle_course = b.model_driven ? "" : course.oracle_next_action(ep.goal);
+    if (!b.model_driven && oracle_course.empty()) break;  // the oracle's plan is done
+    Reference full;
+    for (size_t idx : turn_order(runners, step)) {
+      Runner& r = runners[idx];
+      if (r.done) continue;
+      take_turn(b, r, ep, o.first_episode + e, step, course, course_past, full);
+      ++progress.step_total;
+      progress.line.show(false, "wm_plan_bench: episode %d/%d, step %d, %s; %lld prompts, %.0f s", e + 1, o.episodes,
+                         step, r.name.c_str(), static_cast<long long>(progress.step_total), since(progress.t_start));
+    }
+    if (!b.model_driven) {
+      std::string err;
+      WM_CHECK(course.execute(oracle_course, &err), "the oracle's action '", oracle_course, "' failed: ", err);
+      course_past.push_back(oracle_course);
+    }
+    bool all_done = true;
+    for (const auto& r : runners) all_done = all_done && r.done;
+    if (b.model_driven && all_done) break;
+  }
+  if (b.model_driven)
+    for (auto& r : runners) r.successes += r.success, r.outcomes.push_back(r.success);
+  return description;
+}
+
+// Every episode, with a progress line on stderr. Returns the episodes' descriptions.
+nlohmann::json run_episodes(const Bench& b, std::vector<Runner>& runners) {
+  Progress progress;
+  nlohmann::json episodes = nlohmann::json::array();
+  for (int e = 0; e < b.o.episodes; ++e) episodes.push_back(run_episode(b, runners, e, progress));
+  progress.line.show(true, "wm_plan_bench: %d episodes, %lld prompts, %.0f s", b.o.episodes,
+                     static_cast<long long>(progress.step_total), since(progress.t_start));
+  progress.line.finish();
+  return episodes;
+}
+
+// A summary row per runner, TTFT against full_recompute's when it ran, paired with full_recompute
+// and with --pair-with's policies.
+std::vector<PolicySummary> summarize_all(const std::vector<Runner>& runners, int n_layers, bool model_driven,
+                                         const std::vector<std::string>& pair_with) {
+  double full_ttft = 0, full_warm = 0;
+  for (const auto& r : runners)
+    if (r.name == "full_recompute") {
+      const PolicySummary f = summarize(r, n_layers, 0, 0);
+      full_ttft = f.ttft_mean;
+      full_warm = std::isnan(f.warm_mean) ? 0.0 : f.warm_mean;
+    }
+  std::vector<PolicySummary> rows;
+  for (const auto& r : runners) rows.push_back(summarize(r, n_layers, full_ttft, full_warm));
+  pair_rows(rows, runners, model_driven, pair_with);
+  return rows;
+}
+
+// The report on stdout: a title line, the tables, and the damaged cache entries found.
+void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners) {
+  const Options& o = b.o;
+  std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
+              b.model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
+              rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
+  print_table(rows, b.model_driven, b.n_layers, o.pair_with);
+  for (const auto& r : runners)
+    for (const auto& msg : r.cache->corrupt_reports())
+      std::printf("%s: damaged cache entry reported and recomputed: %s\n", r.name.c_str(), msg.c_str());
+}
+
+// The run's settings, as the JSON's "config".
+nlohmann::json config_json(const Bench& b) {
+  const Options& o = b.o;
+  return {{"model", o.model},
+          {"model_name", b.model_name},
+          {"layers", b.n_layers},
+          {"tokenizer", o.tokenizer},
+          {"driver", o.driver},
+          {"episodes", o.episodes},
+          {"first_episode", o.first_episode},
+          {"max_steps", o.max_steps},
+          {"memory_tokens", o.memory_tokens},
+          {"layout", o.layout},
+          {"rooms", o.rooms},
+          {"locks", o.locks},
+          {"objects", o.objects},
+          {"ratio", o.recompute.ratio},
+          {"static_after", o.recompute.static_after},
+          {"group_similarity", o.recompute.group_similarity},
+          {"bank_tier", o.bank_tier},
+          {"cold_disk", o.cold_disk},
+          {"load_mib_per_s", o.load_mib_per_s},
+          {"check_layers", o.recompute.check_layers},
+          {"check_ratios", o.recompute.check_ratios},
+          {"head_tokens", o.recompute.head_tokens},
+          {"pair_with", o.pair_with},
+          {"threads", b.threads}};
+}
+
+// Writes and commits the outputs asked for: the CSV table, the charts, the JSON (settings,
+// episodes, summary, every step).
+void write_outputs(Outputs& out, const Bench& b, const std::vector<PolicySummary>& rows,
+                   const std::vector<Runner>& runners, const nlohmann::json& episodes) {
+  if (out.csv) {
+    write_csv(out.csv->stream(), rows, b.model_driven);
+    out.csv->commit();
+  }
+  if (out.plots) {
+    write_plots(out.plots->staging(), rows, runners, b.model_driven, b.n_layers);
+    out.plots->commit();
+  }
+  if (out.json) {
+    nlohmann::json summary = nlohmann::json::array(), steps = nlohmann::json::array();
+    for (const auto& s : rows) summary.push_back(to_json(s, b.model_driven));
+    for (const auto& r : runners)
+      for (const auto& st : r.steps) steps.push_back(to_json(st));
+    out.json->stream() << nlohmann::json{{"config", config_json(b)}, {"episodes", episodes}, {"summary", summary},
+                                         {"steps", steps}}
+                              .dump(1, ' ', false, nlohmann::json::error_handler_t::replace)
+                       << "\n";
+    out.json->commit();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -730,275 +1103,34 @@ int main(int argc, char** argv) {
   std::vector<Runner> runners;
   int rc = 0;
   try {
-    if (!model_given) {
-      std::string tried;
-      o.model = wm::cli::find_shipped(kEmbeddedModel, &tried);
-      if (o.model.empty())
-        throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
-                                    ": give --model"));
-    }
-    const std::string model_files = fs::is_directory(o.model) ? o.model + "/" : "";
-    wm::cli::require_distinct_outputs({{"--json", o.json_out}, {"--csv", o.csv_out}, {"--plots", o.plot_dir}},
-                                      {{"--model", model_files.empty() ? o.model : ""},
-                                       {"--tokenizer", o.tokenizer},
-                                       {"the model's config.json", model_files.empty() ? "" : model_files + "config.json"},
-                                       {"the model's tokenizer.json", model_files.empty() ? "" : model_files + "tokenizer.json"},
-                                       {"the model's model.safetensors",
-                                        model_files.empty() ? "" : model_files + "model.safetensors"}});
-    std::unique_ptr<wm::cli::OutputFile> json_file, csv_file;  // opened first: a bad path fails before the work
-    if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
-    if (!o.csv_out.empty()) csv_file = std::make_unique<wm::cli::OutputFile>(o.csv_out);
-    std::unique_ptr<wm::cli::OutputFolder> plots;  // whole or absent, as the files
-    if (!o.plot_dir.empty()) plots = std::make_unique<wm::cli::OutputFolder>(o.plot_dir);
-    {
-      std::vector<std::string> seen;
-      for (const auto& p : o.policies) {
-        if (std::find(seen.begin(), seen.end(), p) != seen.end())
-          throw wm::Error(wm::str_cat("--policies names '", p, "' twice"));
-        seen.push_back(p);
-      }
-    }
-    for (const auto& p : o.pair_with)
-      if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end())
-        throw wm::Error(wm::str_cat("--pair-with names '", p, "', which --policies does not run"));
-    if (o.bank_host_mib > 0 && o.bank_tier == "disk")
-      throw wm::Error("--bank-host-mib is for --bank-tier host (with disk every entry goes to spill files)");
-    o.recompute.validate();
+    if (!model_given) o.model = shipped_model();
+    Outputs out = open_outputs(o);
+    validate_options(o);
     const int threads = wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     std::string model_name;
     wm::llm::LlmModel model = load_model(o, dev, &model_name);
     model->eval();
-    if (o.tokenizer.empty()) {
-      std::string tried;
-      o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json"
-                                              : wm::cli::find_shipped(std::string(kEmbeddedModel) + "/tokenizer.json", &tried);
-      if (o.tokenizer.empty())
-        throw wm::Error(wm::str_cat("the embedded model's tokenizer (for a config.json) was not found; tried ", tried,
-                                    ": give --tokenizer"));
-    }
-    const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.tokenizer);
-    if (tok.vocab_size() > model->config().vocab_size)
-      throw wm::Error(wm::str_cat("the tokenizer has ", tok.vocab_size(), " ids, the model's vocabulary ",
-                                  model->config().vocab_size));
+    const wm::llm::Tokenizer tok = load_tokenizer(o, *model);
     torch::NoGradGuard ng;
     const int L = static_cast<int>(model->config().num_hidden_layers);
-    for (int c : o.recompute.check_layers)
-      if (c >= L - 1)
-        throw wm::Error(wm::str_cat("--check-layers ", c, ": the model has ", L, " layers, and a check layer is one of 0..",
-                                    L - 2, " (the last layer has none after it to recompute)"));
-    const bool model_driven = o.driver == "model";
+    check_layers_fit(o, L);
     const uint64_t model_key = wm::llm::model_fingerprint(*model);
-
-    // Spill files: one folder per policy (the store names files by block id), inside this run's.
-    {
-      const std::string parent = o.spill_dir.empty() ? fs::temp_directory_path().string() : o.spill_dir;
-      if (!o.spill_dir.empty()) {
-        const std::string stale = wm::cli::leftover_report(parent, "wm_plan_bench");
-        if (!stale.empty()) std::fprintf(stderr, "wm_plan_bench: warning: --spill-dir %s\n", stale.c_str());
-      }
-      spill = std::make_unique<wm::cli::RunFolder>(parent, "wm_plan_bench", "--spill-dir");
-    }
-    for (const auto& name : o.policies) {
-      Runner r;
-      r.name = name;
-      wm::llm::ChunkCacheConfig cc;
-      cc.model_key = model_key;
-      cc.prefill_chunk = o.prefill_chunk;
-      cc.store.device_budget = 0;  // on the CPU the device is the host: entries sit in the host tier
-      cc.store.host_budget = o.bank_tier == "disk" ? 0
-                             : o.bank_host_mib > 0 ? static_cast<size_t>(o.bank_host_mib * 1048576.0)
-                                                   : std::numeric_limits<size_t>::max();
-      cc.store.spill_dir = spill->subfolder(name);
-      cc.store.drop_spill_pages = o.cold_disk;
-      r.cache = std::make_unique<wm::llm::ChunkCache>(model, cc);
-      wm::llm::RecomputeConfig rcfg = o.recompute;
-      rcfg.policy = name;
-      r.policy = wm::llm::make_recompute_policy(rcfg);
-      r.window = std::make_unique<wm::KvWindow>(model->kv_spec(dev, at::kFloat), std::vector<std::string>{"recent"});
-      runners.push_back(std::move(r));
-    }
-    const PlanTexts texts = plan_texts(o.layout);
-    wm::llm::ReuseOptions reuse_opt;
-    reuse_opt.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
+    spill = make_spill_folder(o);
+    add_runners(runners, o, model, model_key, dev, *spill);
+    wm::llm::ReuseOptions reuse;
+    reuse.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
+    const Bench b{o, *model, tok, plan_texts(o.layout), reuse, L, o.driver == "model", model_name, threads};
 
     std::fprintf(stderr, "wm_plan_bench: %s on %s, %d threads; %zu policies, %d episodes (driver %s), memory ~%lld "
                  "tokens, bank %s%s\n",
                  model_name.c_str(), wm::describe_device(dev).c_str(), threads, runners.size(), o.episodes,
                  o.driver.c_str(), static_cast<long long>(o.memory_tokens), o.bank_tier.c_str(),
                  o.cold_disk ? " (cold)" : "");
-    wm::cli::ProgressLine progress(15);
-    const auto t_start = Clock::now();
-    nlohmann::json episodes_json = nlohmann::json::array();
-    int64_t step_total = 0;
-    for (int e = 0; e < o.episodes; ++e) {
-      const Episode ep = make_episode(o.first_episode + e, o, tok);
-      episodes_json.push_back({{"index", o.first_episode + e},
-                               {"seed", ep.seed},
-                               {"goal", ep.goal.text()},
-                               {"oracle_steps", ep.solution.size()},
-                               {"memory_lines", ep.world.names().size()},
-                               {"memory_tokens", ep.memory_tokens}});
-      lt::World course = ep.world;  // the oracle's course (driver oracle)
-      std::vector<std::string> course_past;
-      for (auto& r : runners) {
-        r.world = ep.world;
-        r.past.clear();
-        r.done = r.success = false;
-        r.policy->reset();
-        r.episodes += 1;
-      }
-      for (int step = 1; step <= o.max_steps; ++step) {
-        const std::string oracle_course = model_driven ? "" : course.oracle_next_action(ep.goal);
-        if (!model_driven && oracle_course.empty()) break;  // the oracle's plan is done
-        at::Tensor full_lp;
-        std::vector<int64_t> full_ids;
-        // Every policy takes this step in turn; the order rotates so that none is always first.
-        for (size_t k = 0; k < runners.size(); ++k) {
-          // full_recompute first when present (its answer is the reference), the others rotating.
-          size_t idx = k;
-          {
-            std::vector<size_t> order;
-            for (size_t i = 0; i < runners.size(); ++i)
-              if (runners[i].name == "full_recompute") order.push_back(i);
-            for (size_t i = 0; i < runners.size(); ++i) {
-              const size_t j = (i + static_cast<size_t>(step)) % runners.size();
-              if (runners[j].name != "full_recompute") order.push_back(j);
-            }
-            idx = order[k];
-          }
-          Runner& r = runners[idx];
-          if (r.done) continue;
-          const lt::World& state = model_driven ? r.world : course;
-          const std::vector<std::string>& past = model_driven ? r.past : course_past;
-          const std::vector<PromptSegment> prompt = make_prompt(texts, state, ep.goal, past, tok);
-          std::vector<int64_t> ids;
-          for (const auto& s : prompt) ids.insert(ids.end(), s.ids.begin(), s.ids.end());
-          const wm::llm::ReuseResult res = wm::llm::prefill_with_reuse(*r.cache, *r.policy, prompt, *r.window, reuse_opt);
-          StepRecord rec;
-          rec.episode = o.first_episode + e;
-          rec.step = step;
-          rec.policy = r.name;
-          rec.ttft_ms = 1000 * res.stats.ttft_s;
-          rec.store_ms = 1000 * res.stats.store_s;
-          rec.recomputed = res.stats.recomputed_fraction();
-          rec.prompt_tokens = res.stats.prompt_tokens;
-          rec.memory_tokens = res.stats.memory_tokens;
-          rec.prefilled_tokens = res.stats.prefilled_tokens;
-          rec.units = res.stats.units;
-          rec.misses = res.stats.misses;
-          rec.corrupt = res.stats.corrupt;
-          for (int t = 0; t < 3; ++t) rec.loaded[t] = static_cast<double>(res.stats.loaded_token_layers[t]) / L;
-          for (double v : res.stats.loader_idle_s) rec.idle_ms.push_back(1000 * v);
-          for (double v : res.stats.loader_stall_s) rec.stall_ms.push_back(1000 * v);
-          for (double v : res.stats.loader_busy_s) rec.busy_ms += 1000 * v;
-          if (rec.idle_ms.empty()) rec.idle_ms.assign(L, 0.0), rec.stall_ms.assign(L, 0.0);
-          const at::Tensor lp = log_probs(res.logits, tok.vocab_size());
-          if (r.name == "full_recompute") {
-            full_lp = lp;
-            full_ids = ids;
-          } else if (full_lp.defined() && full_ids == ids) {
-            rec.kl = (full_lp.exp() * (full_lp - lp)).sum().item<double>();
-            rec.agree = full_lp.argmax().item<int64_t>() == lp.argmax().item<int64_t>() ? 1.0 : 0.0;
-          }
-          r.window_bytes = std::max(r.window_bytes, r.window->bytes_used());
-          const auto t_dec = Clock::now();
-          rec.action = decode_action(*model, tok, *r.window, res.logits, res.stats.prompt_tokens, o.max_new_tokens);
-          rec.decode_ms = 1000 * since(t_dec);
-          rec.oracle = state.oracle_next_action(ep.goal);
-          rec.match = rec.action == rec.oracle;
-          lt::World probe = state;
-          rec.valid = probe.execute(rec.action);
-          if (model_driven) {
-            if (rec.valid) r.world = std::move(probe);
-            r.past.push_back(rec.action);
-            if (r.world.goal_done(ep.goal)) r.done = r.success = true;
-            if (step == o.max_steps) r.done = true;
-          }
-          for (int t = 0; t < 3; ++t)
-            r.peak_bytes[t] = std::max(r.peak_bytes[t], r.cache->bytes(static_cast<wm::Tier>(t)));
-          r.steps.push_back(std::move(rec));
-          ++step_total;
-          progress.show(false, "wm_plan_bench: episode %d/%d, step %d, %s; %lld prompts, %.0f s", e + 1, o.episodes,
-                        step, r.name.c_str(), static_cast<long long>(step_total), since(t_start));
-        }
-        if (!model_driven) {
-          std::string err;
-          WM_CHECK(course.execute(oracle_course, &err), "the oracle's action '", oracle_course, "' failed: ", err);
-          course_past.push_back(oracle_course);
-        }
-        bool all_done = true;
-        for (const auto& r : runners) all_done = all_done && r.done;
-        if (model_driven && all_done) break;
-      }
-      if (model_driven)
-        for (auto& r : runners) r.successes += r.success, r.outcomes.push_back(r.success);
-    }
-    progress.show(true, "wm_plan_bench: %d episodes, %lld prompts, %.0f s", o.episodes,
-                  static_cast<long long>(step_total), since(t_start));
-    progress.finish();
-
-    double full_ttft = 0, full_warm = 0;
-    for (const auto& r : runners)
-      if (r.name == "full_recompute") {
-        const PolicySummary f = summarize(r, L, 0, 0);
-        full_ttft = f.ttft_mean;
-        full_warm = std::isnan(f.warm_mean) ? 0.0 : f.warm_mean;
-      }
-    std::vector<PolicySummary> rows;
-    for (const auto& r : runners) rows.push_back(summarize(r, L, full_ttft, full_warm));
-    pair_rows(rows, runners, model_driven, o.pair_with);
-    std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
-                model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
-                rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
-    print_table(rows, model_driven, L, o.pair_with);
-    for (const auto& r : runners)
-      for (const auto& msg : r.cache->corrupt_reports())
-        std::printf("%s: damaged cache entry reported and recomputed: %s\n", r.name.c_str(), msg.c_str());
-
-    if (csv_file) {
-      write_csv(csv_file->stream(), rows, model_driven);
-      csv_file->commit();
-    }
-    if (plots) {
-      write_plots(plots->staging(), rows, runners, model_driven, L);
-      plots->commit();
-    }
-    if (json_file) {
-      nlohmann::json summary = nlohmann::json::array(), steps = nlohmann::json::array();
-      for (const auto& s : rows) summary.push_back(to_json(s, model_driven));
-      for (const auto& r : runners)
-        for (const auto& st : r.steps) steps.push_back(to_json(st));
-      nlohmann::json cfg = {{"model", o.model},
-                            {"model_name", model_name},
-                            {"layers", L},
-                            {"tokenizer", o.tokenizer},
-                            {"driver", o.driver},
-                            {"episodes", o.episodes},
-                            {"first_episode", o.first_episode},
-                            {"max_steps", o.max_steps},
-                            {"memory_tokens", o.memory_tokens},
-                            {"layout", o.layout},
-                            {"rooms", o.rooms},
-                            {"locks", o.locks},
-                            {"objects", o.objects},
-                            {"ratio", o.recompute.ratio},
-                            {"static_after", o.recompute.static_after},
-                            {"group_similarity", o.recompute.group_similarity},
-                            {"bank_tier", o.bank_tier},
-                            {"cold_disk", o.cold_disk},
-                            {"load_mib_per_s", o.load_mib_per_s},
-                            {"check_layers", o.recompute.check_layers},
-                            {"check_ratios", o.recompute.check_ratios},
-                            {"head_tokens", o.recompute.head_tokens},
-                            {"pair_with", o.pair_with},
-                            {"threads", threads}};
-      json_file->stream() << nlohmann::json{{"config", cfg}, {"episodes", episodes_json}, {"summary", summary},
-                                            {"steps", steps}}
-                                 .dump(1, ' ', false, nlohmann::json::error_handler_t::replace)
-                          << "\n";
-      json_file->commit();
-    }
+    const nlohmann::json episodes = run_episodes(b, runners);
+    const std::vector<PolicySummary> rows = summarize_all(runners, L, b.model_driven, o.pair_with);
+    print_report(b, rows, runners);
+    write_outputs(out, b, rows, runners, episodes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_plan_bench: error: %s\n", wm::cli::error_text(e).c_str());
     rc = 1;
