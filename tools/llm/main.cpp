@@ -13,6 +13,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "llmkv/beam.h"
@@ -108,12 +109,8 @@ nlohmann::json stats_json(const wm::llm::GenerationStats& s) {
           {"kv_tokens_peak", s.kv_tokens_peak}};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "wm_llm: generate or chat with a Llama/Qwen2-family decoder from a Hugging Face model folder\n"
-      "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
+// The command line. The *_given flags tell an option given empty (an error) from one left out.
+struct Options {
   std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
   bool chat = false, no_stream = false, raw_special = false, strict_positions = false;
@@ -124,270 +121,399 @@ int main(int argc, char** argv) {
   double length_penalty = 1.0;
   int64_t prefill_chunk = 512;
   wm::llm::TextMemoryConfig memory;
-  auto* m_opt = app.add_option("-m,--model", model_dir,
+  bool model_given = false, prompt_given = false, prompt_file_given = false, budget_given = false;
+};
+
+// Parses the command line into `o`. Returns the exit status when the program ends here (--help,
+// a parse error, which CLI11 has printed), nothing when it goes on.
+std::optional<int> parse_options(int argc, char** argv, Options& o) {
+  CLI::App app{
+      "wm_llm: generate or chat with a Llama/Qwen2-family decoder from a Hugging Face model folder\n"
+      "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
+  auto* m_opt = app.add_option("-m,--model", o.model_dir,
                                "model folder (default: the embedded tiny model, looked for in the working directory, "
                                "then above this program's folder)")
                     ->capture_default_str();
-  auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text (else --prompt-file, else standard input)");
-  auto* f_opt = app.add_option("-f,--prompt-file", prompt_file, "read the prompt from this file ('-': standard input)")
+  auto* p_opt = app.add_option("-p,--prompt", o.prompt, "prompt text (else --prompt-file, else standard input)");
+  auto* f_opt = app.add_option("-f,--prompt-file", o.prompt_file, "read the prompt from this file ('-': standard input)")
       ->excludes(p_opt);
-  app.add_option("--max-prompt-bytes", max_prompt_bytes,
+  app.add_option("--max-prompt-bytes", o.max_prompt_bytes,
                  "a prompt file or standard input (or a chat line) longer than this is refused")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_flag("--strict-positions", strict_positions,
+  app.add_flag("--strict-positions", o.strict_positions,
                "refuse a prompt that reaches beyond the model's trained positions (max_position_embeddings) "
                "instead of warning");
-  app.add_flag("--chat", chat,
+  app.add_flag("--chat", o.chat,
                "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
-  app.add_option("--system", system, "system message (chat)");
-  app.add_option("-n,--max-new-tokens", gen.max_new_tokens, "tokens to generate at most")
+  app.add_option("--system", o.system, "system message (chat)");
+  app.add_option("-n,--max-new-tokens", o.gen.max_new_tokens, "tokens to generate at most")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("-t,--temperature", gen.sampling.temperature, "0: greedy")
+  app.add_option("-t,--temperature", o.gen.sampling.temperature, "0: greedy")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 100.0));
-  app.add_option("--top-k", gen.sampling.top_k, "keep the k most probable tokens (0: all)")
+  app.add_option("--top-k", o.gen.sampling.top_k, "keep the k most probable tokens (0: all)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--top-p", gen.sampling.top_p, "nucleus mass in (0, 1]")
+  app.add_option("--top-p", o.gen.sampling.top_p, "nucleus mass in (0, 1]")
       ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
-  app.add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str()->check(wm::cli::Uint64());
-  app.add_option("--stop", gen.stop_strings, "stop string (repeatable)");
-  app.add_option("--stop-token", stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
+  app.add_option("--seed", o.gen.sampling.seed, "sampling seed")->capture_default_str()->check(wm::cli::Uint64());
+  app.add_option("--stop", o.gen.stop_strings, "stop string (repeatable)");
+  app.add_option("--stop-token", o.stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
-  app.add_option("--beams", beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
-  app.add_option("--length-penalty", length_penalty, "beam ranking: score / length^penalty")
+  app.add_option("--beams", o.beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
+  app.add_option("--length-penalty", o.length_penalty, "beam ranking: score / length^penalty")
       ->check(wm::cli::FiniteRange(-10.0, 10.0));
-  app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--policy", memory.policy, "KV memory policy")
+  app.add_option("--policy", o.memory.policy, "KV memory policy")
       ->capture_default_str()
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
   auto* budget_opt =
-      app.add_option("--kv-budget", memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
+      app.add_option("--kv-budget", o.memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--sink", memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
+  app.add_option("--sink", o.memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--window", memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
+  app.add_option("--window", o.memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_flag("!--no-prompt-restart", memory.prompt_restart,
+  app.add_flag("!--no-prompt-restart", o.memory.prompt_restart,
                "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting them");
-  app.add_option("--score-kernel", memory.score_kernel,
+  app.add_option("--score-kernel", o.memory.score_kernel,
                  "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
                  "published)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
-  app.add_option("--score-window", memory.score_window,
+  app.add_option("--score-window", o.memory.score_window,
                  "keepkv: each step's attention scores from its last N queries (0: from all of them)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--dump-logits", dump_logits, "write the logits at the prompt's last position to this .npy file");
-  app.add_option("--stats-json", stats_json_path, "write timing and KV figures as JSON to this file");
-  app.add_flag("--no-stream", no_stream, "print the text at the end instead of as it is generated");
-  app.add_flag("--parse-special", raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
-  app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  app.add_option("--dtype", dtype, "float32, float16, bfloat16")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--dump-logits", o.dump_logits, "write the logits at the prompt's last position to this .npy file");
+  app.add_option("--stats-json", o.stats_json_path, "write timing and KV figures as JSON to this file");
+  app.add_flag("--no-stream", o.no_stream, "print the text at the end instead of as it is generated");
+  app.add_flag("--parse-special", o.raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
+  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "float32, float16, bfloat16")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.footer("--dump-logits and --stats-json are written whole when the run succeeds, and not at all when it fails.");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  o.model_given = m_opt->count() > 0;
+  o.prompt_given = p_opt->count() > 0;
+  o.prompt_file_given = f_opt->count() > 0;
+  o.budget_given = budget_opt->count() > 0;
+  return std::nullopt;
+}
+
+// The prompt file to read: empty for none or for '-' (standard input).
+std::string prompt_path(const Options& o) { return o.prompt_file == "-" ? "" : o.prompt_file; }
+
+// Options given with an empty value, and a budget for the policy that has none. Throws wm::Error.
+void check_given_values(const Options& o) {
+  if (o.model_given && o.model_dir.empty()) throw wm::Error("--model is empty");
+  if (o.prompt_given && o.prompt.empty())
+    throw wm::Error("--prompt is empty (give the text, or --prompt-file, or the prompt on standard input)");
+  if (o.prompt_file_given && o.prompt_file.empty()) throw wm::Error("--prompt-file is empty");
+  if (o.budget_given && o.memory.policy == "full")
+    throw wm::Error("--kv-budget applies to a memory policy that evicts: --policy full keeps every token");
+}
+
+// The embedded tiny model's folder, looked for where find_shipped looks. Throws wm::Error when absent.
+std::string find_embedded_model() {
+  std::string tried;
+  std::string dir = wm::cli::find_shipped(kEmbeddedModel, &tried);
+  if (dir.empty())
+    throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
+                                ": give --model with a Hugging Face model folder"));
+  return dir;
+}
+
+// The outputs may name neither one another nor an input. Throws wm::Error.
+void check_distinct_outputs(const Options& o) {
+  const std::string& m = o.model_dir;
+  wm::cli::require_distinct_outputs(
+      {{"--dump-logits", o.dump_logits}, {"--stats-json", o.stats_json_path}},
+      {{"--prompt-file", prompt_path(o)},
+       {"the model's config.json", m + "/config.json"},
+       {"the model's tokenizer.json", m + "/tokenizer.json"},
+       {"the model's generation_config.json", m + "/generation_config.json"},
+       {"the model's model.safetensors", m + "/model.safetensors"},
+       {"the model's model.safetensors.index.json", m + "/model.safetensors.index.json"}});
+}
+
+// Sampling, stop strings and what beam search does not combine with. Throws wm::Error.
+void check_generation_options(const Options& o) {
+  const wm::llm::SamplingOptions& s = o.gen.sampling;
+  if (!(s.top_p > 0)) throw wm::Error("--top-p must be in (0, 1]: 0 keeps no token");
+  s.validate();  // the rest, with a message naming the field
+  for (const auto& stop : o.gen.stop_strings)
+    if (stop.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
+  if (o.beams > 0) {
+    if (o.chat) throw wm::Error("--beams searches from one prompt: it does not combine with --chat");
+    if (!o.dump_logits.empty()) throw wm::Error("--dump-logits is not available with --beams");
+    if (s.temperature != 0.0 || s.top_k != 0 || s.top_p != 1.0)
+      throw wm::Error("--beams ranks by log-probability: --temperature, --top-k and --top-p do not apply");
+    if (!o.gen.stop_strings.empty()) throw wm::Error("--stop is not available with --beams (use --stop-token)");
+  }
+}
+
+// Outputs opened before the model (a bad path fails before the work), committed together at the end.
+struct Outputs {
+  std::unique_ptr<wm::cli::OutputFile> logits, stats;
+};
+
+Outputs open_outputs(const Options& o) {
+  Outputs out;
+  if (!o.dump_logits.empty()) out.logits = std::make_unique<wm::cli::OutputFile>(o.dump_logits);
+  if (!o.stats_json_path.empty()) out.stats = std::make_unique<wm::cli::OutputFile>(o.stats_json_path);
+  return out;
+}
+
+// The loaded model, its session and what carries from one turn to the next; prints each turn
+// and records it for --stats-json. Throws wm::Error (a bad model folder, stop token or policy).
+class Conversation {
+ public:
+  Conversation(const Options& o, at::Device dev, at::ScalarType dt, wm::cli::OutputFile* logits_file)
+      : o_(o),
+        dev_(dev),
+        dt_(dt),
+        logits_file_(logits_file),
+        model_(wm::llm::load_llm(o.model_dir, dev, dt)),
+        tok_(wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json")),
+        im_end_(tok_.token_to_id("<|im_end|>")),
+        gen_(generate_options()),
+        session_(model_, tok_, dev, dt, session_options()) {
+    // Long prefills show their progress (after 2 s, so that short prompts stay quiet).
+    gen_.on_prefill = [this](int64_t done, int64_t total) { show_prefill(done, total); };
+  }
+  Conversation(const Conversation&) = delete;
+  Conversation& operator=(const Conversation&) = delete;
+
+  // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
+  void run_turn(const std::string& text, bool first) {
+    const std::vector<int64_t> ids = encode_turn(text, first);
+    if (ids.empty() && session_.next_position() == 0) throw wm::Error("the prompt is empty");
+    check_context(ids.size());
+    prefill_t0_ = std::chrono::steady_clock::now();
+    prefill_shown_ = false;
+    if (o_.beams > 0)
+      run_beams(ids);
+    else
+      run_sampling(ids, first);
+  }
+
+  const nlohmann::json& turns() const { return turns_; }
+
+ private:
+  // The options with the stop tokens: --stop-token, the model's and generation_config.json's end
+  // tokens, and <|im_end|> in a chat.
+  wm::llm::GenerateOptions generate_options() const {
+    const auto defaults = wm::llm::GenerationDefaults::load(o_.model_dir + "/generation_config.json");
+    wm::llm::GenerateOptions gen = o_.gen;
+    gen.stop_tokens = o_.stop_tokens;
+    for (int64_t e : model_->config().eos_token_ids) gen.stop_tokens.push_back(e);
+    for (int64_t e : defaults.eos_token_ids) gen.stop_tokens.push_back(e);
+    if (o_.chat) {
+      if (!im_end_) throw wm::Error("--chat: the tokenizer has no <|im_end|> token (not a ChatML model)");
+      gen.stop_tokens.push_back(*im_end_);
+    }
+    const int64_t V = model_->config().vocab_size;
+    for (int64_t t : gen.stop_tokens)
+      if (t < 0 || t >= V) throw wm::Error(wm::str_cat("stop token ", t, " is outside the vocabulary [0, ", V, ")"));
+    return gen;
+  }
+
+  wm::llm::SessionOptions session_options() const {
+    wm::llm::SessionOptions so;
+    so.prefill_chunk = o_.prefill_chunk;
+    so.memory = o_.memory;
+    if (wm::llm::make_text_policy(o_.memory)->block_wise())
+      throw wm::Error(wm::str_cat("--policy ", o_.memory.policy, " takes its context as named blocks; wm_llm feeds a "
+                                  "prompt as one, so use it through wm_llm_bench for now"));
+    if (o_.beams > 0 && o_.memory.policy != "full")
+      throw wm::Error("--beams keeps the whole context (its beam table); --policy works with sampling only");
+    return so;
+  }
+
+  void show_prefill(int64_t done, int64_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0_).count();
+    if (s < 2 && !prefill_shown_) return;
+    prefill_shown_ = true;
+    progress_.show(done == total, "wm_llm: prefill %lld/%lld tokens, %.0f s", static_cast<long long>(done),
+                   static_cast<long long>(total), s);
+    if (done == total) progress_.finish();
+  }
+
+  std::vector<int64_t> encode_turn(const std::string& text, bool first) const {
+    if (!o_.chat) {
+      // add_special: the tokenizer's template tokens (Llama-3's BOS), as the reference adds them.
+      return tok_.encode(text, o_.raw_special, true);
+    }
+    std::vector<wm::llm::ChatMessage> msgs;
+    if (first && !o_.system.empty()) msgs.push_back({"system", o_.system});
+    msgs.push_back({"user", text});
+    // Message text is text: "<|im_start|>" typed by the user is not a special token.
+    std::vector<int64_t> ids = wm::llm::encode_chatml(tok_, msgs, true);
+    if (!first) {
+      // Close the previous assistant message: its <|im_end|> is pending in the session when
+      // it ended on it; otherwise (token limit, stop string, another end token) add one.
+      std::vector<int64_t> join = tok_.encode(last_stop_im_end_ ? "\n" : "<|im_end|>\n", true);
+      ids.insert(ids.begin(), join.begin(), join.end());
+    }
+    return ids;
+  }
+
+  // The context after n_ids more tokens: its K/V and a prefill chunk's attention scores must fit
+  // in memory before the prefill starts; beyond the trained positions it warns once (or throws
+  // with --strict-positions).
+  void check_context(size_t n_ids) {
+    const auto& config = model_->config();
+    const int64_t max_new = gen_.max_new_tokens;
+    const int64_t reach = session_.next_position() + static_cast<int64_t>(n_ids);
+    wm::llm::check_fits_in_memory(
+        wm::llm::llm_context_bytes(config, reach + max_new, o_.prefill_chunk, c10::elementSize(dt_)),
+        wm::str_cat("a context of ", reach + max_new, " tokens"),
+        wm::str_cat("the prompt's ", n_ids, " tokens, --max-new-tokens ", max_new, ", --prefill-chunk ",
+                    o_.prefill_chunk));
+    const int64_t max_positions = config.max_position_embeddings;
+    if (reach <= max_positions) return;
+    const std::string msg =
+        wm::str_cat("the context reaches position ", reach, ", beyond the ", max_positions,
+                    " positions the model was trained on (max_position_embeddings in ", o_.model_dir, "/config.json)");
+    if (o_.strict_positions) throw wm::Error(msg + " (--strict-positions)");
+    if (!warned_positions_)
+      std::fprintf(stderr, "wm_llm: warning: %s: expect text that makes little sense (--strict-positions refuses)\n",
+                   msg.c_str());
+    warned_positions_ = true;
+  }
+
+  void run_beams(const std::vector<int64_t>& ids) {
+    wm::llm::BeamOptions bo;
+    bo.num_beams = o_.beams;
+    bo.max_new_tokens = gen_.max_new_tokens;
+    bo.length_penalty = o_.length_penalty;
+    bo.eos_token_ids = gen_.stop_tokens;
+    bo.prefill_chunk = o_.prefill_chunk;
+    const auto r = wm::llm::beam_search(*model_, ids, bo, dev_, dt_);
+    for (size_t i = 0; i < r.beams.size(); ++i) {
+      const auto& b = r.beams[i];
+      std::vector<int64_t> shown = b.tokens;
+      if (b.finished && !shown.empty()) shown.pop_back();
+      char head[128];
+      std::snprintf(head, sizeof head, "[beam %zu] score %.4f ranked %.4f%s: ", i, b.score, b.ranked,
+                    b.finished ? " (ended)" : "");
+      const std::string line = head + tok_.decode(shown) + "\n";
+      write_stdout(line.data(), line.size());
+    }
+    std::fprintf(stderr, "wm_llm: beam cache %.2f MiB, K/V bytes copied by reorders: %zu\n",
+                 r.cache_bytes / 1048576.0, r.bytes_copied);
+    std::vector<int64_t> best = r.beams[0].tokens;
+    if (r.beams[0].finished && !best.empty()) best.pop_back();
+    turns_.push_back({{"beams", o_.beams}, {"best", tok_.decode(best)}, {"score", r.beams[0].score}});
+  }
+
+  void run_sampling(const std::vector<int64_t>& ids, bool first) {
+    auto on_text = [&](const std::string& s) {
+      if (!o_.no_stream) write_stdout(s.data(), s.size());
+    };
+    wm::llm::Generation g = session_.generate(ids, gen_, on_text);
+    last_stop_im_end_ =
+        im_end_ && g.stop_reason == "stop_token" && !g.tokens.empty() && g.tokens.back() == *im_end_;
+    if (o_.no_stream) write_stdout(g.text.data(), g.text.size());
+    write_stdout("\n", 1);
+    print_stats(g.stats);
+    if (logits_file_ && first) {
+      wm::cli::write_npy(*logits_file_, g.prompt_logits);
+      std::fprintf(stderr, "wm_llm: the prompt's last logits [%lld] go to %s\n",
+                   static_cast<long long>(g.prompt_logits.numel()), o_.dump_logits.c_str());
+    }
+    nlohmann::json j = stats_json(g.stats);
+    j["stop_reason"] = g.stop_reason;
+    j["text"] = g.text;
+    turns_.push_back(j);
+  }
+
+  const Options& o_;
+  const at::Device dev_;
+  const at::ScalarType dt_;
+  wm::cli::OutputFile* const logits_file_;  // --dump-logits (the first turn's), or null
+  wm::llm::LlmModel model_;
+  const wm::llm::Tokenizer tok_;
+  const std::optional<int64_t> im_end_;
+  wm::llm::GenerateOptions gen_;
+  wm::llm::LlmSession session_;
+  nlohmann::json turns_ = nlohmann::json::array();
+  bool last_stop_im_end_ = false;  // the last turn ended on <|im_end|>, which the session holds
+  bool warned_positions_ = false;
+  wm::cli::ProgressLine progress_{15};
+  std::chrono::steady_clock::time_point prefill_t0_;
+  bool prefill_shown_ = false;
+};
+
+// Chat with no prompt: every non-empty line of standard input is a user turn.
+void chat_from_stdin(Conversation& conv, int64_t max_prompt_bytes) {
+  const bool tty = isatty(fileno(stdin)) != 0;
+  std::string line;
+  bool first = true;
+  if (tty) std::fprintf(stderr, "wm_llm: chat; one line per turn, end with Ctrl-D\n> ");
+  while (read_line_bounded(line, max_prompt_bytes)) {
+    if (!line.empty()) {
+      conv.run_turn(line, first);
+      first = false;
+    }
+    if (tty) std::fprintf(stderr, "> ");
+  }
+  if (first) throw wm::Error("no chat turns on standard input");
+}
+
+// The one prompt: --prompt, else --prompt-file, else standard input. Throws wm::Error when empty.
+std::string read_prompt(const Options& o) {
+  const std::string path = prompt_path(o);
+  std::string text = !o.prompt.empty() ? o.prompt
+                     : !path.empty()   ? read_prompt_file(path, o.max_prompt_bytes)
+                                       : read_bounded(std::cin, o.max_prompt_bytes, "standard input");
+  if (text.empty()) throw wm::Error("the prompt is empty (give --prompt, --prompt-file or standard input)");
+  return text;
+}
+
+void write_outputs(const Options& o, at::Device dev, const nlohmann::json& turns, Outputs& out) {
+  if (out.stats) {
+    // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
+    out.stats->stream() << nlohmann::json{{"model", o.model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
+                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                        << "\n";
+    out.stats->commit();
+  }
+  if (out.logits) out.logits->commit();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> status = parse_options(argc, argv, o)) return *status;
   wm::cli::remove_temporaries_on_signal();
 
   try {
-    if (m_opt->count() > 0 && model_dir.empty()) throw wm::Error("--model is empty");
-    if (p_opt->count() > 0 && prompt.empty())
-      throw wm::Error("--prompt is empty (give the text, or --prompt-file, or the prompt on standard input)");
-    if (f_opt->count() > 0 && prompt_file.empty()) throw wm::Error("--prompt-file is empty");
-    if (budget_opt->count() > 0 && memory.policy == "full")
-      throw wm::Error("--kv-budget applies to a memory policy that evicts: --policy full keeps every token");
-    wm::init_threads(threads);
-    const at::Device dev = wm::parse_device(device);
-    const at::ScalarType dt = wm::parse_compute_dtype(dtype);
+    check_given_values(o);
+    wm::init_threads(o.threads);
+    const at::Device dev = wm::parse_device(o.device);
+    const at::ScalarType dt = wm::parse_compute_dtype(o.dtype);
     if (dt == at::kHalf && dev.is_cpu())
       throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
                       "float32");
-    if (m_opt->count() == 0) {
-      std::string tried;
-      model_dir = wm::cli::find_shipped(kEmbeddedModel, &tried);
-      if (model_dir.empty())
-        throw wm::Error(wm::str_cat("the embedded tiny LLM (", kEmbeddedModel, ") was not found; tried ", tried,
-                                    ": give --model with a Hugging Face model folder"));
-    }
-    const std::string prompt_path = prompt_file == "-" ? "" : prompt_file;
-    wm::cli::require_distinct_outputs(
-        {{"--dump-logits", dump_logits}, {"--stats-json", stats_json_path}},
-        {{"--prompt-file", prompt_path},
-         {"the model's config.json", model_dir + "/config.json"},
-         {"the model's tokenizer.json", model_dir + "/tokenizer.json"},
-         {"the model's generation_config.json", model_dir + "/generation_config.json"},
-         {"the model's model.safetensors", model_dir + "/model.safetensors"},
-         {"the model's model.safetensors.index.json", model_dir + "/model.safetensors.index.json"}});
-    if (!(gen.sampling.top_p > 0)) throw wm::Error("--top-p must be in (0, 1]: 0 keeps no token");
-    gen.sampling.validate();  // the rest, with a message naming the field
-    for (const auto& s : gen.stop_strings)
-      if (s.empty()) throw wm::Error("--stop: an empty stop string would stop at once");
-    if (beams > 0) {
-      if (chat) throw wm::Error("--beams searches from one prompt: it does not combine with --chat");
-      if (!dump_logits.empty()) throw wm::Error("--dump-logits is not available with --beams");
-      if (gen.sampling.temperature != 0.0 || gen.sampling.top_k != 0 || gen.sampling.top_p != 1.0)
-        throw wm::Error("--beams ranks by log-probability: --temperature, --top-k and --top-p do not apply");
-      if (!gen.stop_strings.empty()) throw wm::Error("--stop is not available with --beams (use --stop-token)");
-    }
-    // Outputs opened before the model (a bad path fails before the work), committed together at the end.
-    std::unique_ptr<wm::cli::OutputFile> logits_file, stats_file;
-    if (!dump_logits.empty()) logits_file = std::make_unique<wm::cli::OutputFile>(dump_logits);
-    if (!stats_json_path.empty()) stats_file = std::make_unique<wm::cli::OutputFile>(stats_json_path);
+    if (!o.model_given) o.model_dir = find_embedded_model();
+    check_distinct_outputs(o);
+    check_generation_options(o);
+    Outputs out = open_outputs(o);
 
-    wm::llm::LlmModel model = wm::llm::load_llm(model_dir, dev, dt);
-    const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(model_dir + "/tokenizer.json");
-    const auto defaults = wm::llm::GenerationDefaults::load(model_dir + "/generation_config.json");
-    gen.stop_tokens = stop_tokens;
-    for (int64_t e : model->config().eos_token_ids) gen.stop_tokens.push_back(e);
-    for (int64_t e : defaults.eos_token_ids) gen.stop_tokens.push_back(e);
-    std::optional<int64_t> im_end = tok.token_to_id("<|im_end|>");
-    if (chat) {
-      if (!im_end) throw wm::Error("--chat: the tokenizer has no <|im_end|> token (not a ChatML model)");
-      gen.stop_tokens.push_back(*im_end);
-    }
-    const int64_t V = model->config().vocab_size;
-    for (int64_t t : gen.stop_tokens)
-      if (t < 0 || t >= V) throw wm::Error(wm::str_cat("stop token ", t, " is outside the vocabulary [0, ", V, ")"));
-
-    wm::llm::SessionOptions so;
-    so.prefill_chunk = prefill_chunk;
-    so.memory = memory;
-    if (wm::llm::make_text_policy(memory)->block_wise())
-      throw wm::Error(wm::str_cat("--policy ", memory.policy, " takes its context as named blocks; wm_llm feeds a "
-                                  "prompt as one, so use it through wm_llm_bench for now"));
-    if (beams > 0 && memory.policy != "full")
-      throw wm::Error("--beams keeps the whole context (its beam table); --policy works with sampling only");
-    wm::llm::LlmSession session(model, tok, dev, dt, so);
-    nlohmann::json turns = nlohmann::json::array();
-    bool last_stop_im_end = false;
-    auto on_text = [&](const std::string& s) {
-      if (!no_stream) write_stdout(s.data(), s.size());
-    };
-    // Long prefills show their progress (after 2 s, so that short prompts stay quiet).
-    wm::cli::ProgressLine progress(15);
-    std::chrono::steady_clock::time_point prefill_t0;
-    bool prefill_shown = false;
-    gen.on_prefill = [&](int64_t done, int64_t total) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0).count();
-      if (s < 2 && !prefill_shown) return;
-      prefill_shown = true;
-      progress.show(done == total, "wm_llm: prefill %lld/%lld tokens, %.0f s", static_cast<long long>(done),
-                    static_cast<long long>(total), s);
-      if (done == total) progress.finish();
-    };
-    const int64_t max_positions = model->config().max_position_embeddings;
-    bool warned_positions = false;
-
-    // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
-    auto run_turn = [&](const std::string& text, bool first) {
-      std::vector<int64_t> ids;
-      if (chat) {
-        std::vector<wm::llm::ChatMessage> msgs;
-        if (first && !system.empty()) msgs.push_back({"system", system});
-        msgs.push_back({"user", text});
-        // Message text is text: "<|im_start|>" typed by the user is not a special token.
-        ids = wm::llm::encode_chatml(tok, msgs, true);
-        if (!first) {
-          // Close the previous assistant message: its <|im_end|> is pending in the session when
-          // it ended on it; otherwise (token limit, stop string, another end token) add one.
-          std::vector<int64_t> join = tok.encode(last_stop_im_end ? "\n" : "<|im_end|>\n", true);
-          ids.insert(ids.begin(), join.begin(), join.end());
-        }
-      } else {
-        // add_special: the tokenizer's template tokens (Llama-3's BOS), as the reference adds them.
-        ids = tok.encode(text, raw_special, true);
-      }
-      if (ids.empty() && session.next_position() == 0) throw wm::Error("the prompt is empty");
-      const int64_t reach = session.next_position() + static_cast<int64_t>(ids.size());
-      // The context's K/V and a prefill chunk's attention scores must fit before the prefill starts.
-      wm::llm::check_fits_in_memory(
-          wm::llm::llm_context_bytes(model->config(), reach + gen.max_new_tokens, prefill_chunk, c10::elementSize(dt)),
-          wm::str_cat("a context of ", reach + gen.max_new_tokens, " tokens"),
-          wm::str_cat("the prompt's ", ids.size(), " tokens, --max-new-tokens ", gen.max_new_tokens,
-                      ", --prefill-chunk ", prefill_chunk));
-      if (reach > max_positions) {
-        const std::string msg =
-            wm::str_cat("the context reaches position ", reach, ", beyond the ", max_positions,
-                        " positions the model was trained on (max_position_embeddings in ", model_dir, "/config.json)");
-        if (strict_positions) throw wm::Error(msg + " (--strict-positions)");
-        if (!warned_positions)
-          std::fprintf(stderr, "wm_llm: warning: %s: expect text that makes little sense (--strict-positions refuses)\n",
-                       msg.c_str());
-        warned_positions = true;
-      }
-      prefill_t0 = std::chrono::steady_clock::now();
-      prefill_shown = false;
-      if (beams > 0) {
-        wm::llm::BeamOptions bo;
-        bo.num_beams = beams;
-        bo.max_new_tokens = gen.max_new_tokens;
-        bo.length_penalty = length_penalty;
-        bo.eos_token_ids = gen.stop_tokens;
-        bo.prefill_chunk = prefill_chunk;
-        const auto r = wm::llm::beam_search(*model, ids, bo, dev, dt);
-        for (size_t i = 0; i < r.beams.size(); ++i) {
-          const auto& b = r.beams[i];
-          std::vector<int64_t> shown = b.tokens;
-          if (b.finished && !shown.empty()) shown.pop_back();
-          char head[128];
-          std::snprintf(head, sizeof head, "[beam %zu] score %.4f ranked %.4f%s: ", i, b.score, b.ranked,
-                        b.finished ? " (ended)" : "");
-          const std::string line = head + tok.decode(shown) + "\n";
-          write_stdout(line.data(), line.size());
-        }
-        std::fprintf(stderr, "wm_llm: beam cache %.2f MiB, K/V bytes copied by reorders: %zu\n",
-                     r.cache_bytes / 1048576.0, r.bytes_copied);
-        std::vector<int64_t> best = r.beams[0].tokens;
-        if (r.beams[0].finished && !best.empty()) best.pop_back();
-        turns.push_back({{"beams", beams}, {"best", tok.decode(best)}, {"score", r.beams[0].score}});
-        return;
-      }
-      wm::llm::Generation g = session.generate(ids, gen, on_text);
-      last_stop_im_end = im_end && g.stop_reason == "stop_token" && !g.tokens.empty() && g.tokens.back() == *im_end;
-      if (no_stream) write_stdout(g.text.data(), g.text.size());
-      write_stdout("\n", 1);
-      print_stats(g.stats);
-      if (logits_file && first) {
-        wm::cli::write_npy(*logits_file, g.prompt_logits);
-        std::fprintf(stderr, "wm_llm: the prompt's last logits [%lld] go to %s\n",
-                     static_cast<long long>(g.prompt_logits.numel()), dump_logits.c_str());
-      }
-      nlohmann::json j = stats_json(g.stats);
-      j["stop_reason"] = g.stop_reason;
-      j["text"] = g.text;
-      turns.push_back(j);
-    };
-
-    if (chat && prompt.empty() && prompt_file.empty()) {
-      const bool tty = isatty(fileno(stdin)) != 0;
-      std::string line;
-      bool first = true;
-      if (tty) std::fprintf(stderr, "wm_llm: chat; one line per turn, end with Ctrl-D\n> ");
-      while (read_line_bounded(line, max_prompt_bytes)) {
-        if (!line.empty()) {
-          run_turn(line, first);
-          first = false;
-        }
-        if (tty) std::fprintf(stderr, "> ");
-      }
-      if (first) throw wm::Error("no chat turns on standard input");
-    } else {
-      std::string text = !prompt.empty()       ? prompt
-                         : !prompt_path.empty() ? read_prompt_file(prompt_path, max_prompt_bytes)
-                                                : read_bounded(std::cin, max_prompt_bytes, "standard input");
-      if (text.empty()) throw wm::Error("the prompt is empty (give --prompt, --prompt-file or standard input)");
-      run_turn(text, true);
-    }
-    if (stats_file) {
-      // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
-      stats_file->stream() << nlohmann::json{{"model", model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
-                                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                           << "\n";
-      stats_file->commit();
-    }
-    if (logits_file) logits_file->commit();
+    Conversation conv(o, dev, dt, out.logits.get());
+    if (o.chat && o.prompt.empty() && o.prompt_file.empty())
+      chat_from_stdin(conv, o.max_prompt_bytes);
+    else
+      conv.run_turn(read_prompt(o), true);
+    write_outputs(o, dev, conv.turns(), out);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "wm_llm: error: %s\n", wm::cli::error_text(e).c_str());
