@@ -106,10 +106,8 @@ BankFigures bench_bank(wm::llm::LlmModelImpl& model, at::Device dev, at::ScalarT
   return {median(save), median(load), median(recompute), bytes};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"wm_bench_llm: prefill and decode tokens/s and KV bytes of decoders at several context lengths"};
+// The command line's settings, with their defaults.
+struct Options {
   std::vector<std::string> models = {"assets/models/tiny-llm", "configs/qwen2-0.5b.json"};
   std::vector<int64_t> contexts = {1024, 4096, 16384};
   int64_t decode_tokens = 32, prefill_chunk = 512, bank_block = 1280;
@@ -120,228 +118,296 @@ int main(int argc, char** argv) {
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
-  auto* model_opt = app.add_option("-m,--model", models,
-                                   "model folder, or a config.json for random weights (repeatable; the defaults are "
-                                   "looked for in the working directory, then above this program's folder)")
-                        ->capture_default_str()
-                        ->check(CLI::ExistingPath);
-  app.add_option("--contexts", contexts, "context lengths (prompt tokens)")->capture_default_str()
+  bool models_given = false, budget_given = false;  // --model, --policy-budget on the command line
+};
+
+// Every option, in the order --help lists them.
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("-m,--model", o.models,
+                 "model folder, or a config.json for random weights (repeatable; the defaults are "
+                 "looked for in the working directory, then above this program's folder)")
+      ->capture_default_str()
+      ->check(CLI::ExistingPath);
+  app.add_option("--contexts", o.contexts, "context lengths (prompt tokens)")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
-  app.add_option("--decode-tokens", decode_tokens, "tokens decoded after each prefill")->capture_default_str()
+  app.add_option("--decode-tokens", o.decode_tokens, "tokens decoded after each prefill")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward pass")->capture_default_str()
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per forward pass")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
-  app.add_option("--bank-block", bank_block,
+  app.add_option("--bank-block", o.bank_block,
                  "tokens of the block saved to the bank and loaded back against recomputing it (0: skip)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
-  app.add_option("--bank-reps", bank_reps, "repetitions of the bank figures (after one warm-up)")
+  app.add_option("--bank-reps", o.bank_reps, "repetitions of the bank figures (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--policies", policies,
+  app.add_option("--policies", o.policies,
                  "also decode under these memory policies, each against the full cache in the same run (models "
                  "with a tokenizer.json only)")
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
-  auto* budget_opt = app.add_option("--policy-budget", policy_share, "the policies' KV budget as a share of the context")
-                         ->capture_default_str()
-                         ->check(wm::cli::FiniteRange(1e-3, 1.0));
-  app.add_option("--evict-slack", evict_slack,
+  app.add_option("--policy-budget", o.policy_share, "the policies' KV budget as a share of the context")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(1e-3, 1.0));
+  app.add_option("--evict-slack", o.evict_slack,
                  "the policies cut a layer over budget to budget - slack (eviction every slack + 1 steps)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
-  app.add_option("--device", device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  app.add_option("--dtype", dtype, "float32, bfloat16, float16")->capture_default_str();
-  app.add_option("--seed", seed, "random weights and token ids")->capture_default_str()->check(wm::cli::Uint64());
-  app.add_option("--json", json_out, "also write the figures as JSON to this file");
-  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "float32, bfloat16, float16")->capture_default_str();
+  app.add_option("--seed", o.seed, "random weights and token ids")->capture_default_str()->check(wm::cli::Uint64());
+  app.add_option("--json", o.json_out, "also write the figures as JSON to this file");
+  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
+// The default models (when no --model is given), each looked for where it ships. Throws
+// wm::Error naming what was tried.
+void find_default_models(Options& o) {
+  if (o.models_given) return;
+  for (auto& m : o.models) {
+    std::string tried;
+    const std::string found = wm::cli::find_shipped(m, &tried);
+    if (found.empty())
+      throw wm::Error(wm::str_cat("the default model ", m, " was not found; tried ", tried, ": give --model"));
+    m = found;
+  }
+}
+
+// Refuses a --json that names a model's file, then opens it (so that a bad path fails before the
+// work). Returns null without --json.
+std::unique_ptr<wm::cli::OutputFile> open_json(const Options& o) {
+  wm::cli::NamedPaths inputs;
+  for (const auto& m : o.models) {
+    const bool dir = std::filesystem::is_directory(m);
+    inputs.push_back({"--model " + m, dir ? "" : m});
+    if (dir)
+      for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"})
+        inputs.push_back({wm::str_cat("the ", f, " of ", m), m + "/" + f});
+  }
+  wm::cli::require_distinct_outputs({{"--json", o.json_out}}, inputs);
+  std::unique_ptr<wm::cli::OutputFile> json_file;
+  if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+  return json_file;
+}
+
+// A model folder's weights, or random weights at a config.json's shape (--seed); `name` is what
+// the tables call it.
+wm::llm::LlmModel load_model(const std::string& m, at::Device dev, at::ScalarType dt, uint64_t seed,
+                             std::string* name) {
+  wm::llm::LlmModel model{nullptr};
+  if (std::filesystem::is_directory(m)) {
+    model = wm::llm::load_llm(m, dev, dt);
+    *name = std::filesystem::path(m).filename().string();
+  } else {
+    wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(m);
+    wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(cfg)) * 4,
+                                  wm::str_cat("a model of ", m, " in float32"),
+                                  wm::str_cat(m, ": ", wm::llm::llm_size_fields(cfg)));
+    // Drawn once, by init_weights (not first by the modules' own start as well).
+    model = wm::llm::LlmModel(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
+    model->init_weights(seed);
+    model->to(dev, dt);
+    *name = std::filesystem::path(m).stem().string() + " (random)";
+  }
+  model->eval();
+  return model;
+}
+
+// The largest context's window (K and V of every layer) and its attention scores (one prefill
+// chunk's queries against the whole context, float32) must fit before anything runs.
+void check_largest_context_fits(const wm::llm::LlmConfig& cfg, const Options& o, at::ScalarType dt,
+                                const std::string& name) {
+  const int64_t ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  wm::llm::check_fits_in_memory(wm::llm::llm_context_bytes(cfg, ctx + o.decode_tokens, std::min(o.prefill_chunk, ctx),
+                                                           c10::elementSize(dt)),
+                                wm::str_cat("context ", ctx, " on ", name),
+                                wm::str_cat("--contexts ", ctx, ", --prefill-chunk ", o.prefill_chunk, "; ",
+                                            cfg.num_hidden_layers, " layers of ", cfg.num_key_value_heads,
+                                            " kv heads x head_dim ", cfg.head_dim));
+}
+
+// The figures of a run: the JSON's rows, and the lines of the policy and bank tables.
+struct Results {
+  nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array(),
+                 policy_rows = nlohmann::json::array();
+  std::vector<std::string> bank_lines, policy_lines;
+};
+
+// Prefill of ctx random tokens in --prefill-chunk passes, then --decode-tokens decoded one at a
+// time over the window: a line of the main table (printed now) and a JSON row.
+void bench_context(wm::llm::LlmModelImpl& model, const std::string& name, int64_t ctx, const Options& o,
+                   at::Device dev, at::ScalarType dt, Results& res) {
+  const int64_t decode_tokens = o.decode_tokens, prefill_chunk = o.prefill_chunk;
+  at::manual_seed(static_cast<uint64_t>(o.seed + ctx));
+  at::Tensor ids = at::randint(0, model.config().vocab_size, {ctx + decode_tokens}, at::kLong);
+  wm::KvWindow window(model.kv_spec(dev, dt), {"recent"}, ctx + decode_tokens);
+  wm::llm::StepOptions so;
+  auto t0 = Clock::now();
+  at::Tensor logits;
+  for (int64_t b = 0; b < ctx; b += prefill_chunk) {
+    const int64_t c = std::min(prefill_chunk, ctx - b);
+    logits = model.step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
+  }
+  sync(logits);
+  const double prefill_s = seconds_since(t0);
+  t0 = Clock::now();
+  for (int64_t i = 0; i < decode_tokens; ++i) {
+    const int64_t p = ctx + i;
+    logits = model.step(ids.narrow(0, p, 1).to(dev), at::full({1}, p, at::kLong), window, so).logits;
+    (void)logits.argmax(-1).item<int64_t>();  // a decode step ends with its token on the host
+  }
+  const double decode_s = seconds_since(t0);
+  const double kv_mib = window.bytes_used() / 1048576.0;
+  const double per_tok = static_cast<double>(window.bytes_used()) / (ctx + decode_tokens);
+  std::printf("%-28s %8lld %14.1f %12.1f %14.2f %12.2f %12.0f\n", name.c_str(), static_cast<long long>(ctx),
+              ctx / prefill_s, 1000.0 * prefill_s, decode_tokens / decode_s, kv_mib, per_tok);
+  std::fflush(stdout);
+  res.rows.push_back({{"model", name},
+                      {"context", ctx},
+                      {"prefill_tokens_per_s", ctx / prefill_s},
+                      {"prefill_s", prefill_s},
+                      {"decode_tokens_per_s", decode_tokens / decode_s},
+                      {"kv_bytes", window.bytes_used()},
+                      {"kv_bytes_allocated", window.bytes_allocated()}});
+}
+
+// Decode speed under each --policies policy against the full cache, the same context and tokens,
+// interleaved per context: full, then each policy. A line each (on stderr now, in the policy
+// table later) and a JSON row.
+void bench_policies(const wm::llm::LlmModel& model, const wm::llm::Tokenizer& tok, const std::string& name,
+                    const Options& o, at::Device dev, at::ScalarType dt, Results& res) {
+  for (int64_t ctx : o.contexts) {
+    at::manual_seed(static_cast<uint64_t>(o.seed + ctx));
+    const at::Tensor t =
+        at::randint(0, std::min<int64_t>(tok.vocab_size(), model->config().vocab_size), {ctx}, at::kLong);
+    const std::vector<int64_t> ids(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + ctx);
+    double full_tps = 0;
+    std::vector<std::string> names = {"full"};
+    names.insert(names.end(), o.policies.begin(), o.policies.end());
+    for (const auto& pname : names) {
+      wm::llm::SessionOptions so;
+      so.prefill_chunk = o.prefill_chunk;
+      so.memory.policy = pname;
+      so.memory.budget = pname == "full" ? 0 : std::max<int64_t>(1, static_cast<int64_t>(o.policy_share * ctx));
+      so.memory.slack = pname == "full" ? 0 : o.evict_slack;
+      wm::llm::LlmSession session(model, tok, dev, dt, so);
+      session.feed(ids);
+      wm::llm::GenerateOptions go;
+      go.max_new_tokens = o.decode_tokens + 1;  // the first new token comes from the prompt's logits
+      const wm::llm::Generation g = session.generate({}, go);
+      const double tps = g.stats.decode_tokens_per_s();
+      if (pname == "full") full_tps = tps;
+      char line[256];
+      std::snprintf(line, sizeof line, "%-28s %8lld %-14s %8lld %14.2f %8.2fx %10.2f", name.c_str(),
+                    static_cast<long long>(ctx), pname.c_str(), static_cast<long long>(so.memory.budget), tps,
+                    full_tps > 0 ? tps / full_tps : 0.0, g.stats.kv_bytes_used / 1048576.0);
+      res.policy_lines.push_back(line);
+      std::fprintf(stderr, "wm_bench_llm: %s\n", line);
+      res.policy_rows.push_back({{"model", name},
+                                 {"context", ctx},
+                                 {"policy", pname},
+                                 {"budget_tokens", so.memory.budget},
+                                 {"decode_tokens_per_s", tps},
+                                 {"against_full", full_tps > 0 ? tps / full_tps : 0.0},
+                                 {"kv_bytes", g.stats.kv_bytes_used},
+                                 {"kv_tokens_peak", g.stats.kv_tokens_peak}});
+    }
+  }
+}
+
+// EVOKE's trade for a --bank-block block, in host memory then on disk: a line each (on stderr now,
+// in the bank table later) and a JSON row.
+void bench_bank_tiers(wm::llm::LlmModelImpl& model, const std::string& name, const Options& o, at::Device dev,
+                      at::ScalarType dt, Results& res) {
+  for (wm::Tier tier : {wm::Tier::Host, wm::Tier::Disk}) {
+    const BankFigures f = bench_bank(model, dev, dt, o.bank_block, o.prefill_chunk, tier, o.bank_reps, o.seed);
+    const char* tname = tier == wm::Tier::Host ? "host" : "disk";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-28s %8lld %6s %10.2f %10.2f %14.1f %10.1fx %10.2f", name.c_str(),
+                  static_cast<long long>(o.bank_block), tname, f.save_ms, f.load_ms, f.recompute_ms,
+                  f.recompute_ms / (f.save_ms + f.load_ms), f.block_bytes / 1048576.0);
+    res.bank_lines.push_back(line);
+    std::fprintf(stderr, "wm_bench_llm: %s\n", line);
+    res.bank_rows.push_back({{"model", name},
+                             {"block_tokens", o.bank_block},
+                             {"tier", tname},
+                             {"save_ms", f.save_ms},
+                             {"load_ms", f.load_ms},
+                             {"recompute_ms", f.recompute_ms},
+                             {"speedup", f.recompute_ms / (f.save_ms + f.load_ms)},
+                             {"block_bytes", f.block_bytes}});
+  }
+}
+
+// Every figure of model file or folder m: the contexts, the policies (with a tokenizer.json) and
+// the bank.
+void bench_model(const std::string& m, const Options& o, at::Device dev, at::ScalarType dt, Results& res) {
+  std::string name;
+  wm::llm::LlmModel model = load_model(m, dev, dt, o.seed, &name);
+  check_largest_context_fits(model->config(), o, dt, name);
+  for (int64_t ctx : o.contexts) bench_context(*model, name, ctx, o, dev, dt, res);
+  const std::string tok_path = m + "/tokenizer.json";
+  if (!o.policies.empty() && std::filesystem::is_regular_file(tok_path)) {
+    bench_policies(model, wm::llm::Tokenizer::load(tok_path), name, o, dev, dt, res);
+  } else if (!o.policies.empty()) {
+    std::fprintf(stderr, "wm_bench_llm: %s has no tokenizer.json: no policy figures for it\n", m.c_str());
+  }
+  if (o.bank_block > 0) bench_bank_tiers(*model, name, o, dev, dt, res);
+}
+
+// The policy and bank tables, after the main one (each only when it has lines).
+void print_tables(const Options& o, const Results& res) {
+  if (!res.policy_lines.empty()) {
+    std::printf("\nDecode under memory policies (budget %.0f%% of the context), against the full cache\n",
+                100 * o.policy_share);
+    std::printf("%-28s %8s %-14s %8s %14s %9s %10s\n", "model", "context", "policy", "budget", "decode tok/s",
+                "vs full", "KV MiB");
+    for (const auto& l : res.policy_lines) std::printf("%s\n", l.c_str());
+  }
+  if (!res.bank_lines.empty()) {
+    std::printf("\nBank: a block moved out of the window into a tier (save) and spliced back re-anchored (load),\n"
+                "against computing it again (recompute; medians of %d)\n",
+                o.bank_reps);
+    std::printf("%-28s %8s %6s %10s %10s %14s %11s %10s\n", "model", "tokens", "tier", "save ms", "load ms",
+                "recompute ms", "speedup", "MiB");
+    for (const auto& l : res.bank_lines) std::printf("%s\n", l.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_bench_llm: prefill and decode tokens/s and KV bytes of decoders at several context lengths"};
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
+  o.models_given = app.count("--model") > 0;
+  o.budget_given = app.count("--policy-budget") > 0;
   wm::cli::remove_temporaries_on_signal();
 
   try {
-    if (model_opt->count() == 0)
-      for (auto& m : models) {
-        std::string tried;
-        const std::string found = wm::cli::find_shipped(m, &tried);
-        if (found.empty())
-          throw wm::Error(wm::str_cat("the default model ", m, " was not found; tried ", tried, ": give --model"));
-        m = found;
-      }
-    if (budget_opt->count() > 0 && policies.empty())
+    find_default_models(o);
+    if (o.budget_given && o.policies.empty())
       throw wm::Error("--policy-budget applies to --policies, and none is given");
-    {
-      wm::cli::NamedPaths inputs;
-      for (const auto& m : models) {
-        const bool dir = std::filesystem::is_directory(m);
-        inputs.push_back({"--model " + m, dir ? "" : m});
-        if (dir)
-          for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"})
-            inputs.push_back({wm::str_cat("the ", f, " of ", m), m + "/" + f});
-      }
-      wm::cli::require_distinct_outputs({{"--json", json_out}}, inputs);
-    }
-    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
-    if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
-    const int nt = wm::init_threads(threads);
+    std::unique_ptr<wm::cli::OutputFile> json_file = open_json(o);
+    const int nt = wm::init_threads(o.threads);
     wm::keep_freed_memory();
-    const at::Device dev = wm::parse_device(device);
-    const at::ScalarType dt = wm::parse_compute_dtype(dtype);
+    const at::Device dev = wm::parse_device(o.device);
+    const at::ScalarType dt = wm::parse_compute_dtype(o.dtype);
     if (dt == at::kHalf && dev.is_cpu())
       throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
                       "float32");
     torch::NoGradGuard ng;
     std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
-                dtype.c_str(), static_cast<long long>(prefill_chunk));
+                o.dtype.c_str(), static_cast<long long>(o.prefill_chunk));
     std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
                 "decode tok/s", "KV MiB", "KV B/token");
-    nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array(),
-                   policy_rows = nlohmann::json::array();
-    std::vector<std::string> bank_lines, policy_lines;
-    for (const auto& m : models) {
-      wm::llm::LlmModel model{nullptr};
-      std::string name;
-      if (std::filesystem::is_directory(m)) {
-        model = wm::llm::load_llm(m, dev, dt);
-        name = std::filesystem::path(m).filename().string();
-      } else {
-        wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(m);
-        wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(cfg)) * 4,
-                                      wm::str_cat("a model of ", m, " in float32"),
-                                      wm::str_cat(m, ": ", wm::llm::llm_size_fields(cfg)));
-        // Drawn once, by init_weights (not first by the modules' own start as well).
-        model = wm::llm::LlmModel(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
-        model->init_weights(seed);
-        model->to(dev, dt);
-        name = std::filesystem::path(m).stem().string() + " (random)";
-      }
-      model->eval();
-      const auto& cfg = model->config();
-      // The largest context's window (K and V of every layer) and its attention scores (one
-      // prefill chunk's queries against the whole context, float32) must fit before anything runs.
-      {
-        const int64_t ctx = *std::max_element(contexts.begin(), contexts.end());
-        wm::llm::check_fits_in_memory(wm::llm::llm_context_bytes(cfg, ctx + decode_tokens, std::min(prefill_chunk, ctx),
-                                                                 c10::elementSize(dt)),
-                                      wm::str_cat("context ", ctx, " on ", name),
-                                      wm::str_cat("--contexts ", ctx, ", --prefill-chunk ", prefill_chunk, "; ",
-                                                  cfg.num_hidden_layers, " layers of ", cfg.num_key_value_heads,
-                                                  " kv heads x head_dim ", cfg.head_dim));
-      }
-      for (int64_t ctx : contexts) {
-        at::manual_seed(static_cast<uint64_t>(seed + ctx));
-        at::Tensor ids = at::randint(0, cfg.vocab_size, {ctx + decode_tokens}, at::kLong);
-        wm::KvWindow window(model->kv_spec(dev, dt), {"recent"}, ctx + decode_tokens);
-        wm::llm::StepOptions so;
-        auto t0 = Clock::now();
-        at::Tensor logits;
-        for (int64_t b = 0; b < ctx; b += prefill_chunk) {
-          const int64_t c = std::min(prefill_chunk, ctx - b);
-          logits = model->step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
-        }
-        sync(logits);
-        const double prefill_s = seconds_since(t0);
-        t0 = Clock::now();
-        for (int64_t i = 0; i < decode_tokens; ++i) {
-          const int64_t p = ctx + i;
-          logits = model->step(ids.narrow(0, p, 1).to(dev), at::full({1}, p, at::kLong), window, so).logits;
-          (void)logits.argmax(-1).item<int64_t>();  // a decode step ends with its token on the host
-        }
-        const double decode_s = seconds_since(t0);
-        const double kv_mib = window.bytes_used() / 1048576.0;
-        const double per_tok = static_cast<double>(window.bytes_used()) / (ctx + decode_tokens);
-        std::printf("%-28s %8lld %14.1f %12.1f %14.2f %12.2f %12.0f\n", name.c_str(), static_cast<long long>(ctx),
-                    ctx / prefill_s, 1000.0 * prefill_s, decode_tokens / decode_s, kv_mib, per_tok);
-        std::fflush(stdout);
-        rows.push_back({{"model", name},
-                        {"context", ctx},
-                        {"prefill_tokens_per_s", ctx / prefill_s},
-                        {"prefill_s", prefill_s},
-                        {"decode_tokens_per_s", decode_tokens / decode_s},
-                        {"kv_bytes", window.bytes_used()},
-                        {"kv_bytes_allocated", window.bytes_allocated()}});
-      }
-      const std::string tok_path = m + "/tokenizer.json";
-      if (!policies.empty() && std::filesystem::is_regular_file(tok_path)) {
-        // Decode speed under each policy against the full cache, the same context and tokens,
-        // interleaved per context: full, then each policy.
-        const wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(tok_path);
-        for (int64_t ctx : contexts) {
-          at::manual_seed(static_cast<uint64_t>(seed + ctx));
-          const at::Tensor t = at::randint(0, std::min<int64_t>(tok.vocab_size(), cfg.vocab_size), {ctx}, at::kLong);
-          const std::vector<int64_t> ids(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + ctx);
-          double full_tps = 0;
-          std::vector<std::string> names = {"full"};
-          names.insert(names.end(), policies.begin(), policies.end());
-          for (const auto& pname : names) {
-            wm::llm::SessionOptions so;
-            so.prefill_chunk = prefill_chunk;
-            so.memory.policy = pname;
-            so.memory.budget = pname == "full" ? 0 : std::max<int64_t>(1, static_cast<int64_t>(policy_share * ctx));
-            so.memory.slack = pname == "full" ? 0 : evict_slack;
-            wm::llm::LlmSession session(model, tok, dev, dt, so);
-            session.feed(ids);
-            wm::llm::GenerateOptions go;
-            go.max_new_tokens = decode_tokens + 1;  // the first new token comes from the prompt's logits
-            const wm::llm::Generation g = session.generate({}, go);
-            const double tps = g.stats.decode_tokens_per_s();
-            if (pname == "full") full_tps = tps;
-            char line[256];
-            std::snprintf(line, sizeof line, "%-28s %8lld %-14s %8lld %14.2f %8.2fx %10.2f", name.c_str(),
-                          static_cast<long long>(ctx), pname.c_str(), static_cast<long long>(so.memory.budget), tps,
-                          full_tps > 0 ? tps / full_tps : 0.0, g.stats.kv_bytes_used / 1048576.0);
-            policy_lines.push_back(line);
-            std::fprintf(stderr, "wm_bench_llm: %s\n", line);
-            policy_rows.push_back({{"model", name},
-                                   {"context", ctx},
-                                   {"policy", pname},
-                                   {"budget_tokens", so.memory.budget},
-                                   {"decode_tokens_per_s", tps},
-                                   {"against_full", full_tps > 0 ? tps / full_tps : 0.0},
-                                   {"kv_bytes", g.stats.kv_bytes_used},
-                                   {"kv_tokens_peak", g.stats.kv_tokens_peak}});
-          }
-        }
-      } else if (!policies.empty()) {
-        std::fprintf(stderr, "wm_bench_llm: %s has no tokenizer.json: no policy figures for it\n", m.c_str());
-      }
-      if (bank_block > 0) {
-        for (wm::Tier tier : {wm::Tier::Host, wm::Tier::Disk}) {
-          const BankFigures f = bench_bank(*model, dev, dt, bank_block, prefill_chunk, tier, bank_reps, seed);
-          const char* tname = tier == wm::Tier::Host ? "host" : "disk";
-          char line[256];
-          std::snprintf(line, sizeof line, "%-28s %8lld %6s %10.2f %10.2f %14.1f %10.1fx %10.2f", name.c_str(),
-                        static_cast<long long>(bank_block), tname, f.save_ms, f.load_ms, f.recompute_ms,
-                        f.recompute_ms / (f.save_ms + f.load_ms), f.block_bytes / 1048576.0);
-          bank_lines.push_back(line);
-          std::fprintf(stderr, "wm_bench_llm: %s\n", line);
-          bank_rows.push_back({{"model", name},
-                               {"block_tokens", bank_block},
-                               {"tier", tname},
-                               {"save_ms", f.save_ms},
-                               {"load_ms", f.load_ms},
-                               {"recompute_ms", f.recompute_ms},
-                               {"speedup", f.recompute_ms / (f.save_ms + f.load_ms)},
-                               {"block_bytes", f.block_bytes}});
-        }
-      }
-    }
-    if (!policy_lines.empty()) {
-      std::printf("\nDecode under memory policies (budget %.0f%% of the context), against the full cache\n",
-                  100 * policy_share);
-      std::printf("%-28s %8s %-14s %8s %14s %9s %10s\n", "model", "context", "policy", "budget", "decode tok/s",
-                  "vs full", "KV MiB");
-      for (const auto& l : policy_lines) std::printf("%s\n", l.c_str());
-    }
-    if (!bank_lines.empty()) {
-      std::printf("\nBank: a block moved out of the window into a tier (save) and spliced back re-anchored (load),\n"
-                  "against computing it again (recompute; medians of %d)\n",
-                  bank_reps);
-      std::printf("%-28s %8s %6s %10s %10s %14s %11s %10s\n", "model", "tokens", "tier", "save ms", "load ms",
-                  "recompute ms", "speedup", "MiB");
-      for (const auto& l : bank_lines) std::printf("%s\n", l.c_str());
-    }
+    Results res;
+    for (const auto& m : o.models) bench_model(m, o, dev, dt, res);
+    print_tables(o, res);
     if (json_file) {
-      json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", dtype}, {"rows", rows},
-                                            {"bank", bank_rows}, {"policies", policy_rows}}.dump(2)
+      json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", o.dtype},
+                                            {"rows", res.rows}, {"bank", res.bank_rows},
+                                            {"policies", res.policy_rows}}.dump(2)
                           << "\n";
       json_file->commit();
     }
