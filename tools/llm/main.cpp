@@ -135,7 +135,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                                "then above this program's folder)")
                     ->capture_default_str();
   auto* p_opt = app.add_option("-p,--prompt", o.prompt, "prompt text (else --prompt-file, else standard input)");
-  auto* f_opt = app.add_option("-f,--prompt-file", o.prompt_file, "read the prompt from this file ('-': standard input)")
+  auto* f_opt =
+      app.add_option("-f,--prompt-file", o.prompt_file, "read the prompt from this file ('-': standard input)")
       ->excludes(p_opt);
   app.add_option("--max-prompt-bytes", o.max_prompt_bytes,
                  "a prompt file or standard input (or a chat line) longer than this is refused")
@@ -144,8 +145,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag("--strict-positions", o.strict_positions,
                "refuse a prompt that reaches beyond the model's trained positions (max_position_embeddings) "
                "instead of warning");
-  app.add_flag("--chat", o.chat,
-               "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
+  app.add_flag(
+      "--chat", o.chat,
+      "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
   app.add_option("--system", o.system, "system message (chat)");
   app.add_option("-n,--max-new-tokens", o.gen.max_new_tokens, "tokens to generate at most")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -480,9 +482,8 @@ std::string read_prompt(const Options& o) {
 void write_outputs(const Options& o, at::Device dev, const nlohmann::json& turns, Outputs& out) {
   if (out.stats) {
     // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
-    out.stats->stream() << nlohmann::json{{"model", o.model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}}
-                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                        << "\n";
+    const nlohmann::json j{{"model", o.model_dir}, {"device", wm::describe_device(dev)}, {"turns", turns}};
+    out.stats->stream() << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     out.stats->commit();
   }
   if (out.logits) out.logits->commit();
