@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "runtime/attention.h"
@@ -225,209 +226,290 @@ at::Tensor run_prefill(ChunkCache& cache, const RecomputePlan& plan, const Layou
   return logits.select(0, logits.size(0) - 1).to(at::kCPU);
 }
 
-// Layer by layer, the policy selecting at its check layers.
-at::Tensor run_layers(ChunkCache& cache, RecomputePolicy& policy, const RecomputePlan& plan, const Layout& lay,
-                      Pending& pending, KvWindow& window, const ReuseOptions& opt, ReuseStats& st) {
-  LlmModelImpl& m = cache.model();
-  const int L = cache.n_layers();
-  const int64_t N = lay.n;
-  const at::Device dev = m.device();
-  const KvSpec& spec = window.spec();
-  const auto& units = plan.units;
-  const int U = static_cast<int>(units.size());
-  WM_CHECK(!lay.fresh.empty() && lay.fresh.back() == N - 1, "a layer-wise plan needs the prompt's last token fresh");
+// The executor of a layer-wise plan: the prompt's layers one by one. Each unit's cached K/V is
+// loaded per layer (re-anchored to the unit's offset), the carried tokens' K/V (recomputed)
+// replace it, and at its check layers the policy narrows the carried set. One object per attempt.
+class LayerwiseRun {
+ public:
+  // Resolves every unit's entry (a miss is prefilled alone now) and queues the first blocks.
+  LayerwiseRun(ChunkCache& cache, RecomputePolicy& policy, const RecomputePlan& plan, const Layout& lay,
+               Pending& pending, KvWindow& window, const ReuseOptions& opt, ReuseStats& st)
+      : cache_(cache),
+        policy_(policy),
+        plan_(plan),
+        lay_(lay),
+        pending_(pending),
+        window_(window),
+        opt_(opt),
+        st_(st),
+        m_(cache.model()),
+        L_(cache.n_layers()),
+        N_(lay.n),
+        dev_(m_.device()),
+        spec_(window.spec()),
+        units_(plan.units),
+        U_(static_cast<int>(units_.size())) {
+    WM_CHECK(!lay.fresh.empty() && lay.fresh.back() == N_ - 1, "a layer-wise plan needs the prompt's last token fresh");
+    resolve_entries();
+    choose_first_carried();
+    loader_.emplace(cache.store(), L_, dev_, plan.balanced_loading ? -1 : 1, opt.load_bytes_per_s);
+    queued_.assign(U_, std::vector<char>(L_, 0));
+    queued_units_.resize(L_);
+    queued_tiers_.resize(L_);
+    queue_from(0);
+    is_check_.assign(L_, 0);
+    for (int c : plan.check_layers)
+      if (c >= 0 && c < L_ - 1) is_check_[c] = 1;
+  }
 
-  // Every unit's entry: in the cache (loaded layer by layer), or prefilled alone now.
-  std::vector<char> cached(U, 0);
-  std::vector<int64_t> delta(U, 0);
-  for (int u = 0; u < U; ++u) {
-    const CacheUnit& c = units[u];
-    int64_t first = 0;
-    if (pending.count(c.key)) {
-      first = pending.at(c.key).first_position();
-    } else if (cache.lookup(c.key)) {
-      cached[u] = 1;
-      first = cache.first_position(c.key);
-    } else {
-      pending[c.key] = cache.prefill(lay.unit_ids[u]);
-      st.prefilled_tokens += c.n_tokens();
-      st.misses += 1;
+  // All layers, each appended to the window. Returns the logits [vocab] (float32, CPU) at the
+  // prompt's last token. Throws StartOver when a loaded block is damaged.
+  at::Tensor run() {
+    const at::Tensor ids = index_tensor(lay_.ids);
+    const at::Tensor pos_all = at::arange(N_, at::kLong);
+    const at::Tensor pos_window = pos_all.unsqueeze(1);
+    const auto [cos, sin] = m_.rope_cos_sin(pos_all);
+    act_ = merge_sorted(carried_, lay_.fresh);
+    act_dev_ = index_tensor(act_).to(dev_);
+    x_ = m_.embed(ids.index_select(0, index_tensor(act_)));
+    row_of_.assign(N_, -1);
+    at::Tensor logits;
+    for (int l = 0; l < L_; ++l) {
+      LayerQueueLoader::Loaded ld = loader_->wait(l);
+      check_loaded(l, ld);
+      auto [K, V] = cached_kv(l, ld);
+
+      // The carried tokens' K/V at this layer replace the cached ones.
+      std::fill(row_of_.begin(), row_of_.end(), -1);
+      for (size_t r = 0; r < act_.size(); ++r) row_of_[act_[r]] = static_cast<int64_t>(r);
+      const Qkv p = m_.project(l, x_, cos.index_select(0, act_dev_), sin.index_select(0, act_dev_));
+      at::Tensor ck, cv;
+      if (is_check_[l] && plan_.cached_of_recomputed && l >= 1 && !carried_.empty()) {
+        const at::Tensor c_dev = index_tensor(carried_).to(dev_);
+        ck = K.index_select(1, c_dev);
+        cv = V.index_select(1, c_dev);
+      }
+      K.index_copy_(1, act_dev_, p.k.to(spec_.dtype));
+      V.index_copy_(1, act_dev_, p.v.to(spec_.dtype));
+      if (l >= 1) st_.recomputed_token_layers += static_cast<int64_t>(carried_.size()) + fresh_memory_;
+
+      if (is_check_[l]) select_carried(l, p, K, ck, cv);
+      if (l < L_ - 1)
+        advance(l, p, K, V);
+      else
+        logits = last_token_logits(l, p, K, V);
+      append_layer(window_, opt_.region, l, K, V, pos_window);
     }
-    delta[u] = c.begin - first;
-    WM_CHECK(!c.exact || delta[u] == 0, "unit ", u, " is marked exact but its entry starts at position ", first,
-             ", the unit at ", c.begin);
+    const LayerQueueLoader::Stats ls = loader_->finish();
+    st_.loader_idle_s = ls.idle_s;
+    st_.loader_stall_s = ls.stall_s;
+    st_.loader_busy_s = ls.busy_s;
+    st_.loaded_bytes = ls.bytes;
+    return logits;
+  }
+
+ private:
+  // Every unit's entry: in the cache (loaded layer by layer), or prefilled alone now; and the
+  // shift from its positions to the unit's.
+  void resolve_entries() {
+    cached_.assign(U_, 0);
+    delta_.assign(U_, 0);
+    for (int u = 0; u < U_; ++u) {
+      const CacheUnit& c = units_[u];
+      int64_t first = 0;
+      if (pending_.count(c.key)) {
+        first = pending_.at(c.key).first_position();
+      } else if (cache_.lookup(c.key)) {
+        cached_[u] = 1;
+        first = cache_.first_position(c.key);
+      } else {
+        pending_[c.key] = cache_.prefill(lay_.unit_ids[u]);
+        st_.prefilled_tokens += c.n_tokens();
+        st_.misses += 1;
+      }
+      delta_[u] = c.begin - first;
+      WM_CHECK(!c.exact || delta_[u] == 0, "unit ", u, " is marked exact but its entry starts at position ", first,
+               ", the unit at ", c.begin);
+    }
   }
 
   // The reused tokens carried through the layers (recomputed): every non-exact unit's at first.
-  std::vector<int64_t> carried;
-  std::vector<int64_t> n_carried(U, 0);
-  std::vector<int> unit_of(N, -1);
-  for (int u = 0; u < U; ++u) {
-    for (int64_t i = units[u].begin; i < units[u].end; ++i) unit_of[i] = u;
-    if (units[u].exact) continue;
-    for (int64_t i = units[u].begin; i < units[u].end; ++i) carried.push_back(i);
-    n_carried[u] = units[u].n_tokens();
+  void choose_first_carried() {
+    n_carried_.assign(U_, 0);
+    unit_of_.assign(N_, -1);
+    for (int u = 0; u < U_; ++u) {
+      for (int64_t i = units_[u].begin; i < units_[u].end; ++i) unit_of_[i] = u;
+      if (units_[u].exact) continue;
+      for (int64_t i = units_[u].begin; i < units_[u].end; ++i) carried_.push_back(i);
+      n_carried_[u] = units_[u].n_tokens();
+    }
+    st_.reused_tokens = 0;
+    for (const auto& c : units_) st_.reused_tokens += c.n_tokens();
+    st_.fresh_tokens = N_ - st_.reused_tokens;
+    for (int64_t i : lay_.fresh) fresh_memory_ += lay_.reusable[i];
   }
-  st.reused_tokens = 0;
-  for (const auto& c : units) st.reused_tokens += c.n_tokens();
-  st.fresh_tokens = N - st.reused_tokens;
-  int64_t fresh_memory = 0;  // reusable tokens no unit covers: computed at every layer
-  for (int64_t i : lay.fresh) fresh_memory += lay.reusable[i];
 
   // Loading: a unit's layer-l block is needed when some of its tokens are not carried at l (once
   // dropped, never carried again), or when the plan compares cached and fresh K/V.
-  LayerQueueLoader loader(cache.store(), L, dev, plan.balanced_loading ? -1 : 1, opt.load_bytes_per_s);
-  std::vector<std::vector<char>> queued(U, std::vector<char>(L, 0));
-  std::vector<std::vector<int>> queued_units(L);
-  std::vector<std::vector<Tier>> queued_tiers(L);
-  auto needed = [&](int u, int l) {
-    return units[u].exact || n_carried[u] < units[u].n_tokens() || (plan.cached_of_recomputed && l >= 1);
-  };
-  auto queue_from = [&](int from) {
-    for (int l = from; l < L; ++l) {
+  bool needed(int u, int l) const {
+    return units_[u].exact || n_carried_[u] < units_[u].n_tokens() || (plan_.cached_of_recomputed && l >= 1);
+  }
+
+  // Queues the cached blocks needed from layer `from` on that are not queued yet.
+  void queue_from(int from) {
+    for (int l = from; l < L_; ++l) {
       std::vector<std::string> ids;
-      for (int u = 0; u < U; ++u) {
-        if (!cached[u] || queued[u][l] || !needed(u, l)) continue;
-        queued[u][l] = 1;
-        ids.push_back(cache.block_id(units[u].key, l));
-        queued_units[l].push_back(u);
-        queued_tiers[l].push_back(cache.tier_of(units[u].key, l));
+      for (int u = 0; u < U_; ++u) {
+        if (!cached_[u] || queued_[u][l] || !needed(u, l)) continue;
+        queued_[u][l] = 1;
+        ids.push_back(cache_.block_id(units_[u].key, l));
+        queued_units_[l].push_back(u);
+        queued_tiers_[l].push_back(cache_.tier_of(units_[u].key, l));
       }
-      if (!ids.empty()) loader.enqueue(l, ids);
+      if (!ids.empty()) loader_->enqueue(l, ids);
     }
-  };
-  queue_from(0);
+  }
 
-  std::vector<char> is_check(L, 0);
-  for (int c : plan.check_layers)
-    if (c >= 0 && c < L - 1) is_check[c] = 1;
-
-  const at::Tensor ids = index_tensor(lay.ids);
-  const at::Tensor pos_all = at::arange(N, at::kLong);
-  const at::Tensor pos_window = pos_all.unsqueeze(1);
-  const auto [cos, sin] = m.rope_cos_sin(pos_all);
-  const auto kv_opts = at::TensorOptions().dtype(spec.dtype).device(dev);
-  const int64_t KH = spec.n_kv_heads, D = spec.head_dim;
-
-  std::vector<int64_t> act = merge_sorted(carried, lay.fresh);  // tokens carried into the layer
-  at::Tensor act_dev = index_tensor(act).to(dev);
-  at::Tensor x = m.embed(ids.index_select(0, index_tensor(act)));
-  std::vector<int64_t> row_of(N, -1);
-  at::Tensor logits;
-  for (int l = 0; l < L; ++l) {
-    LayerQueueLoader::Loaded ld = loader.wait(l);
+  // Reports every damaged block of layer l; throws StartOver when there is one.
+  void check_loaded(int l, const LayerQueueLoader::Loaded& ld) {
     bool damaged = false;
     for (size_t j = 0; j < ld.errors.size(); ++j) {
       if (!ld.errors[j]) continue;
       try {
         std::rethrow_exception(ld.errors[j]);
       } catch (const CorruptData& e) {
-        cache.report_corrupt(units[queued_units[l][j]].key, e.what());
-        st.corrupt += 1;
+        cache_.report_corrupt(units_[queued_units_[l][j]].key, e.what());
+        st_.corrupt += 1;
         damaged = true;
       }
     }
     if (damaged) throw StartOver{};
+  }
 
-    // The cache's K/V for this layer, re-anchored to the units' offsets.
+  // The cache's K/V [n_kv_heads, N, head_dim] for layer l, re-anchored to the units' offsets,
+  // zero where the carried tokens' K/V go. Throws wm::Error when a token is neither.
+  std::pair<at::Tensor, at::Tensor> cached_kv(int l, const LayerQueueLoader::Loaded& ld) {
     std::vector<at::Tensor> ks, vs;
     std::vector<int64_t> dst, shift;
     bool moves = false;
     auto add = [&](int u, const LayerKv& kv) {
-      WM_CHECK(kv.n_tokens() == units[u].n_tokens(), "entry ", key_hex(units[u].key), " holds ", kv.n_tokens(),
-               " tokens at layer ", l, ", its unit ", units[u].n_tokens());
+      WM_CHECK(kv.n_tokens() == units_[u].n_tokens(), "entry ", key_hex(units_[u].key), " holds ", kv.n_tokens(),
+               " tokens at layer ", l, ", its unit ", units_[u].n_tokens());
       ks.push_back(kv.k);
       vs.push_back(kv.v);
-      for (int64_t i = units[u].begin; i < units[u].end; ++i) dst.push_back(i), shift.push_back(delta[u]);
-      moves = moves || delta[u] != 0;
+      for (int64_t i = units_[u].begin; i < units_[u].end; ++i) dst.push_back(i), shift.push_back(delta_[u]);
+      moves = moves || delta_[u] != 0;
     };
     for (size_t j = 0; j < ld.blocks.size(); ++j) {
-      const int u = queued_units[l][j];
+      const int u = queued_units_[l][j];
       add(u, ld.blocks[j].layers.at(0));
-      st.loaded_token_layers[static_cast<int>(queued_tiers[l][j])] += units[u].n_tokens();
+      st_.loaded_token_layers[static_cast<int>(queued_tiers_[l][j])] += units_[u].n_tokens();
     }
-    for (int u = 0; u < U; ++u)
-      if (!cached[u] && needed(u, l)) add(u, pending.at(units[u].key).layers[l]);
-    at::Tensor K = at::zeros({KH, N, D}, kv_opts), V = at::zeros({KH, N, D}, kv_opts);
-    std::vector<char> covered(N, 0);
+    for (int u = 0; u < U_; ++u)
+      if (!cached_[u] && needed(u, l)) add(u, pending_.at(units_[u].key).layers[l]);
+    const auto kv_opts = at::TensorOptions().dtype(spec_.dtype).device(dev_);
+    const int64_t KH = spec_.n_kv_heads, D = spec_.head_dim;
+    at::Tensor K = at::zeros({KH, N_, D}, kv_opts), V = at::zeros({KH, N_, D}, kv_opts);
+    std::vector<char> covered(N_, 0);
     if (!ks.empty()) {
-      at::Tensor kc = at::cat(ks, 1).to(spec.dtype), vc = at::cat(vs, 1).to(spec.dtype);
-      if (moves) kc = apply_rope(kc, index_tensor(shift).unsqueeze(1), spec.rope);
-      const at::Tensor dst_t = index_tensor(dst).to(dev);
+      at::Tensor kc = at::cat(ks, 1).to(spec_.dtype), vc = at::cat(vs, 1).to(spec_.dtype);
+      if (moves) kc = apply_rope(kc, index_tensor(shift).unsqueeze(1), spec_.rope);
+      const at::Tensor dst_t = index_tensor(dst).to(dev_);
       K.index_copy_(1, dst_t, kc);
       V.index_copy_(1, dst_t, vc);
       for (int64_t i : dst) covered[i] = 1;
     }
-    for (int64_t i : act) covered[i] = 1;
-    for (int64_t i = 0; i < N; ++i)
-      WM_CHECK(covered[i], "layer ", l, ": token ", i, " is neither computed nor loaded (unit ", unit_of[i], ")");
-
-    // The carried tokens' K/V at this layer replace the cached ones.
-    std::fill(row_of.begin(), row_of.end(), -1);
-    for (size_t r = 0; r < act.size(); ++r) row_of[act[r]] = static_cast<int64_t>(r);
-    const Qkv p = m.project(l, x, cos.index_select(0, act_dev), sin.index_select(0, act_dev));
-    at::Tensor carried_rows_dev;
-    if (is_check[l]) {
-      std::vector<int64_t> rows;
-      rows.reserve(carried.size());
-      for (int64_t i : carried) rows.push_back(row_of[i]);
-      carried_rows_dev = index_tensor(rows).to(dev);
-    }
-    at::Tensor ck, cv;
-    if (is_check[l] && plan.cached_of_recomputed && l >= 1 && !carried.empty()) {
-      const at::Tensor c_dev = index_tensor(carried).to(dev);
-      ck = K.index_select(1, c_dev);
-      cv = V.index_select(1, c_dev);
-    }
-    K.index_copy_(1, act_dev, p.k.to(spec.dtype));
-    V.index_copy_(1, act_dev, p.v.to(spec.dtype));
-    if (l >= 1) st.recomputed_token_layers += static_cast<int64_t>(carried.size()) + fresh_memory;
-
-    if (is_check[l]) {
-      View view(l, L, N, units, carried, lay.fresh, row_of, p.q, K, p.k.index_select(1, carried_rows_dev),
-                p.v.index_select(1, carried_rows_dev), ck, cv);
-      std::vector<int64_t> keep = policy.select(view);
-      std::sort(keep.begin(), keep.end());
-      keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
-      std::vector<int64_t> next_n(U, 0);
-      for (int64_t i : keep) {
-        WM_CHECK(i >= 0 && i < N && unit_of[i] >= 0 && std::binary_search(carried.begin(), carried.end(), i),
-                 policy.name(), " selected token ", i, " at layer ", l, ", which is not being recomputed");
-        next_n[unit_of[i]] += 1;
-      }
-      carried = std::move(keep);
-      n_carried = std::move(next_n);
-      queue_from(l + 1);
-    }
-
-    if (l < L - 1) {
-      std::vector<int64_t> next = merge_sorted(carried, lay.fresh), rows;
-      rows.reserve(next.size());
-      for (int64_t i : next) rows.push_back(row_of[i]);
-      const at::Tensor rows_dev = index_tensor(rows).to(dev);
-      const at::Tensor q = p.q.index_select(1, rows_dev);
-      const at::Tensor out = causal_rows_attention(q.to(spec.dtype), next, K, V);
-      x = m.finish(l, x.index_select(0, rows_dev), out.to(m.dtype()));
-      act = std::move(next);
-      act_dev = index_tensor(act).to(dev);
-      st.computed_token_layers += static_cast<int64_t>(act.size());
-    } else {
-      // The last layer: only the prompt's last token needs an output (its logits).
-      const int64_t r = static_cast<int64_t>(act.size()) - 1;
-      const at::Tensor q = p.q.narrow(1, r, 1);
-      const at::Tensor out = attention(q.to(spec.dtype), K, V, at::Tensor(), {}).out;
-      const at::Tensor h = m.finish(l, x.narrow(0, r, 1), out.to(m.dtype()));
-      logits = m.head(h).second.select(0, 0).to(at::kCPU);
-      st.computed_token_layers += 1;
-    }
-    append_layer(window, opt.region, l, K, V, pos_window);
+    for (int64_t i : act_) covered[i] = 1;
+    for (int64_t i = 0; i < N_; ++i)
+      WM_CHECK(covered[i], "layer ", l, ": token ", i, " is neither computed nor loaded (unit ", unit_of_[i], ")");
+    return {K, V};
   }
-  const LayerQueueLoader::Stats ls = loader.finish();
-  st.loader_idle_s = ls.idle_s;
-  st.loader_stall_s = ls.stall_s;
-  st.loader_busy_s = ls.busy_s;
-  st.loaded_bytes = ls.bytes;
-  return logits;
+
+  // A check layer: the policy chooses the carried tokens from here on (a subset of the carried
+  // ones); the blocks of what it drops are queued at once. ck, cv: the cached K/V of the carried
+  // tokens when the plan compares them, else undefined.
+  void select_carried(int l, const Qkv& p, const at::Tensor& K, const at::Tensor& ck, const at::Tensor& cv) {
+    std::vector<int64_t> rows;
+    rows.reserve(carried_.size());
+    for (int64_t i : carried_) rows.push_back(row_of_[i]);
+    const at::Tensor carried_rows_dev = index_tensor(rows).to(dev_);
+    View view(l, L_, N_, units_, carried_, lay_.fresh, row_of_, p.q, K, p.k.index_select(1, carried_rows_dev),
+              p.v.index_select(1, carried_rows_dev), ck, cv);
+    std::vector<int64_t> keep = policy_.select(view);
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    std::vector<int64_t> next_n(U_, 0);
+    for (int64_t i : keep) {
+      WM_CHECK(i >= 0 && i < N_ && unit_of_[i] >= 0 && std::binary_search(carried_.begin(), carried_.end(), i),
+               policy_.name(), " selected token ", i, " at layer ", l, ", which is not being recomputed");
+      next_n[unit_of_[i]] += 1;
+    }
+    carried_ = std::move(keep);
+    n_carried_ = std::move(next_n);
+    queue_from(l + 1);
+  }
+
+  // Layer l's output for the tokens carried into the next layer (and the fresh ones).
+  void advance(int l, const Qkv& p, const at::Tensor& K, const at::Tensor& V) {
+    std::vector<int64_t> next = merge_sorted(carried_, lay_.fresh), rows;
+    rows.reserve(next.size());
+    for (int64_t i : next) rows.push_back(row_of_[i]);
+    const at::Tensor rows_dev = index_tensor(rows).to(dev_);
+    const at::Tensor q = p.q.index_select(1, rows_dev);
+    const at::Tensor out = causal_rows_attention(q.to(spec_.dtype), next, K, V);
+    x_ = m_.finish(l, x_.index_select(0, rows_dev), out.to(m_.dtype()));
+    act_ = std::move(next);
+    act_dev_ = index_tensor(act_).to(dev_);
+    st_.computed_token_layers += static_cast<int64_t>(act_.size());
+  }
+
+  // The last layer: only the prompt's last token needs an output (its logits).
+  at::Tensor last_token_logits(int l, const Qkv& p, const at::Tensor& K, const at::Tensor& V) {
+    const int64_t r = static_cast<int64_t>(act_.size()) - 1;
+    const at::Tensor q = p.q.narrow(1, r, 1);
+    const at::Tensor out = attention(q.to(spec_.dtype), K, V, at::Tensor(), {}).out;
+    const at::Tensor h = m_.finish(l, x_.narrow(0, r, 1), out.to(m_.dtype()));
+    at::Tensor logits = m_.head(h).second.select(0, 0).to(at::kCPU);
+    st_.computed_token_layers += 1;
+    return logits;
+  }
+
+  ChunkCache& cache_;
+  RecomputePolicy& policy_;
+  const RecomputePlan& plan_;
+  const Layout& lay_;
+  Pending& pending_;
+  KvWindow& window_;
+  const ReuseOptions& opt_;
+  ReuseStats& st_;
+  LlmModelImpl& m_;
+  const int L_;
+  const int64_t N_;
+  const at::Device dev_;
+  const KvSpec& spec_;
+  const std::vector<CacheUnit>& units_;
+  const int U_;
+  std::vector<char> cached_;      // per unit: its entry is in the cache (else pending)
+  std::vector<int64_t> delta_;    // per unit: its begin minus its entry's first position
+  std::vector<int64_t> carried_;  // the reused tokens recomputed at the current layer, increasing
+  std::vector<int64_t> n_carried_;  // per unit: how many of its tokens are carried
+  std::vector<int> unit_of_;        // per token: its unit, or -1
+  int64_t fresh_memory_ = 0;        // reusable tokens no unit covers: computed at every layer
+  std::optional<LayerQueueLoader> loader_;
+  std::vector<std::vector<char>> queued_;          // [unit][layer]: the block is queued
+  std::vector<std::vector<int>> queued_units_;     // per layer, the units of its queued blocks in order
+  std::vector<std::vector<Tier>> queued_tiers_;    // and their tiers
+  std::vector<char> is_check_;                     // per layer: the policy selects there
+  std::vector<int64_t> act_;                       // tokens carried into the layer (carried and fresh)
+  at::Tensor act_dev_;                             // act_ on the device
+  at::Tensor x_;                                   // their hidden states [act_.size(), hidden]
+  std::vector<int64_t> row_of_;                    // per token: its row in act_, or -1
+};
+
+// Layer by layer, the policy selecting at its check layers.
+at::Tensor run_layers(ChunkCache& cache, RecomputePolicy& policy, const RecomputePlan& plan, const Layout& lay,
+                      Pending& pending, KvWindow& window, const ReuseOptions& opt, ReuseStats& st) {
+  return LayerwiseRun(cache, policy, plan, lay, pending, window, opt, st).run();
 }
 
 // prefix_cache: each reusable segment's in-context K/V (from the window) under its prefix key.
