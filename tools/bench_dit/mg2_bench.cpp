@@ -256,6 +256,162 @@ std::vector<at::ScalarType> parse_mg2_dtypes(const std::string& s) {
   throw Error(str_cat("--dtype: '", s, "' is not one of f32, bf16, both (Matrix-Game-2.0 modes)"));
 }
 
+namespace {
+
+// The model of a mode (random weights) or of a folder, in the first dtype asked for.
+Mg2Dit build_model(const Mg2BenchOptions& o, at::Device dev, const std::string& what) {
+  if (!o.model_dir.empty()) {
+    std::fprintf(stderr, "[%s] loading\n", what.c_str());
+    return wm::dit::load_mg2_dit(o.model_dir, dev, o.dtypes[0]);
+  }
+  const Mg2Config cfg = mg2_release_config(o.mode, o.layers);
+  std::fprintf(stderr, "[%s] building the model (%d blocks)\n", what.c_str(), cfg.num_layers);
+  Mg2Dit model(cfg);
+  randomize_mg2(*model, o.seed, what);
+  model->to(dev, o.dtypes[0]);
+  model->eval();
+  return model;
+}
+
+// Where the timed chunk sits: chunk 2, whose native window is full.
+struct SteadyChunk {
+  int F = 0, P = 0, keep = 0, video_frames = 0;
+  int64_t first_frame = 0, n_video = 0;
+  wm::dit::Mg2Schedule sched;
+};
+
+SteadyChunk steady_chunk(const Mg2Config& c) {
+  SteadyChunk k;
+  k.F = c.frames_per_chunk;
+  k.P = c.tokens_per_frame();
+  k.keep = c.local_attn_size - k.F;
+  k.first_frame = 2 * k.F;  // chunk 2: the native window is full from here on
+  k.video_frames = k.F * (c.action ? c.action->vae_time_compression_ratio : 4);
+  k.n_video = 1 + 4 * (k.first_frame + k.F - 1);
+  k.sched = wm::dit::mg2_schedule(wm::dit::mg2_default_steps(c));
+  return k;
+}
+
+void print_header(const Mg2BenchOptions& o, Mg2DitImpl& model, at::Device dev, const SteadyChunk& k, double build_s) {
+  const Mg2Config& c = model.config();
+  std::printf("Matrix-Game-2.0 %s (%s): dim %d, %d blocks (%zu with an action module), %d heads, ffn %d, "
+              "%.3f B parameters; %s in %.1f s\n",
+              c.mode().c_str(), o.model_dir.empty() ? "random weights N(0, 0.02^2), norms 1" : o.model_dir.c_str(),
+              c.dim, c.num_layers, model.action_blocks().size(), c.num_heads, c.ffn_dim, count_params(model) / 1e9,
+              o.model_dir.empty() ? "built" : "loaded", build_s);
+  std::printf("%s, %d threads%s%s\n", wm::describe_device(dev).c_str(), at::get_num_threads(),
+              dev.is_cpu() ? ", " : "", dev.is_cpu() ? cpu_model().c_str() : "");
+  std::printf("chunk 2 (latent frames %lld..%lld, %d video frames), context %d latent frames (%d tokens) + the "
+              "chunk's %d; %zu steps (t",
+              static_cast<long long>(k.first_frame), static_cast<long long>(k.first_frame + k.F - 1), k.video_frames,
+              k.keep, k.keep * k.P, k.F * k.P, k.sched.timesteps.size());
+  for (float t : k.sched.timesteps) std::printf(" %.4g", t);
+  std::printf(") + the t = 0 refresh pass; %d warm-up, %d measured chunk(s) per dtype\n\n", o.warmup, o.repeats);
+  std::printf("%-5s %-6s", "dtype", "run");
+  for (size_t i = 0; i < k.sched.timesteps.size(); ++i)
+    std::printf(" %9s", ("step" + std::to_string(i) + "_s").c_str());
+  std::printf(" %10s %9s %9s\n", "refresh_s", "total_s", "frames/s");
+  std::fflush(stdout);
+}
+
+// The chunk's inputs: seeded noise, condition (mask | image latent), CLIP tokens, random keys and
+// mouse.
+struct ChunkInputs {
+  at::Tensor noise, cond, clip;
+  wm::dit::Mg2Actions actions;
+};
+
+ChunkInputs chunk_inputs(const Mg2Config& c, const SteadyChunk& k, at::Generator& gen) {
+  ChunkInputs in;
+  in.noise = at::randn({k.F, c.out_dim, c.latent_height, c.latent_width}, gen);
+  at::Tensor mask = at::zeros({k.F, 4, c.latent_height, c.latent_width});
+  in.cond = at::cat({mask, at::randn({k.F, c.cond_channels() - 4, c.latent_height, c.latent_width}, gen)}, 1);
+  in.clip = at::randn({c.clip_tokens, c.clip_dim}, gen);
+  in.actions.keyboard = at::rand({k.n_video, std::max(1, c.keyboard_dim())}, gen).gt(0.5).to(at::kFloat);
+  if (c.mouse_dim() > 0) in.actions.mouse = (at::rand({k.n_video, c.mouse_dim()}, gen) - 0.5) * 0.2;
+  return in;
+}
+
+// One dtype: the weights converted in place if needed, the CLIP K/V, a synthetic full native
+// window, then the warm-up and measured chunks. Prints a row per measured chunk (and the mean).
+json time_dtype(const Mg2BenchOptions& o, Mg2DitImpl& model, at::Device dev, at::ScalarType dt, const std::string& what,
+                const SteadyChunk& k, const ChunkInputs& in, at::Generator& gen) {
+  const std::string label = what + " " + dtype_name(dt);
+  const auto t_conv = Clock::now();
+  if (model.dtype() != dt) {
+    std::fprintf(stderr, "[%s] converting the weights\n", label.c_str());
+    model.to(dev, dt);
+  }
+  const double convert_s = seconds_since(t_conv);
+  const auto t_vis = Clock::now();
+  const wm::dit::Mg2Visual vis = model.encode_visual(in.clip);
+  sync(vis.k.back());
+  const double visual_s = seconds_since(t_vis);
+
+  wm::dit::Mg2NativeCache cache(k.keep, k.P);
+  std::vector<std::string> synthetic_layout;
+  {
+    const Mg2ChunkKv prev = synthetic_chunk_kv(model, k.first_frame - k.F, k.F, gen);
+    synthetic_layout = kv_layout(prev);
+    cache.commit(prev);  // the cache keeps its own copy of the last `keep` frames
+  }
+  const wm::dit::Mg2Context ctx = cache.context();
+
+  json runs = json::array();
+  ChunkTimes sum;
+  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+    const bool warm = r < o.warmup;
+    const std::string run_label =
+        label + (warm ? " warm-up " + std::to_string(r + 1) : " run " + std::to_string(r - o.warmup + 1));
+    Mg2ChunkKv kv;
+    const ChunkTimes t = time_chunk(model, in.noise, in.cond, vis, in.actions, k.first_frame, ctx, k.sched, gen, &kv,
+                                    run_label);
+    if (r == 0) check_same_layout(kv_layout(kv), synthetic_layout);
+    if (warm) continue;
+    print_row(dtype_name(dt), std::to_string(r - o.warmup + 1), t, k.video_frames);
+    runs.push_back(times_json(t, k.video_frames));
+    sum.step_s.resize(t.step_s.size());
+    for (size_t i = 0; i < t.step_s.size(); ++i) sum.step_s[i] += t.step_s[i] / o.repeats;
+    sum.refresh_s += t.refresh_s / o.repeats;
+    sum.total_s += t.total_s / o.repeats;
+  }
+  if (o.repeats > 1) print_row(dtype_name(dt), "mean", sum, k.video_frames);
+  return {{"dtype", dtype_name(dt)},
+          {"convert_s", convert_s},
+          {"visual_s", visual_s},
+          {"runs", runs},
+          {"mean", times_json(sum, k.video_frames)}};
+}
+
+json bench_json(const Mg2BenchOptions& o, Mg2DitImpl& model, at::Device dev, const SteadyChunk& k, double build_s,
+                const json& results) {
+  const Mg2Config& c = model.config();
+  return {{"program", "wm_bench_dit"},
+          {"what", "Matrix-Game-2.0 DiT, one steady-state chunk through the sampler"},
+          {"mode", c.mode()},
+          {"weights", o.model_dir.empty() ? "random: N(0, 0.02^2), norm weights 1, norm biases 0" : o.model_dir},
+          {"config", wm::dit::mg2_config_to_json(c)},
+          {"parameters", count_params(model)},
+          {"build_s", build_s},
+          {"device", wm::describe_device(dev)},
+          {"threads", at::get_num_threads()},
+          {"cpu", dev.is_cpu() ? cpu_model() : ""},
+          {"chunk",
+           {{"index", 2},
+            {"first_latent_frame", k.first_frame},
+            {"latent_frames", k.F},
+            {"video_frames", k.video_frames},
+            {"context_latent_frames", k.keep},
+            {"context_tokens", k.keep * k.P},
+            {"chunk_tokens", k.F * k.P},
+            {"timesteps", k.sched.timesteps}}},
+          {"warmup", o.warmup},
+          {"repeats", o.repeats},
+          {"results", results}};
+}
+
+}  // namespace
+
 int run_mg2_bench(const Mg2BenchOptions& o) {
   WM_CHECK(o.mode.empty() != o.model_dir.empty(), "give a mode or a model folder, not both");
   WM_CHECK(!o.dtypes.empty() && o.repeats > 0 && o.warmup >= 0, "bad options");
@@ -269,134 +425,19 @@ int run_mg2_bench(const Mg2BenchOptions& o) {
 
   // The model in the first dtype; later dtypes convert it in place (one copy of the weights).
   const auto t_build = Clock::now();
-  Mg2Dit model{nullptr};
-  if (o.model_dir.empty()) {
-    const Mg2Config cfg = mg2_release_config(o.mode, o.layers);
-    std::fprintf(stderr, "[%s] building the model (%d blocks)\n", what.c_str(), cfg.num_layers);
-    model = Mg2Dit(cfg);
-    randomize_mg2(*model, o.seed, what);
-    model->to(dev, o.dtypes[0]);
-    model->eval();
-  } else {
-    std::fprintf(stderr, "[%s] loading\n", what.c_str());
-    model = wm::dit::load_mg2_dit(o.model_dir, dev, o.dtypes[0]);
-  }
+  Mg2Dit model = build_model(o, dev, what);
   const double build_s = seconds_since(t_build);
-  const Mg2Config& c = model->config();
-  const int64_t n_params = count_params(*model);
-  const int F = c.frames_per_chunk, P = c.tokens_per_frame();
-  const int keep = c.local_attn_size - F;
-  const int64_t first_frame = 2 * F;  // chunk 2: the native window is full from here on
-  const int video_frames = F * (c.action ? c.action->vae_time_compression_ratio : 4);
-  const int64_t n_video = 1 + 4 * (first_frame + F - 1);
-  const wm::dit::Mg2Schedule sched = wm::dit::mg2_schedule(wm::dit::mg2_default_steps(c));
+  const SteadyChunk k = steady_chunk(model->config());
+  print_header(o, *model, dev, k, build_s);
 
-  std::printf("Matrix-Game-2.0 %s (%s): dim %d, %d blocks (%zu with an action module), %d heads, ffn %d, "
-              "%.3f B parameters; %s in %.1f s\n",
-              c.mode().c_str(), o.model_dir.empty() ? "random weights N(0, 0.02^2), norms 1" : o.model_dir.c_str(),
-              c.dim, c.num_layers, model->action_blocks().size(), c.num_heads, c.ffn_dim, n_params / 1e9,
-              o.model_dir.empty() ? "built" : "loaded", build_s);
-  std::printf("%s, %d threads%s%s\n", wm::describe_device(dev).c_str(), at::get_num_threads(),
-              dev.is_cpu() ? ", " : "", dev.is_cpu() ? cpu_model().c_str() : "");
-  std::printf("chunk 2 (latent frames %lld..%lld, %d video frames), context %d latent frames (%d tokens) + the "
-              "chunk's %d; %zu steps (t",
-              static_cast<long long>(first_frame), static_cast<long long>(first_frame + F - 1), video_frames, keep,
-              keep * P, F * P, sched.timesteps.size());
-  for (float t : sched.timesteps) std::printf(" %.4g", t);
-  std::printf(") + the t = 0 refresh pass; %d warm-up, %d measured chunk(s) per dtype\n\n", o.warmup, o.repeats);
-  std::printf("%-5s %-6s", "dtype", "run");
-  for (size_t i = 0; i < sched.timesteps.size(); ++i) std::printf(" %9s", ("step" + std::to_string(i) + "_s").c_str());
-  std::printf(" %10s %9s %9s\n", "refresh_s", "total_s", "frames/s");
-  std::fflush(stdout);
-
-  // Inputs: seeded noise, condition (mask | image latent), CLIP tokens, random keys and mouse.
   at::Generator gen = at::detail::createCPUGenerator(o.seed + 1);
-  const at::Tensor noise = at::randn({F, c.out_dim, c.latent_height, c.latent_width}, gen);
-  at::Tensor mask = at::zeros({F, 4, c.latent_height, c.latent_width});
-  const at::Tensor cond =
-      at::cat({mask, at::randn({F, c.cond_channels() - 4, c.latent_height, c.latent_width}, gen)}, 1);
-  const at::Tensor clip = at::randn({c.clip_tokens, c.clip_dim}, gen);
-  wm::dit::Mg2Actions actions;
-  actions.keyboard = at::rand({n_video, std::max(1, c.keyboard_dim())}, gen).gt(0.5).to(at::kFloat);
-  if (c.mouse_dim() > 0) actions.mouse = (at::rand({n_video, c.mouse_dim()}, gen) - 0.5) * 0.2;
-
+  const ChunkInputs in = chunk_inputs(model->config(), k, gen);
   json results = json::array();
-  for (size_t di = 0; di < o.dtypes.size(); ++di) {
-    const at::ScalarType dt = o.dtypes[di];
-    const std::string label = what + " " + dtype_name(dt);
-    const auto t_conv = Clock::now();
-    if (model->dtype() != dt) {
-      std::fprintf(stderr, "[%s] converting the weights\n", label.c_str());
-      model->to(dev, dt);
-    }
-    const double convert_s = seconds_since(t_conv);
-    const auto t_vis = Clock::now();
-    const wm::dit::Mg2Visual vis = model->encode_visual(clip);
-    sync(vis.k.back());
-    const double visual_s = seconds_since(t_vis);
-
-    wm::dit::Mg2NativeCache cache(keep, P);
-    std::vector<std::string> synthetic_layout;
-    {
-      const Mg2ChunkKv prev = synthetic_chunk_kv(*model, first_frame - F, F, gen);
-      synthetic_layout = kv_layout(prev);
-      cache.commit(prev);  // the cache keeps its own copy of the last `keep` frames
-    }
-    const wm::dit::Mg2Context ctx = cache.context();
-
-    json runs = json::array();
-    ChunkTimes sum;
-    for (int r = 0; r < o.warmup + o.repeats; ++r) {
-      const bool warm = r < o.warmup;
-      const std::string run_label =
-          label + (warm ? " warm-up " + std::to_string(r + 1) : " run " + std::to_string(r - o.warmup + 1));
-      Mg2ChunkKv kv;
-      const ChunkTimes t = time_chunk(*model, noise, cond, vis, actions, first_frame, ctx, sched, gen, &kv, run_label);
-      if (r == 0) check_same_layout(kv_layout(kv), synthetic_layout);
-      if (warm) continue;
-      print_row(dtype_name(dt), std::to_string(r - o.warmup + 1), t, video_frames);
-      runs.push_back(times_json(t, video_frames));
-      sum.step_s.resize(t.step_s.size());
-      for (size_t i = 0; i < t.step_s.size(); ++i) sum.step_s[i] += t.step_s[i] / o.repeats;
-      sum.refresh_s += t.refresh_s / o.repeats;
-      sum.total_s += t.total_s / o.repeats;
-    }
-    if (o.repeats > 1) print_row(dtype_name(dt), "mean", sum, video_frames);
-    results.push_back({{"dtype", dtype_name(dt)},
-                       {"convert_s", convert_s},
-                       {"visual_s", visual_s},
-                       {"runs", runs},
-                       {"mean", times_json(sum, video_frames)}});
-  }
+  for (at::ScalarType dt : o.dtypes) results.push_back(time_dtype(o, *model, dev, dt, what, k, in, gen));
   std::printf("\n(once per rollout, not in the table: the CLIP tokens' cross-attention K/V, ");
   for (const auto& r : results) std::printf("%s %.2f s ", r["dtype"].get<std::string>().c_str(), r["visual_s"].get<double>());
   std::printf(")\n");
-
-  if (json_file) {
-    json j = {{"program", "wm_bench_dit"},
-              {"what", "Matrix-Game-2.0 DiT, one steady-state chunk through the sampler"},
-              {"mode", c.mode()},
-              {"weights", o.model_dir.empty() ? "random: N(0, 0.02^2), norm weights 1, norm biases 0" : o.model_dir},
-              {"config", wm::dit::mg2_config_to_json(c)},
-              {"parameters", n_params},
-              {"build_s", build_s},
-              {"device", wm::describe_device(dev)},
-              {"threads", at::get_num_threads()},
-              {"cpu", dev.is_cpu() ? cpu_model() : ""},
-              {"chunk",
-               {{"index", 2},
-                {"first_latent_frame", first_frame},
-                {"latent_frames", F},
-                {"video_frames", video_frames},
-                {"context_latent_frames", keep},
-                {"context_tokens", keep * P},
-                {"chunk_tokens", F * P},
-                {"timesteps", sched.timesteps}}},
-              {"warmup", o.warmup},
-              {"repeats", o.repeats},
-              {"results", results}};
-    write_json(*json_file, j);
-  }
+  if (json_file) write_json(*json_file, bench_json(o, *model, dev, k, build_s, results));
   return 0;
 }
 
