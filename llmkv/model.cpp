@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
@@ -11,6 +12,10 @@
 
 namespace wm::llm {
 namespace nn = torch::nn;
+
+// The RECORD_USER_SCOPE marks ("wm.llm.*": projections, norms, RoPE, attention, the window, the
+// LM head) let an observer (wm_bench_llm --profile) attribute a step's time; with none registered
+// each costs a test of the callback lists.
 
 namespace {
 
@@ -29,6 +34,7 @@ at::Tensor make_param(at::IntArrayRef shape, const ParamAlloc& alloc, Fill fill)
 // [n, d/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of the head dim.
 // Out of place (autograd-friendly); the result is contiguous [..., n, H, d].
 at::Tensor rope_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  RECORD_USER_SCOPE("wm.llm.rope");
   const int64_t h = x.size(-1) / 2;
   at::Tensor c = cos.unsqueeze(-2), s = sin.unsqueeze(-2);  // [n, 1, d/2]
   at::Tensor x1 = x.narrow(-1, 0, h), x2 = x.narrow(-1, h, h);
@@ -70,7 +76,10 @@ LlmLinearImpl::LlmLinearImpl(int64_t in, int64_t out, bool with_bias, ParamAlloc
   }
 }
 
-at::Tensor LlmLinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+at::Tensor LlmLinearImpl::forward(const at::Tensor& x) {
+  RECORD_USER_SCOPE("wm.llm.proj");
+  return at::linear(x, weight, bias);
+}
 
 // torch::nn::Embedding's start: standard normal.
 LlmEmbeddingImpl::LlmEmbeddingImpl(int64_t vocab, int64_t dim, ParamAlloc alloc) {
@@ -80,6 +89,7 @@ LlmEmbeddingImpl::LlmEmbeddingImpl(int64_t vocab, int64_t dim, ParamAlloc alloc)
 }
 
 at::Tensor LlmRmsNormImpl::forward(const at::Tensor& x) {
+  RECORD_USER_SCOPE("wm.llm.norm");
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
   return weight * y.to(x.scalar_type());
@@ -160,6 +170,7 @@ at::Tensor LlmModelImpl::embed(const at::Tensor& tokens) {
 
 std::pair<at::Tensor, at::Tensor> LlmModelImpl::rope_cos_sin(const at::Tensor& pos) const {
   WM_CHECK(pos.dim() == 1, "positions must be [n], got ", pos.sizes());
+  RECORD_USER_SCOPE("wm.llm.rope");
   // The core's angles (float64, exact for any position), in the model's dtype as Hugging Face
   // applies them.
   return wm::rope_cos_sin(pos.to(at::kLong).unsqueeze(1), rope_, device(), dtype());
@@ -235,9 +246,17 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
   ao.mass_queries = opt.mass_queries;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, n, d], k/v [KH, n, d]
-    KvWindow::Staged st = window.stage(l, p.k, p.v);
+    KvWindow::Staged st;
+    {
+      RECORD_USER_SCOPE("wm.llm.window");
+      st = window.stage(l, p.k, p.v);
+    }
     ao.n_window = st.n_window;
-    AttentionResult ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+    AttentionResult ar;
+    {
+      RECORD_USER_SCOPE("wm.llm.attention");
+      ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+    }
     if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);
     if (opt.capture_query) {
       const int64_t H = p.q.size(0), KH = p.k.size(0);
@@ -247,12 +266,18 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
       const int64_t H = p.q.size(0), KH = p.k.size(0);
       res.queries.push_back(p.q.to(at::kFloat).reshape({KH, H / KH, n, -1}).mean(1));
     }
-    if (opt.append) window.append(opt.region, segment, l, p.k, p.v, pos_window);
+    if (opt.append) {
+      RECORD_USER_SCOPE("wm.llm.window");
+      window.append(opt.region, segment, l, p.k, p.v, pos_window);
+    }
     x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
   }
   at::Tensor normed = model->norm->forward(x);
   const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
-  res.logits = at::linear(opt.all_logits ? normed : normed.narrow(0, n - 1, 1), w).to(at::kFloat);
+  {
+    RECORD_USER_SCOPE("wm.llm.lm_head");
+    res.logits = at::linear(opt.all_logits ? normed : normed.narrow(0, n - 1, 1), w).to(at::kFloat);
+  }
   res.hidden = normed.to(at::kFloat);
   return res;
 }

@@ -4,6 +4,7 @@
 // of --bank-block tokens moved out of the window into the bank (host memory, and disk) and
 // spliced back re-anchored, against computing it again.
 //   wm_bench_llm --model assets/models/tiny-llm --model configs/qwen2-0.5b.json --contexts 1024 4096 16384
+// --profile: where a decode step's time goes, by op kind, against a STREAM-like bandwidth figure.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -34,6 +35,8 @@
 #include "tools/cli/run_folder.h"
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/validators.h"
+#include "tools/bench_llm/bandwidth.h"
+#include "tools/bench_llm/profile.h"
 
 namespace {
 
@@ -118,6 +121,8 @@ struct Options {
   std::string device = "auto", dtype = "float32", json_out;
   int threads = 0;
   uint64_t seed = 0;
+  bool bandwidth = false, profile = false;  // --bandwidth, --profile
+  int profile_steps = 4;
   bool models_given = false, budget_given = false;  // --model, --policy-budget on the command line
 };
 
@@ -157,6 +162,13 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--seed", o.seed, "random weights and token ids")->capture_default_str()->check(wm::cli::Uint64());
   app.add_option("--json", o.json_out, "also write the figures as JSON to this file");
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_flag("--bandwidth", o.bandwidth, "measure the host memory bandwidth first (STREAM-like read, copy and triad)");
+  app.add_flag("--profile", o.profile,
+               "after each context's decode, time --profile-steps more steps by op kind against the bandwidth "
+               "(CPU only; implies --bandwidth)");
+  app.add_option("--profile-steps", o.profile_steps, "decode steps --profile times (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
 }
 
 // The default models (when no --model is given), each looked for where it ships. Throws
@@ -230,6 +242,9 @@ struct Results {
   nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array(),
                  policy_rows = nlohmann::json::array();
   std::vector<std::string> bank_lines, policy_lines;
+  wm::bench::Bandwidth bandwidth;  // measured with --bandwidth or --profile
+  nlohmann::json profile_rows = nlohmann::json::array();
+  std::string profile_text;
 };
 
 // Prefill of ctx random tokens in --prefill-chunk passes, then --decode-tokens decoded one at a
@@ -239,7 +254,8 @@ void bench_context(wm::llm::LlmModelImpl& model, const std::string& name, int64_
   const int64_t decode_tokens = o.decode_tokens, prefill_chunk = o.prefill_chunk;
   at::manual_seed(static_cast<uint64_t>(o.seed + ctx));
   at::Tensor ids = at::randint(0, model.config().vocab_size, {ctx + decode_tokens}, at::kLong);
-  wm::KvWindow window(model.kv_spec(dev, dt), {"recent"}, ctx + decode_tokens);
+  const int64_t profiled = o.profile ? o.profile_steps + 1 : 0;  // --profile's steps and its warm-up
+  wm::KvWindow window(model.kv_spec(dev, dt), {"recent"}, ctx + decode_tokens + profiled);
   wm::llm::StepOptions so;
   auto t0 = Clock::now();
   at::Tensor logits;
@@ -268,6 +284,12 @@ void bench_context(wm::llm::LlmModelImpl& model, const std::string& name, int64_
                       {"decode_tokens_per_s", decode_tokens / decode_s},
                       {"kv_bytes", window.bytes_used()},
                       {"kv_bytes_allocated", window.bytes_allocated()}});
+  if (o.profile) {
+    const wm::bench::DecodeProfile p = wm::bench::profile_decode(model, window, ctx + decode_tokens,
+                                                                 logits.argmax(-1).item<int64_t>(), o.profile_steps);
+    res.profile_text += wm::bench::format_profile(p, name, o.dtype, res.bandwidth);
+    res.profile_rows.push_back(wm::bench::profile_json(p, name));
+  }
 }
 
 // Decode speed under each --policies policy against the full cache, the same context and tokens,
@@ -356,6 +378,7 @@ void bench_model(const std::string& m, const Options& o, at::Device dev, at::Sca
 
 // The policy and bank tables, after the main one (each only when it has lines).
 void print_tables(const Options& o, const Results& res) {
+  if (!res.profile_text.empty()) std::printf("%s", res.profile_text.c_str());
   if (!res.policy_lines.empty()) {
     std::printf("\nDecode under memory policies (budget %.0f%% of the context), against the full cache\n",
                 100 * o.policy_share);
@@ -371,6 +394,14 @@ void print_tables(const Options& o, const Results& res) {
                 "recompute ms", "speedup", "MiB");
     for (const auto& l : res.bank_lines) std::printf("%s\n", l.c_str());
   }
+}
+
+// The bandwidth figures for the JSON (null when not measured).
+nlohmann::json bandwidth_json(const Options& o, const Results& res) {
+  if (!o.bandwidth && !o.profile) return nullptr;
+  const wm::bench::Bandwidth& b = res.bandwidth;
+  return {{"read_gbps", b.read_gbps}, {"copy_gbps", b.copy_gbps}, {"triad_gbps", b.triad_gbps},
+          {"array_bytes", b.array_bytes}, {"threads", b.threads}, {"reps", b.reps}};
 }
 
 }  // namespace
@@ -399,15 +430,25 @@ int main(int argc, char** argv) {
     torch::NoGradGuard ng;
     std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
                 o.dtype.c_str(), static_cast<long long>(o.prefill_chunk));
+    Results res;
+    if (o.profile && !dev.is_cpu())
+      throw wm::Error(wm::str_cat("--profile times the CPU path only; the device is ", o.device));
+    if (o.bandwidth || o.profile) {
+      res.bandwidth = wm::bench::measure_bandwidth(int64_t{1} << 30, 5);
+      std::printf("host memory bandwidth (STREAM-like, 3 arrays of %lld MiB, %d threads, best of %d): copy %.1f GB/s, "
+                  "triad %.1f GB/s, read %.1f GB/s\n",
+                  static_cast<long long>(res.bandwidth.array_bytes >> 20), res.bandwidth.threads, res.bandwidth.reps,
+                  res.bandwidth.copy_gbps, res.bandwidth.triad_gbps, res.bandwidth.read_gbps);
+    }
     std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
                 "decode tok/s", "KV MiB", "KV B/token");
-    Results res;
     for (const auto& m : o.models) bench_model(m, o, dev, dt, res);
     print_tables(o, res);
     if (json_file) {
       json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", o.dtype},
                                             {"rows", res.rows}, {"bank", res.bank_rows},
-                                            {"policies", res.policy_rows}}.dump(2)
+                                            {"policies", res.policy_rows}, {"bandwidth", bandwidth_json(o, res)},
+                                            {"profile", res.profile_rows}}.dump(2)
                           << "\n";
       json_file->commit();
     }
