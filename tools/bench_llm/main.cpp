@@ -55,6 +55,19 @@ struct BankFigures {
   size_t block_bytes = 0;
 };
 
+// Runs the prompt ids [n] through the model into `window` in forward passes of `chunk` tokens at
+// positions 0..n-1; returns the last pass's logits (not waited for).
+at::Tensor prefill(wm::llm::LlmModelImpl& model, const at::Tensor& ids, int64_t chunk, at::Device dev,
+                   wm::KvWindow& window, const wm::llm::StepOptions& so) {
+  const int64_t n = ids.size(0);
+  at::Tensor logits;
+  for (int64_t b = 0; b < n; b += chunk) {
+    const int64_t c = std::min(chunk, n - b);
+    logits = model.step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
+  }
+  return logits;
+}
+
 // A block of n tokens: computed into the window (in prefill chunks, nothing before it: the
 // cheapest recompute there is), moved out into a bank tier (save), brought back into the window
 // moved by n positions, keys rotated (load). Repetitions interleave the three; the first is a
@@ -86,12 +99,7 @@ BankFigures bench_bank(wm::llm::LlmModelImpl& model, at::Device dev, at::ScalarT
     for (int r = 0; r <= reps; ++r) {
       window.clear();
       auto t0 = Clock::now();
-      at::Tensor logits;
-      for (int64_t b = 0; b < n; b += prefill_chunk) {
-        const int64_t c = std::min(prefill_chunk, n - b);
-        logits = model.step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
-      }
-      sync(logits);
+      sync(prefill(model, ids, prefill_chunk, dev, window, so));
       const double rc = 1000.0 * seconds_since(t0);
       t0 = Clock::now();
       wm::Block blk = window.remove(so.segment);
@@ -258,11 +266,7 @@ void bench_context(wm::llm::LlmModelImpl& model, const std::string& name, int64_
   wm::KvWindow window(model.kv_spec(dev, dt), {"recent"}, ctx + decode_tokens + profiled);
   wm::llm::StepOptions so;
   auto t0 = Clock::now();
-  at::Tensor logits;
-  for (int64_t b = 0; b < ctx; b += prefill_chunk) {
-    const int64_t c = std::min(prefill_chunk, ctx - b);
-    logits = model.step(ids.narrow(0, b, c).to(dev), at::arange(b, b + c, at::kLong), window, so).logits;
-  }
+  at::Tensor logits = prefill(model, ids.narrow(0, 0, ctx), prefill_chunk, dev, window, so);
   sync(logits);
   const double prefill_s = seconds_since(t0);
   t0 = Clock::now();
