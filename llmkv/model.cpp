@@ -78,7 +78,16 @@ LlmLinearImpl::LlmLinearImpl(int64_t in, int64_t out, bool with_bias, ParamAlloc
 
 at::Tensor LlmLinearImpl::forward(const at::Tensor& x) {
   RECORD_USER_SCOPE("wm.llm.proj");
-  return at::linear(x, weight, bias);
+  if (q8.defined()) return wm::llm::linear(x, q8, bias);
+  return wm::llm::linear(x, weight, bias);
+}
+
+void LlmLinearImpl::quantize_int8() {
+  if (q8.defined()) return;
+  at::NoGradGuard no_grad;
+  q8 = Int8Weight::quantize(weight);
+  // Frees the float copy; the parameter stays registered (empty) so that module walks still work.
+  weight.set_(at::empty({0}, weight.options()));
 }
 
 // torch::nn::Embedding's start: standard normal.
@@ -211,10 +220,51 @@ at::Tensor LlmModelImpl::finish(int l, const at::Tensor& x, const at::Tensor& at
   return h + L.mlp->forward(L.post_attention_layernorm->forward(h));
 }
 
+at::Tensor LlmModelImpl::logits(const at::Tensor& normed) {
+  RECORD_USER_SCOPE("wm.llm.lm_head");
+  if (lm_head_q8_.defined()) return wm::llm::linear(normed, lm_head_q8_, at::Tensor()).to(at::kFloat);
+  const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
+  return wm::llm::linear(normed, w, at::Tensor()).to(at::kFloat);
+}
+
 std::pair<at::Tensor, at::Tensor> LlmModelImpl::head(const at::Tensor& x) {
   at::Tensor normed = model->norm->forward(x);
-  const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
-  return {normed, at::linear(normed, w).to(at::kFloat)};
+  return {normed, logits(normed)};
+}
+
+void LlmModelImpl::quantize_int8() {
+  if (int8_) return;
+  WM_CHECK(device().is_cpu(), "int8 weights run on the CPU; the model is on ", device());
+  at::NoGradGuard no_grad;
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    LlmLayerImpl& L = layer(l);
+    for (LlmLinearImpl* p : {L.self_attn->q_proj.get(), L.self_attn->k_proj.get(), L.self_attn->v_proj.get(),
+                             L.self_attn->o_proj.get(), L.mlp->gate_proj.get(), L.mlp->up_proj.get(),
+                             L.mlp->down_proj.get()})
+      p->quantize_int8();
+  }
+  if (lm_head) {
+    lm_head->quantize_int8();
+    lm_head_q8_ = lm_head->q8;
+  } else {
+    lm_head_q8_ = Int8Weight::quantize(model->embed_tokens->weight);
+  }
+  int8_ = true;
+}
+
+int64_t LlmModelImpl::decode_weight_bytes() const {
+  int64_t total = 0;
+  for (const auto& item : named_parameters(true)) {
+    if (item.key() == "model.embed_tokens.weight") continue;  // looked up, not streamed
+    total += item.value().numel() * static_cast<int64_t>(item.value().element_size());
+  }
+  for (const auto& m : modules(false))
+    if (auto* lin = dynamic_cast<const LlmLinearImpl*>(m.get())) total += lin->q8.bytes();
+  if (!lm_head) {
+    const at::Tensor& e = model->embed_tokens->weight;
+    total += lm_head_q8_.defined() ? lm_head_q8_.bytes() : e.numel() * static_cast<int64_t>(e.element_size());
+  }
+  return total;
 }
 
 StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window,
@@ -273,11 +323,7 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
   }
   at::Tensor normed = model->norm->forward(x);
-  const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
-  {
-    RECORD_USER_SCOPE("wm.llm.lm_head");
-    res.logits = at::linear(opt.all_logits ? normed : normed.narrow(0, n - 1, 1), w).to(at::kFloat);
-  }
+  res.logits = logits(opt.all_logits ? normed : normed.narrow(0, n - 1, 1));
   res.hidden = normed.to(at::kFloat);
   return res;
 }
@@ -285,6 +331,7 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
 at::Tensor LlmModelImpl::forward_train(const at::Tensor& tokens) {
   WM_CHECK(tokens.dim() == 2 && tokens.size(0) > 0 && tokens.size(1) > 0, "tokens must be [B, T], got ",
            tokens.sizes());
+  WM_CHECK(!int8_, "training needs the float weights; this model's were quantised to int8");
   const int64_t T = tokens.size(1);
   auto [cos, sin] = rope_cos_sin(at::arange(T, at::TensorOptions().dtype(at::kLong)));
   at::Tensor x = embed(tokens);  // [B, T, hidden]

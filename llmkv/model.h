@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "llmkv/config.h"
+#include "llmkv/gemv.h"
 #include "runtime/attention.h"
 #include "runtime/kv_spec.h"
 #include "runtime/window.h"
@@ -58,11 +59,14 @@ struct LlmRmsNormImpl : torch::nn::Module {
 TORCH_MODULE(LlmRmsNorm);
 
 // y = x W^T + b: weight [out, in], bias [out] (undefined without one), as torch::nn::Linear
-// registers them.
+// registers them. A few rows of x on the CPU (decode) go through the decode kernels (gemv.h).
+// After quantize_int8() the weight lives in q8 (int8 with block scales) and `weight` is emptied.
 struct LlmLinearImpl : torch::nn::Module {
   LlmLinearImpl(int64_t in, int64_t out, bool bias, ParamAlloc alloc = {});
   at::Tensor forward(const at::Tensor& x);  // [..., in] -> [..., out]
+  void quantize_int8();
   at::Tensor weight, bias;
+  Int8Weight q8;
 };
 TORCH_MODULE(LlmLinear);
 
@@ -177,6 +181,16 @@ class LlmModelImpl : public torch::nn::Module {
   // Final norm and LM head: x [..., hidden] -> (normed hidden, logits [..., vocab] float32).
   std::pair<at::Tensor, at::Tensor> head(const at::Tensor& x);
 
+  // Int8 weight-only mode: every projection's weight (and the LM head's) quantised to int8 with
+  // a float32 scale per block of 32 inputs (gemv.h), the float copies of the projections freed;
+  // activations, norms, the embedding lookup and the KV stay in the model's dtype. CPU only;
+  // inference only (forward_train refuses). Idempotent.
+  void quantize_int8();
+  bool weights_int8() const { return int8_; }
+  // Bytes a decode step reads in weights: the projections and the LM head as stored (int8 and
+  // scales after quantize_int8()), plus the norms.
+  int64_t decode_weight_bytes() const;
+
   // Random initialisation as Hugging Face (normal(0, initializer_range), zero biases, norms 1),
   // drawn on the CPU in float32 from `seed` (the same weights on any device).
   void init_weights(uint64_t seed);
@@ -186,8 +200,11 @@ class LlmModelImpl : public torch::nn::Module {
 
  private:
   LlmLayerImpl& layer(int l);
+  at::Tensor logits(const at::Tensor& normed);  // the LM head: [..., hidden] -> [..., vocab] float32
   LlmConfig cfg_;
   RopeSpec rope_;
+  bool int8_ = false;
+  Int8Weight lm_head_q8_;  // the LM head's int8 copy (tied embeddings keep their float rows for lookup)
 };
 TORCH_MODULE(LlmModel);
 

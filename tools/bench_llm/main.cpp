@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "llmkv/config.h"
+#include "llmkv/gemv.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
 #include "llmkv/session.h"
@@ -127,6 +128,9 @@ struct Options {
   double policy_share = 0.1;
   int64_t evict_slack = 0;
   std::string device = "auto", dtype = "float32", json_out;
+  std::string kv_dtype;          // --kv-dtype (empty: --dtype)
+  std::string weights = "float";  // --weights: float (in --dtype) or int8
+  std::string gemv = "auto";      // --gemv: the decode kernels
   int threads = 0;
   uint64_t seed = 0;
   bool bandwidth = false, profile = false;  // --bandwidth, --profile
@@ -167,6 +171,14 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", o.dtype, "float32, bfloat16, float16")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype); attention accumulates in float32")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--weights", o.weights, "float: the projections in --dtype; int8: quantised at load (a float32 scale per 32 inputs; CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "int8"}));
+  app.add_option("--gemv", o.gemv, "decode-sized products: auto (the best the CPU has), avx512, avx2, scalar, or libtorch (at::linear)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "avx512", "avx2", "scalar", "libtorch"}));
   app.add_option("--seed", o.seed, "random weights and token ids")->capture_default_str()->check(wm::cli::Uint64());
   app.add_option("--json", o.json_out, "also write the figures as JSON to this file");
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
@@ -366,9 +378,13 @@ void bench_bank_tiers(wm::llm::LlmModelImpl& model, const std::string& name, con
 
 // Every figure of model file or folder m: the contexts, the policies (with a tokenizer.json) and
 // the bank.
-void bench_model(const std::string& m, const Options& o, at::Device dev, at::ScalarType dt, Results& res) {
+// dt: the model's dtype; kvdt: the K/V's.
+void bench_model(const std::string& m, const Options& o, at::Device dev, at::ScalarType dt, at::ScalarType kvdt,
+                 Results& res) {
   std::string name;
   wm::llm::LlmModel model = load_model(m, dev, dt, o.seed, &name);
+  if (o.weights == "int8") model->quantize_int8();
+  dt = kvdt;  // from here on, the window's
   check_largest_context_fits(model->config(), o, dt, name);
   for (int64_t ctx : o.contexts) bench_context(*model, name, ctx, o, dev, dt, res);
   const std::string tok_path = m + "/tokenizer.json";
@@ -431,9 +447,15 @@ int main(int argc, char** argv) {
     if (dt == at::kHalf && dev.is_cpu())
       throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
                       "float32");
+    const at::ScalarType kvdt = o.kv_dtype.empty() ? dt : wm::parse_compute_dtype(o.kv_dtype);
+    if (o.weights == "int8" && !dev.is_cpu())
+      throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
+    wm::llm::set_gemv_path(wm::llm::parse_gemv_path(o.gemv));
     torch::NoGradGuard ng;
-    std::printf("device %s, %d threads, dtype %s, prefill chunk %lld\n", wm::describe_device(dev).c_str(), nt,
-                o.dtype.c_str(), static_cast<long long>(o.prefill_chunk));
+    std::printf("device %s, %d threads, dtype %s, K/V %s, weights %s, decode kernels %s, prefill chunk %lld\n",
+                wm::describe_device(dev).c_str(), nt, o.dtype.c_str(), c10::toString(kvdt),
+                o.weights == "int8" ? "int8" : o.dtype.c_str(), wm::llm::gemv_active_name(),
+                static_cast<long long>(o.prefill_chunk));
     Results res;
     if (o.profile && !dev.is_cpu())
       throw wm::Error(wm::str_cat("--profile times the CPU path only; the device is ", o.device));
@@ -446,10 +468,12 @@ int main(int argc, char** argv) {
     }
     std::printf("%-28s %8s %14s %12s %14s %12s %12s\n", "model", "context", "prefill tok/s", "TTFT ms",
                 "decode tok/s", "KV MiB", "KV B/token");
-    for (const auto& m : o.models) bench_model(m, o, dev, dt, res);
+    for (const auto& m : o.models) bench_model(m, o, dev, dt, kvdt, res);
     print_tables(o, res);
     if (json_file) {
       json_file->stream() << nlohmann::json{{"device", wm::describe_device(dev)}, {"dtype", o.dtype},
+                                            {"kv_dtype", c10::toString(kvdt)}, {"weights", o.weights},
+                                            {"decode_kernels", wm::llm::gemv_active_name()},
                                             {"rows", res.rows}, {"bank", res.bank_rows},
                                             {"policies", res.policy_rows}, {"bandwidth", bandwidth_json(o, res)},
                                             {"profile", res.profile_rows}}.dump(2)

@@ -65,22 +65,15 @@ struct WeightBytes {
 
 WeightBytes weight_bytes(const llm::LlmModelImpl& model) {
   WeightBytes w;
-  bool tied = true;
-  for (const auto& p : model.named_parameters())
-    if (p.key().find("lm_head") != std::string::npos) tied = false;
-  for (const auto& p : model.named_parameters()) {
-    const std::string& k = p.key();
-    const double b = static_cast<double>(p.value().nbytes());
-    if (k.find("lm_head") != std::string::npos || (tied && k.find("embed_tokens") != std::string::npos)) {
-      w.lm_head += b;
-    } else if (k.find("embed_tokens") != std::string::npos) {
-      continue;
-    } else if (k.find("norm") != std::string::npos) {
-      w.norms += b;
-    } else {
-      w.proj += b;
-    }
+  for (const auto& m : model.named_modules()) {
+    const auto* lin = dynamic_cast<const llm::LlmLinearImpl*>(m.value().get());
+    if (!lin || m.key() == "lm_head") continue;
+    w.proj += static_cast<double>(lin->weight.nbytes() + lin->q8.bytes());  // int8 weights are not parameters
+    if (lin->bias.defined()) w.proj += static_cast<double>(lin->bias.nbytes());
   }
+  for (const auto& p : model.named_parameters())
+    if (p.key().find("norm") != std::string::npos) w.norms += static_cast<double>(p.value().nbytes());
+  w.lm_head = static_cast<double>(model.decode_weight_bytes()) - w.proj - w.norms;
   return w;
 }
 

@@ -1,0 +1,178 @@
+#include "llmkv/gemv.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <atomic>
+
+#include "llmkv/gemv_kernels.h"
+#include "runtime/error.h"
+
+namespace wm::llm {
+namespace {
+
+std::atomic<GemvPath> g_path{GemvPath::Auto};
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+// The kernels for a path, falling down to what this build and CPU have; nullptr for libtorch.
+gemv::RowsFn rows_for(GemvPath p, const char** name = nullptr) {
+  auto pick = [&](gemv::RowsFn f, const char* n) {
+    if (name) *name = n;
+    return f;
+  };
+  if (p == GemvPath::Libtorch) return pick(nullptr, "libtorch");
+  if ((p == GemvPath::Auto || p == GemvPath::Avx512) && cpu_has_avx512() && gemv::rows_avx512())
+    return pick(gemv::rows_avx512(), "avx512");
+  if (p != GemvPath::Scalar && cpu_has_avx2() && gemv::rows_avx2()) return pick(gemv::rows_avx2(), "avx2");
+  return pick(gemv::rows_scalar(), "scalar");
+}
+
+gemv::WeightKind kind_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return gemv::WeightKind::F32;
+    case at::kBFloat16: return gemv::WeightKind::BF16;
+    case at::kHalf: return gemv::WeightKind::F16;
+    case at::kChar: return gemv::WeightKind::I8;
+    default: throw Error(str_cat("the decode kernels take float32, bfloat16, float16 or int8 weights, got ", t));
+  }
+}
+
+// y [m, out] = x [m, in] W^T over the rows of W, split among the threads.
+at::Tensor run(gemv::RowsFn fn, const at::Tensor& x2, gemv::WeightKind kind, const void* w, const float* scales,
+               int64_t out) {
+  at::Tensor xf = x2.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({xf.size(0), out}, xf.options());
+  gemv::Problem p;
+  p.kind = kind;
+  p.w = w;
+  p.scales = scales;
+  p.x = xf.data_ptr<float>();
+  p.y = y.data_ptr<float>();
+  p.m = xf.size(0);
+  p.in = xf.size(1);
+  p.out = out;
+  gemv::run_rows(fn, p, at::get_num_threads());
+  return y;
+}
+
+at::Tensor finish(at::Tensor y, const at::Tensor& x, const at::Tensor& bias, int64_t out) {
+  if (bias.defined()) y.add_(bias.to(at::kFloat));
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  return y.to(x.scalar_type()).view(shape);
+}
+
+int64_t rows_of(const at::Tensor& x) { return x.size(-1) > 0 ? x.numel() / x.size(-1) : 0; }
+
+}  // namespace
+
+GemvPath parse_gemv_path(const std::string& name) {
+  if (name == "auto") return GemvPath::Auto;
+  if (name == "avx512") return GemvPath::Avx512;
+  if (name == "avx2") return GemvPath::Avx2;
+  if (name == "scalar") return GemvPath::Scalar;
+  if (name == "libtorch") return GemvPath::Libtorch;
+  throw Error(str_cat("unknown decode kernel path '", name, "' (auto, avx512, avx2, scalar, libtorch)"));
+}
+
+const char* gemv_path_name(GemvPath p) {
+  switch (p) {
+    case GemvPath::Auto: return "auto";
+    case GemvPath::Avx512: return "avx512";
+    case GemvPath::Avx2: return "avx2";
+    case GemvPath::Scalar: return "scalar";
+    case GemvPath::Libtorch: return "libtorch";
+  }
+  return "?";
+}
+
+void set_gemv_path(GemvPath p) { g_path.store(p); }
+GemvPath gemv_path() { return g_path.load(); }
+
+const char* gemv_active_name() {
+  const char* name = "libtorch";
+  rows_for(gemv_path(), &name);
+  return name;
+}
+
+int64_t Int8Weight::bytes() const {
+  return defined() ? q.numel() + scale.numel() * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
+Int8Weight Int8Weight::quantize(const at::Tensor& w) {
+  WM_CHECK(w.dim() == 2, "int8 quantisation takes a weight [out, in], got ", w.sizes());
+  WM_CHECK(w.device().is_cpu(), "int8 quantisation runs on the CPU, the weight is on ", w.device());
+  WM_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf,
+           "int8 quantisation takes float32, bfloat16 or float16 weights, got ", w.scalar_type());
+  at::NoGradGuard no_grad;
+  const int64_t out = w.size(0), in = w.size(1), blk = gemv::kInt8Block;
+  const int64_t nb = (in + blk - 1) / blk;
+  at::Tensor wf = w.to(at::kFloat);
+  if (nb * blk != in) wf = at::constant_pad_nd(wf, {0, nb * blk - in}, 0.0);
+  at::Tensor blocks = wf.reshape({out, nb, blk});
+  at::Tensor amax = blocks.abs().amax(-1);  // [out, nb]
+  at::Tensor scale = amax / 127.0;
+  at::Tensor inv = at::where(scale > 0, 1.0 / scale, at::zeros_like(scale));
+  at::Tensor q = at::round(blocks * inv.unsqueeze(-1)).clamp_(-127, 127).to(at::kChar).reshape({out, nb * blk});
+  Int8Weight r;
+  r.q = q.narrow(1, 0, in).contiguous();
+  r.scale = scale.contiguous();
+  return r;
+}
+
+at::Tensor Int8Weight::dequantize(at::ScalarType dtype) const {
+  WM_CHECK(defined(), "dequantize of an empty int8 weight");
+  at::Tensor s = scale.repeat_interleave(gemv::kInt8Block, 1).narrow(1, 0, in());  // [out, in]
+  return (q.to(at::kFloat) * s).to(dtype);
+}
+
+bool gemv_applies(const at::Tensor& x, const at::Tensor& w) {
+  if (gemv_path() == GemvPath::Libtorch) return false;
+  if (!x.device().is_cpu() || !w.device().is_cpu() || w.dim() != 2 || !w.is_contiguous()) return false;
+  if (x.dim() < 1 || x.size(-1) != w.size(1) || w.numel() == 0) return false;
+  const int64_t m = rows_of(x);
+  if (m < 1 || m > gemv::kMaxRows) return false;
+  const auto wt = w.scalar_type(), xt = x.scalar_type();
+  if (wt != at::kFloat && wt != at::kBFloat16 && wt != at::kHalf) return false;
+  if (xt != at::kFloat && xt != at::kBFloat16 && xt != at::kHalf) return false;
+  if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad())) return false;
+  return true;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (!gemv_applies(x, w)) return at::linear(x, w, bias);
+  const int64_t out = w.size(0);
+  at::Tensor y = run(rows_for(gemv_path()), x.reshape({rows_of(x), x.size(-1)}), kind_of(w.scalar_type()),
+                     w.data_ptr(), nullptr, out);
+  return finish(std::move(y), x, bias, out);
+}
+
+at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias) {
+  WM_CHECK(w.defined(), "int8 linear with an empty weight");
+  WM_CHECK(x.dim() >= 1 && x.size(-1) == w.in(), "x must be [..., ", w.in(), "], got ", x.sizes());
+  WM_CHECK(x.device().is_cpu(), "int8 weights run on the CPU, x is on ", x.device());
+  const int64_t m = rows_of(x), out = w.out();
+  if (m > gemv::kMaxRows || m == 0) return at::linear(x, w.dequantize(x.scalar_type()), bias);
+  gemv::RowsFn fn = rows_for(gemv_path() == GemvPath::Libtorch ? GemvPath::Auto : gemv_path());
+  at::Tensor y = run(fn, x.reshape({m, x.size(-1)}), gemv::WeightKind::I8, w.q.data_ptr(), w.scale.data_ptr<float>(),
+                     out);
+  return finish(std::move(y), x, bias, out);
+}
+
+}  // namespace wm::llm

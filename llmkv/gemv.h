@@ -1,0 +1,53 @@
+#pragma once
+// Decode-sized linear layers on the CPU: y = x W^T + b for up to gemv::kMaxRows rows of x, with
+// the weights streamed once (gemv_kernels.h), in float32, bfloat16, float16 or int8 with a
+// float32 scale per block of 32 inputs; and int8 weight-only quantisation.
+//
+// At batch 1 a decoder step reads every weight once and does two flops with it, so its speed is
+// the memory's: libtorch's general GEMM paths reach about half the machine's read bandwidth on
+// such shapes (tools/README.md, wm_bench_llm --profile), these kernels approach it. The
+// accumulation is float32 in every case; sums run in another order than libtorch's, so results
+// agree with at::linear to float32 rounding, not bit for bit.
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace wm::llm {
+
+// Which kernels decode-sized products take: the best the CPU has (auto), a given ISA (falls back
+// to the next one down where the CPU lacks it), or libtorch's at::linear throughout (libtorch).
+enum class GemvPath { Auto, Avx512, Avx2, Scalar, Libtorch };
+GemvPath parse_gemv_path(const std::string& name);  // "auto", "avx512", "avx2", "scalar", "libtorch"
+const char* gemv_path_name(GemvPath p);
+void set_gemv_path(GemvPath p);  // process-wide; for benchmarks and tests
+GemvPath gemv_path();
+// The kernels in use after fallback: "avx512", "avx2", "scalar" or "libtorch".
+const char* gemv_active_name();
+
+// Int8 weights: w ~= q * scale, q in [-127, 127], one float32 scale per block of 32 consecutive
+// inputs of a row (the last block may be shorter), chosen as the block's max |w| / 127.
+struct Int8Weight {
+  at::Tensor q;      // int8 [out, in]
+  at::Tensor scale;  // float32 [out, ceil(in / 32)]
+  bool defined() const { return q.defined(); }
+  int64_t in() const { return q.size(1); }
+  int64_t out() const { return q.size(0); }
+  int64_t bytes() const;  // what a product reads: q and the scales
+  // From a float32, bfloat16 or float16 weight [out, in] on the CPU.
+  static Int8Weight quantize(const at::Tensor& w);
+  at::Tensor dequantize(at::ScalarType dtype = at::kFloat) const;
+};
+
+// True when linear() below takes the kernels for x against w: the CPU, no autograd wanted,
+// x [..., in] with at most kMaxRows rows, w [out, in] contiguous float32/bfloat16/float16, and a
+// path other than libtorch.
+bool gemv_applies(const at::Tensor& x, const at::Tensor& w);
+
+// y = x W^T + b ([..., in] -> [..., out], x's dtype): the kernels where gemv_applies, else
+// at::linear.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+// The same with int8 weights: the kernels for a few rows (whatever the path, libtorch having no
+// such product), a dequantised copy of the weights and at::linear for more (prefill).
+at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias);
+
+}  // namespace wm::llm
