@@ -4,8 +4,9 @@
 #include <ATen/core/grad_mode.h>
 
 #include <atomic>
+#include <cmath>
 
-#include "llmkv/gemv_kernels.h"
+#include "llmkv/decode_kernels.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -43,6 +44,13 @@ gemv::RowsFn rows_for(GemvPath p, const char** name = nullptr) {
   return pick(gemv::rows_scalar(), "scalar");
 }
 
+gemv::AttnFn attn_for(GemvPath p) {
+  if ((p == GemvPath::Auto || p == GemvPath::Avx512) && cpu_has_avx512() && gemv::attn_avx512())
+    return gemv::attn_avx512();
+  if (p != GemvPath::Scalar && cpu_has_avx2() && gemv::attn_avx2()) return gemv::attn_avx2();
+  return gemv::attn_scalar();
+}
+
 gemv::WeightKind kind_of(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return gemv::WeightKind::F32;
@@ -67,6 +75,14 @@ at::Tensor run(gemv::RowsFn fn, const at::Tensor& x2, gemv::WeightKind kind, con
   p.m = xf.size(0);
   p.in = xf.size(1);
   p.out = out;
+  at::Tensor xe, xo;
+  if (kind == gemv::WeightKind::BF16 && p.in % 2 == 0) {  // x split into even and odd elements
+    at::Tensor pairs = xf.view({p.m, p.in / 2, 2});
+    xe = pairs.select(2, 0).contiguous();
+    xo = pairs.select(2, 1).contiguous();
+    p.xe = xe.data_ptr<float>();
+    p.xo = xo.data_ptr<float>();
+  }
   gemv::run_rows(fn, p, at::get_num_threads());
   return y;
 }
@@ -173,6 +189,50 @@ at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bi
   at::Tensor y = run(fn, x.reshape({m, x.size(-1)}), gemv::WeightKind::I8, w.q.data_ptr(), w.scale.data_ptr<float>(),
                      out);
   return finish(std::move(y), x, bias, out);
+}
+
+bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (gemv_path() == GemvPath::Libtorch) return false;
+  if (!q.device().is_cpu() || !k.device().is_cpu() || !v.device().is_cpu()) return false;
+  if (q.dim() != 3 || k.dim() != 3 || v.sizes() != k.sizes() || q.size(1) != 1) return false;
+  const int64_t H = q.size(0), KH = k.size(0), nk = k.size(1), d = k.size(2);
+  if (KH == 0 || H % KH != 0 || q.size(2) != d || nk == 0 || d == 0) return false;
+  if (k.scalar_type() != v.scalar_type() || k.strides() != v.strides()) return false;
+  const auto t = k.scalar_type();
+  if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) return false;
+  if (k.stride(2) != 1 || k.stride(1) != d) return false;
+  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) return false;
+  return true;
+}
+
+std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   const at::Tensor& logw, bool capture_mass) {
+  WM_CHECK(decode_attention_applies(q, k, v), "decode attention takes q [H, 1, d] and k/v [KH, nk, d] on the CPU "
+           "with contiguous rows; got q ", q.sizes(), ", k ", k.sizes(), " strides ", k.strides(), ", v ", v.sizes());
+  const int64_t H = q.size(0), KH = k.size(0), nk = k.size(1), d = k.size(2);
+  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == nk), "logw must be [", nk, "], got ", logw.sizes());
+  at::Tensor qf = q.reshape({H, d}).to(at::kFloat).contiguous();
+  at::Tensor lw = logw.defined() ? logw.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor out = at::empty({H, d}, qf.options());
+  at::Tensor scratch = at::empty({H, nk}, qf.options());
+  at::Tensor mass = capture_mass ? at::empty({KH, nk}, qf.options()) : at::Tensor();
+  gemv::AttnProblem p;
+  p.kind = kind_of(k.scalar_type());
+  p.q = qf.data_ptr<float>();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.head_stride = k.stride(0);
+  p.logw = lw.defined() ? lw.data_ptr<float>() : nullptr;
+  p.H = H;
+  p.KH = KH;
+  p.nk = nk;
+  p.d = d;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p.out = out.data_ptr<float>();
+  p.mass = capture_mass ? mass.data_ptr<float>() : nullptr;
+  p.scratch = scratch.data_ptr<float>();
+  gemv::run_attention(attn_for(gemv_path()), p, at::get_num_threads());
+  return {out.to(q.scalar_type()).view({H, 1, d}), mass};
 }
 
 }  // namespace wm::llm

@@ -1,6 +1,6 @@
 #pragma once
 // Decode-sized linear layers on the CPU: y = x W^T + b for up to gemv::kMaxRows rows of x, with
-// the weights streamed once (gemv_kernels.h), in float32, bfloat16, float16 or int8 with a
+// the weights streamed once (decode_kernels.h), in float32, bfloat16, float16 or int8 with a
 // float32 scale per block of 32 inputs; and int8 weight-only quantisation.
 //
 // At batch 1 a decoder step reads every weight once and does two flops with it, so its speed is
@@ -49,5 +49,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 // The same with int8 weights: the kernels for a few rows (whatever the path, libtorch having no
 // such product), a dequantised copy of the weights and at::linear for more (prefill).
 at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias);
+
+// One decoding step's attention on the CPU with the decode kernels: q [H, 1, d] (one query a
+// head, any float dtype), k and v [KH, nk, d] float32/bfloat16/float16 with contiguous rows (as
+// KvWindow::stage returns them: the heads may lie apart), logw [nk] float32 or undefined. What
+// wm::attention computes for a query that sees every key (the causal mask's last row), in float32
+// whatever the K/V dtype: {out [H, 1, d] in q's dtype, key mass [KH, nk] float32 (the
+// probabilities summed over each kv head's query heads) when capture_mass, else undefined}.
+bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   const at::Tensor& logw, bool capture_mass);
 
 }  // namespace wm::llm

@@ -6,6 +6,7 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "runtime/error.h"
 #include "runtime/rope.h"
@@ -305,7 +306,12 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     AttentionResult ar;
     {
       RECORD_USER_SCOPE("wm.llm.attention");
-      ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+      if (n == 1 && decode_attention_applies(p.q, st.k, st.v)) {
+        // One token: the decode kernels read the window's K/V in place, in its dtype.
+        std::tie(ar.out, ar.key_mass) = decode_attention(p.q, st.k, st.v, st.logw, opt.capture_mass);
+      } else {
+        ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+      }
     }
     if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);
     if (opt.capture_query) {

@@ -4,12 +4,14 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
 
 #include "llm_test_util.h"
 #include "llmkv/gemv.h"
+#include "runtime/attention.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
 
@@ -80,6 +82,52 @@ TEST_P(GemvInt8Paths, MatchesItsDequantisedWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, GemvInt8Paths, ::testing::Values("avx512", "avx2", "scalar"));
+
+// The decode attention against the general one (wm::attention, a causal mask whose one query
+// sees every key): GQA, log-weights, the key mass, heads lying apart in a larger buffer, K/V in
+// each dtype, key counts that split into several ranges.
+class DecodeAttentionPaths : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType>> {};
+
+TEST_P(DecodeAttentionPaths, MatchesTheGeneralAttention) {
+  const auto [path_name, kvdt] = GetParam();
+  PathGuard guard(parse_gemv_path(path_name));
+  if (std::string(gemv_active_name()) != path_name) GTEST_SKIP() << "this CPU or build has no " << path_name;
+  at::manual_seed(8);
+  for (auto [H, KH, nk, d] : {std::array<int64_t, 4>{4, 2, 9, 8}, {14, 2, 1500, 64}, {8, 1, 3000, 32},
+                              {6, 3, 700, 20}}) {
+    // The window's layout: [KH, capacity, d] buffers, the first nk rows used.
+    at::Tensor kbuf = at::randn({KH, nk + 37, d}).to(kvdt), vbuf = at::randn({KH, nk + 37, d}).to(kvdt);
+    at::Tensor k = kbuf.narrow(1, 0, nk), v = vbuf.narrow(1, 0, nk);
+    at::Tensor q = at::randn({H, 1, d}) * 2;
+    at::Tensor logw = at::randn({nk}) * 0.5;
+    AttentionOptions ao;
+    ao.mask.kind = AttentionMask::Causal;
+    ao.n_window = nk - 1;
+    ao.capture_mass = true;
+    AttentionResult ref = wm::attention(q, k.to(at::kFloat), v.to(at::kFloat), logw, ao);
+    ASSERT_TRUE(decode_attention_applies(q, k, v));
+    auto [out, mass] = decode_attention(q, k, v, logw, true);
+    EXPECT_LT((out - ref.out).abs().max().item<double>(), 2e-5) << path_name << " H " << H << " nk " << nk;
+    EXPECT_LT((mass - ref.key_mass).abs().max().item<double>(), 2e-5) << path_name << " H " << H << " nk " << nk;
+    auto [out2, none] = decode_attention(q, k, v, at::Tensor(), false);
+    EXPECT_FALSE(none.defined());
+    at::Tensor ref2 = wm::attention(q, k.to(at::kFloat), v.to(at::kFloat), at::Tensor(), ao).out;
+    EXPECT_LT((out2 - ref2).abs().max().item<double>(), 2e-5);
+  }
+  // Scores far apart: the softmax stays finite (everything on the largest key).
+  at::Tensor k = at::zeros({1, 300, 8}), v = at::randn({1, 300, 8});
+  k[0][123].fill_(100.0);
+  auto [out, mass] = decode_attention(at::ones({2, 1, 8}) * 10, k, v, at::Tensor(), true);
+  EXPECT_TRUE(at::allclose(out[0][0], v[0][123], 1e-5, 1e-5));
+  EXPECT_NEAR(mass[0][123].item<float>(), 2.0f, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(, DecodeAttentionPaths,
+                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
+                                            ::testing::Values(at::kFloat, at::kBFloat16, at::kHalf)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + c10::toString(std::get<1>(info.param));
+                         });
 
 TEST(Gemv, Int8QuantisationRoundTrip) {
   at::manual_seed(5);

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""This project's LLM decode and prefill against llama.cpp's and transformers', side by side.
+
+Run by hand (not by the tests): it needs PyPI. By default it makes a virtual environment of its
+own (--venv) with llama-cpp-python, gguf, transformers, torch and safetensors, and re-runs itself
+there; --python names an interpreter that already has them.
+
+For each shape (--shapes: qwen2-0.5b, llama-1b) it
+  1. makes a model of that shape with random weights through transformers (bfloat16 safetensors)
+     and this project's tiny tokenizer (token ids are what is fed; the text side plays no part),
+  2. converts it to GGUF (f32, bf16, q8_0) with llama.cpp's own convert_hf_to_gguf.py, from the
+     llama-cpp-python source distribution (its BPE pre-tokenizer check is told "qwen2" or
+     "llama-bpe": the tokenizer is not one it knows, and no text is tokenized here),
+  3. times prefill of --contexts random token ids and --decode greedy steps after each, on
+     --threads threads, in rounds (--rounds, the engines alternating inside each round, every
+     run a process of its own): wm_bench_llm (float32, bfloat16, int8), llama.cpp (f32, bf16,
+     q8_0; its default f16 K/V), transformers (float32, bfloat16),
+and prints each figure's median over the rounds and the ratios to llama.cpp (Markdown; --json
+for the raw figures).
+
+  python3 tools/bench_llm/vs_llamacpp.py --bench build/tools/bench_llm/wm_bench_llm
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "0.3.36"
+PACKAGES = [f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "gguf", "transformers", "torch", "safetensors", "numpy"]
+ROOT = Path(__file__).resolve().parents[2]
+
+SHAPES = {
+    "qwen2-0.5b": dict(arch="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=32768),
+    # Llama-3.2-1B's sizes (without its long-context RoPE scaling).
+    "llama-1b": dict(arch="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
+                     tie_word_embeddings=True, rope_theta=500000.0, rms_norm_eps=1e-5,
+                     max_position_embeddings=131072),
+}
+
+# (engine, precision) pairs in the order each round runs them; llama.cpp's q8_0 sits beside our int8.
+RUNS = [("ours", "float32"), ("llama.cpp", "f32"), ("transformers", "float32"),
+        ("ours", "bfloat16"), ("llama.cpp", "bf16"), ("transformers", "bfloat16"),
+        ("ours", "int8"), ("llama.cpp", "q8_0")]
+PAIRS = [("float32", "f32"), ("bfloat16", "bf16"), ("int8", "q8_0")]
+
+
+def log(*a):
+    print("vs_llamacpp:", *a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- environment
+
+def ensure_env(args):
+    """Re-runs this script under an interpreter that has the packages (made if need be)."""
+    if os.environ.get("WM_VS_LLAMACPP_CHILD") == "1":
+        return
+    py = args.python
+    if py is None:
+        venv = Path(args.venv)
+        py = str(venv / "bin" / "python")
+        if not Path(py).exists():
+            log(f"making a virtual environment at {venv}")
+            subprocess.check_call([sys.executable, "-m", "venv", str(venv)])
+        try:
+            subprocess.check_call([py, "-c", "import llama_cpp, gguf, transformers, torch, safetensors"],
+                                  stderr=subprocess.DEVNULL)
+        except subprocess.CalledProcessError:
+            log("installing", " ".join(PACKAGES), "(llama-cpp-python builds llama.cpp: minutes)")
+            subprocess.check_call([py, "-m", "pip", "install", "-q", *PACKAGES])
+    env = dict(os.environ, WM_VS_LLAMACPP_CHILD="1")
+    os.execve(py, [py, __file__, *sys.argv[1:]], env)
+
+
+def converter_dir(work: Path) -> Path:
+    """llama.cpp's converter (and the gguf-py it goes with) from llama-cpp-python's sdist."""
+    top = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+    if (top / "convert_hf_to_gguf.py").exists():
+        return top
+    subprocess.check_call([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+                           f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(work)])
+    with tarfile.open(work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tf:
+        prefix = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
+        members = [m for m in tf.getmembers()
+                   if m.name.startswith(prefix + "convert_hf_to_gguf.py") or m.name.startswith(prefix + "conversion/")
+                   or m.name.startswith(prefix + "gguf-py/")]
+        tf.extractall(work, members=members)
+    return top
+
+
+# ---------------------------------------------------------------- model files
+
+def make_model(shape: str, out: Path, seed: int):
+    import torch
+    import transformers
+    spec = dict(SHAPES[shape])
+    arch = spec.pop("arch")
+    cls = transformers.Qwen2Config if arch == "qwen2" else transformers.LlamaConfig
+    cfg = cls(**spec, torch_dtype="bfloat16", bos_token_id=None, eos_token_id=0)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tok = ROOT / "assets" / "models" / "tiny-llm" / "tokenizer.json"
+    (out / "tokenizer.json").write_bytes(tok.read_bytes())
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                           "model_max_length": 1 << 20}))
+
+
+def convert(model_dir: Path, outtype: str, out: Path, conv: Path, arch: str):
+    sys.path.insert(0, str(conv / "gguf-py"))
+    sys.path.insert(0, str(conv))
+    import runpy
+    import conversion.base as base
+    pre = "qwen2" if arch == "qwen2" else "llama-bpe"
+    for name in dir(base):
+        cls = getattr(base, name)
+        if isinstance(cls, type) and "get_vocab_base_pre" in cls.__dict__:
+            cls.get_vocab_base_pre = lambda self, tokenizer, pre=pre: pre
+    sys.argv = ["convert_hf_to_gguf.py", str(model_dir), "--outtype", outtype, "--outfile", str(out)]
+    runpy.run_path(str(conv / "convert_hf_to_gguf.py"), run_name="__main__")
+
+
+# ---------------------------------------------------------------- engines (each a process)
+
+def prompt_ids(vocab: int, n: int, seed: int):
+    import numpy as np
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def run_llama(gguf: Path, contexts, decode: int, threads: int, vocab: int, seed: int):
+    import numpy as np
+    from llama_cpp import Llama
+    rows = []
+    llm = Llama(model_path=str(gguf), n_ctx=max(contexts) + decode + 16, n_threads=threads,
+                n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False)
+    for ctx in contexts:
+        ids = prompt_ids(vocab, ctx, seed + ctx)
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(decode):
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
+            llm.eval([int(logits.argmax())])
+        dec = time.perf_counter() - t0
+        rows.append({"context": ctx, "prefill_tps": ctx / prefill, "decode_tps": decode / dec})
+    return rows
+
+
+def run_transformers(model_dir: Path, dtype: str, contexts, decode: int, threads: int, vocab: int, seed: int):
+    import torch
+    import transformers
+    torch.set_num_threads(threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=getattr(torch, dtype))
+    model.eval()
+    rows = []
+    with torch.inference_mode():
+        for ctx in contexts:
+            ids = torch.tensor([prompt_ids(vocab, ctx, seed + ctx)])
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            prefill = time.perf_counter() - t0
+            past = out.past_key_values
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            t0 = time.perf_counter()
+            for _ in range(decode):
+                out = model(tok, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            dec = time.perf_counter() - t0
+            rows.append({"context": ctx, "prefill_tps": ctx / prefill, "decode_tps": decode / dec})
+    return rows
+
+
+def run_ours(bench: str, model_dir: Path, precision: str, contexts, decode: int, threads: int, work: Path):
+    js = work / "ours.json"
+    cmd = [bench, "-m", str(model_dir), "--contexts", *map(str, contexts), "--decode-tokens", str(decode),
+           "--bank-block", "0", "--threads", str(threads), "--json", str(js)]
+    cmd += ["--dtype", "float32", "--weights", "int8"] if precision == "int8" else ["--dtype", precision]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    data = json.loads(js.read_text())
+    return [{"context": r["context"], "prefill_tps": r["prefill_tokens_per_s"], "decode_tps": r["decode_tokens_per_s"]}
+            for r in data["rows"]]
+
+
+def worker(args):
+    contexts = [int(c) for c in args.contexts]
+    vocab = SHAPES[args.shape]["vocab_size"]
+    if args.worker == "make":
+        make_model(args.shape, Path(args.model_dir), args.seed)
+    elif args.worker == "convert":
+        convert(Path(args.model_dir), args.precision, Path(args.gguf), Path(args.conv), SHAPES[args.shape]["arch"])
+    elif args.worker == "llama.cpp":
+        print(json.dumps(run_llama(Path(args.gguf), contexts, args.decode, args.threads, vocab, args.seed)))
+    elif args.worker == "transformers":
+        print(json.dumps(run_transformers(Path(args.model_dir), args.precision, contexts, args.decode, args.threads,
+                                          vocab, args.seed)))
+
+
+# ---------------------------------------------------------------- driver
+
+def sub(args, kind, **kw):
+    cmd = [sys.executable, __file__, "--worker", kind, "--shape", kw["shape"], "--seed", str(args.seed),
+           "--threads", str(args.threads), "--decode", str(args.decode), "--contexts", *map(str, args.contexts)]
+    for k in ("model_dir", "gguf", "precision", "conv"):
+        if k in kw:
+            cmd += [f"--{k.replace('_', '-')}", str(kw[k])]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1]) if kind in ("llama.cpp", "transformers") else None
+
+
+def table(shape, figures, contexts):
+    med = {k: {c: {m: statistics.median(r[c][m] for r in v) for m in ("prefill_tps", "decode_tps")}
+               for c in contexts} for k, v in figures.items()}
+    lines = [f"\n### {shape}: medians of {len(next(iter(figures.values())))} rounds (tokens/s)\n"]
+    head = "| engine | " + " | ".join(f"prefill {c} | decode @{c}" for c in contexts) + " |"
+    lines += [head, "|---" * (1 + 2 * len(contexts)) + "|"]
+    for (eng, prec) in RUNS:
+        k = f"{eng} {prec}"
+        if k in med:
+            lines.append(f"| {k} | " + " | ".join(f"{med[k][c]['prefill_tps']:.1f} | {med[k][c]['decode_tps']:.2f}"
+                                                  for c in contexts) + " |")
+    lines += ["", "| ours / llama.cpp | " + " | ".join(f"prefill {c} | decode @{c}" for c in contexts) + " |",
+              "|---" * (1 + 2 * len(contexts)) + "|"]
+    for ours, theirs in PAIRS:
+        a, b = med.get(f"ours {ours}"), med.get(f"llama.cpp {theirs}")
+        if a and b:
+            lines.append(f"| {ours} / {theirs} | " + " | ".join(
+                f"{a[c]['prefill_tps'] / b[c]['prefill_tps']:.2f}x | {a[c]['decode_tps'] / b[c]['decode_tps']:.2f}x"
+                for c in contexts) + " |")
+    return "\n".join(lines), med
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=str(ROOT / "build" / "tools" / "bench_llm" / "wm_bench_llm"),
+                    help="this project's wm_bench_llm")
+    ap.add_argument("--shapes", nargs="+", default=["qwen2-0.5b", "llama-1b"], choices=sorted(SHAPES))
+    ap.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096])
+    ap.add_argument("--decode", type=int, default=64, help="greedy steps after each prefill")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--engines", nargs="+", default=["ours", "llama.cpp", "transformers"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wait-policy", default="passive", choices=["passive", "active", "unset"],
+                    help="OMP_WAIT_POLICY for every engine (llama.cpp's wheel and libtorch both use OpenMP)")
+    ap.add_argument("--work", default=str(Path.home() / ".cache" / "worldmem" / "vs-llamacpp"),
+                    help="models, GGUF files and the converter (kept between runs)")
+    ap.add_argument("--venv", default=str(Path.home() / ".cache" / "worldmem" / "vs-llamacpp-venv"))
+    ap.add_argument("--python", help="an interpreter that has the packages (no virtual environment made)")
+    ap.add_argument("--json", help="also write every round's figures here")
+    # Internal: one engine run, in a process of its own.
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--shape", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--gguf", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", help=argparse.SUPPRESS)
+    ap.add_argument("--conv", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if "ours" in args.engines and not Path(args.bench).is_file():
+        sys.exit(f"vs_llamacpp: no wm_bench_llm at {args.bench} (build it, or --bench PATH)")
+    ensure_env(args)
+    if args.wait_policy == "unset":
+        os.environ.pop("OMP_WAIT_POLICY", None)
+    else:
+        os.environ["OMP_WAIT_POLICY"] = args.wait_policy
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    report, raw = [], {}
+    for shape in args.shapes:
+        mdir = work / shape
+        if not (mdir / "model.safetensors").exists() and not (mdir / "model.safetensors.index.json").exists():
+            log(f"{shape}: making the random-weight model")
+            mdir.mkdir(parents=True, exist_ok=True)
+            sub(args, "make", shape=shape, model_dir=mdir)
+        ggufs = {}
+        if "llama.cpp" in args.engines:
+            conv = converter_dir(work)
+            for prec in ("f32", "bf16", "q8_0"):
+                g = work / f"{shape}-{prec}.gguf"
+                if not g.exists():
+                    log(f"{shape}: converting to GGUF {prec}")
+                    sub(args, "convert", shape=shape, model_dir=mdir, precision=prec, gguf=g, conv=conv)
+                ggufs[prec] = g
+        figures = {}
+        for rnd in range(args.rounds):
+            for eng, prec in RUNS:
+                if eng not in args.engines:
+                    continue
+                log(f"{shape}: round {rnd + 1}/{args.rounds}: {eng} {prec}")
+                if eng == "ours":
+                    rows = run_ours(args.bench, mdir, prec, args.contexts, args.decode, args.threads, work)
+                elif eng == "llama.cpp":
+                    rows = sub(args, "llama.cpp", shape=shape, gguf=ggufs[prec])
+                else:
+                    rows = sub(args, "transformers", shape=shape, model_dir=mdir, precision=prec)
+                figures.setdefault(f"{eng} {prec}", []).append({r["context"]: r for r in rows})
+        text, med = table(shape, figures, args.contexts)
+        print(text, flush=True)
+        report.append(text)
+        raw[shape] = {"rounds": figures, "medians": med}
+    print(f"\n{args.threads} threads, {args.decode} greedy steps after each prefill, OMP_WAIT_POLICY "
+          f"{args.wait_policy}; llama-cpp-python {LLAMA_CPP_PYTHON} (its default f16 K/V); ours: K/V in the model's "
+          f"dtype (float32 with int8 weights)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
