@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -31,9 +33,23 @@ inline void cpu_relax() {
 
 class Team {
  public:
+  // Never destroyed: its threads live as long as the process. A child of fork() has none of
+  // its parent's threads, and gets a team of its own.
   static Team& get() {
-    static Team* team = new Team;  // never destroyed: its threads live as long as the process
-    return *team;
+    static std::atomic<Team*> team{nullptr};
+    static std::atomic<pid_t> owner{0};
+    static std::mutex make_mu;
+    const pid_t pid = ::getpid();
+    Team* t = team.load(std::memory_order_acquire);
+    if (t && owner.load(std::memory_order_acquire) == pid) return *t;
+    std::lock_guard<std::mutex> lk(make_mu);
+    t = team.load(std::memory_order_acquire);
+    if (!t || owner.load(std::memory_order_acquire) != pid) {
+      t = new Team;
+      team.store(t, std::memory_order_release);
+      owner.store(pid, std::memory_order_release);
+    }
+    return *t;
   }
 
   // body(ctx, t, n) for t in [0, n), t = 0 on the calling thread. Serial when another call holds

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <vector>
 
 #include "llmkv/decode_kernels.h"
 #include "runtime/error.h"
@@ -61,40 +62,85 @@ gemv::WeightKind kind_of(at::ScalarType t) {
   }
 }
 
-// y [m, out] = x [m, in] W^T over the rows of W, split among the threads.
-at::Tensor run(gemv::RowsFn fn, const at::Tensor& x2, gemv::WeightKind kind, const void* w, const float* scales,
-               int64_t out) {
-  at::Tensor xf = x2.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({xf.size(0), out}, xf.options());
+int64_t rows_of(const at::Tensor& x) { return x.size(-1) > 0 ? x.numel() / x.size(-1) : 0; }
+
+// Element i of a contiguous float32, bfloat16 or float16 array as float32.
+inline float element(const void* base, at::ScalarType t, int64_t i) {
+  switch (t) {
+    case at::kBFloat16: return static_cast<float>(static_cast<const c10::BFloat16*>(base)[i]);
+    case at::kHalf: return static_cast<float>(static_cast<const c10::Half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+// The float32 buffers a product needs (x, its even/odd split, y), kept per thread between calls:
+// a decode step makes some two hundred products, and no tensor is made for any of them but the
+// result.
+struct Scratch {
+  std::vector<float> x, xe, xo, y;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// x [..., in] (m rows) times W^T, plus the bias, into a new tensor [..., out] of x's dtype.
+at::Tensor run(gemv::RowsFn fn, const at::Tensor& x, gemv::WeightKind kind, const void* w, const float* scales,
+               int64_t out, const at::Tensor& bias) {
+  const int64_t in = x.size(-1), m = rows_of(x);
+  const at::ScalarType xt = x.scalar_type();
+  Scratch& s = scratch();
   gemv::Problem p;
   p.kind = kind;
   p.w = w;
   p.scales = scales;
-  p.x = xf.data_ptr<float>();
-  p.y = y.data_ptr<float>();
-  p.m = xf.size(0);
-  p.in = xf.size(1);
+  p.m = m;
+  p.in = in;
   p.out = out;
-  at::Tensor xe, xo;
-  if (kind == gemv::WeightKind::BF16 && p.in % 2 == 0) {  // x split into even and odd elements
-    at::Tensor pairs = xf.view({p.m, p.in / 2, 2});
-    xe = pairs.select(2, 0).contiguous();
-    xo = pairs.select(2, 1).contiguous();
-    p.xe = xe.data_ptr<float>();
-    p.xo = xo.data_ptr<float>();
+  const at::Tensor xc = x.contiguous();
+  if (xt == at::kFloat) {
+    p.x = xc.data_ptr<float>();
+  } else {
+    s.x.resize(static_cast<size_t>(m * in));
+    const void* src = xc.data_ptr();
+    for (int64_t i = 0; i < m * in; ++i) s.x[i] = element(src, xt, i);
+    p.x = s.x.data();
   }
+  if (kind == gemv::WeightKind::BF16 && in % 2 == 0) {  // x split into even and odd elements
+    s.xe.resize(static_cast<size_t>(m * in / 2));
+    s.xo.resize(static_cast<size_t>(m * in / 2));
+    for (int64_t i = 0; i < m * in / 2; ++i) {
+      s.xe[i] = p.x[2 * i];
+      s.xo[i] = p.x[2 * i + 1];
+    }
+    p.xe = s.xe.data();
+    p.xo = s.xo.data();
+  }
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  at::Tensor y = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
+  s.y.resize(static_cast<size_t>(m * out));
+  p.y = xt == at::kFloat ? y.data_ptr<float>() : s.y.data();
   gemv::run_rows(fn, p, at::get_num_threads());
+  // The bias in float32, then the rounding to x's dtype (as at::linear rounds once, at the end).
+  const at::Tensor bc = bias.defined() ? bias.contiguous() : bias;
+  const void* bp = bias.defined() ? bc.data_ptr() : nullptr;
+  const at::ScalarType bt = bias.defined() ? bias.scalar_type() : at::kFloat;
+  for (int64_t r = 0; r < m; ++r) {
+    float* yr = p.y + r * out;
+    if (bp)
+      for (int64_t o = 0; o < out; ++o) yr[o] += element(bp, bt, o);
+    if (xt == at::kBFloat16) {
+      auto* dst = static_cast<c10::BFloat16*>(y.data_ptr()) + r * out;
+      for (int64_t o = 0; o < out; ++o) dst[o] = c10::BFloat16(yr[o]);
+    } else if (xt == at::kHalf) {
+      auto* dst = static_cast<c10::Half*>(y.data_ptr()) + r * out;
+      for (int64_t o = 0; o < out; ++o) dst[o] = c10::Half(yr[o]);
+    }
+  }
   return y;
 }
 
-at::Tensor finish(at::Tensor y, const at::Tensor& x, const at::Tensor& bias, int64_t out) {
-  if (bias.defined()) y.add_(bias.to(at::kFloat));
-  auto shape = x.sizes().vec();
-  shape.back() = out;
-  return y.to(x.scalar_type()).view(shape);
-}
-
-int64_t rows_of(const at::Tensor& x) { return x.size(-1) > 0 ? x.numel() / x.size(-1) : 0; }
 
 }  // namespace
 
@@ -173,10 +219,7 @@ bool gemv_applies(const at::Tensor& x, const at::Tensor& w) {
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   if (!gemv_applies(x, w)) return at::linear(x, w, bias);
-  const int64_t out = w.size(0);
-  at::Tensor y = run(rows_for(gemv_path()), x.reshape({rows_of(x), x.size(-1)}), kind_of(w.scalar_type()),
-                     w.data_ptr(), nullptr, out);
-  return finish(std::move(y), x, bias, out);
+  return run(rows_for(gemv_path()), x, kind_of(w.scalar_type()), w.data_ptr(), nullptr, w.size(0), bias);
 }
 
 at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias) {
@@ -186,9 +229,7 @@ at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bi
   const int64_t m = rows_of(x), out = w.out();
   if (m > gemv::kMaxRows || m == 0) return at::linear(x, w.dequantize(x.scalar_type()), bias);
   gemv::RowsFn fn = rows_for(gemv_path() == GemvPath::Libtorch ? GemvPath::Auto : gemv_path());
-  at::Tensor y = run(fn, x.reshape({m, x.size(-1)}), gemv::WeightKind::I8, w.q.data_ptr(), w.scale.data_ptr<float>(),
-                     out);
-  return finish(std::move(y), x, bias, out);
+  return run(fn, x, gemv::WeightKind::I8, w.q.data_ptr(), w.scale.data_ptr<float>(), out, bias);
 }
 
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -163,6 +163,36 @@ TEST(LlmConformance, HalfPrecisionLoadsConverted) {
   EXPECT_LT(err, 0.05 * scale);
 }
 
+// Int8 weights (quantize_int8) and half-precision K/V against transformers' float32 logits, decoded
+// token by token (the decode kernels' path: one row, the window's K/V read in place). Prints the
+// max and mean |logit difference| (tools/README.md quotes them); bounds as for bfloat16 weights.
+TEST(LlmConformance, Int8WeightsAndHalfKvStayClose) {
+  for (const std::string name : {"qwen2_tiny", "llama_tiny"}) {
+    SafeTensors ref = SafeTensors::open(fixture(name) + "/reference.safetensors");
+    const at::Tensor ids = ref.get("input_ids"), want = ref.get("logits")[0];  // [T], [T, V]
+    const int64_t T = ids.size(1);
+    const double scale = want.abs().max().item<double>();
+    struct Variant {
+      const char* what;
+      bool int8;
+      at::ScalarType kv;
+    };
+    for (const Variant& v : {Variant{"float32", false, at::kFloat}, Variant{"int8 weights", true, at::kFloat},
+                             Variant{"bfloat16 K/V", false, at::kBFloat16}, Variant{"float16 K/V", false, at::kHalf}}) {
+      LlmModel m = load_llm(fixture(name), at::kCPU, at::kFloat);
+      if (v.int8) m->quantize_int8();
+      KvWindow w(m->kv_spec(at::kCPU, v.kv), {"recent"});
+      std::vector<at::Tensor> got;
+      for (int64_t t = 0; t < T; ++t) got.push_back(m->step(ids[0].narrow(0, t, 1), positions(t, t + 1), w).logits);
+      const at::Tensor diff = (at::cat(got) - want).abs();
+      const double worst = diff.max().item<double>(), mean = diff.mean().item<double>();
+      std::cout << "[ " << name << ", " << v.what << " ] |logit - transformers fp32|: max " << worst << ", mean "
+                << mean << " (max |logit| " << scale << ")\n";
+      EXPECT_LT(worst, v.int8 || v.kv != at::kFloat ? 0.05 * scale : 1e-4) << name << " " << v.what;
+    }
+  }
+}
+
 // --- step() over the window -------------------------------------------------------------------
 
 at::Tensor test_tokens(int64_t n, int64_t vocab, uint64_t seed) {

@@ -113,6 +113,7 @@ nlohmann::json stats_json(const wm::llm::GenerationStats& s) {
 struct Options {
   std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
+  std::string kv_dtype, weights = "float";  // --kv-dtype (empty: --dtype), --weights
   bool chat = false, no_stream = false, raw_special = false, strict_positions = false;
   int64_t max_prompt_bytes = int64_t{256} << 10;  // ~64k tokens of English text
   wm::llm::GenerateOptions gen;
@@ -194,6 +195,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag("--parse-special", o.raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--dtype", o.dtype, "float32, float16, bfloat16")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--weights", o.weights,
+                 "float: the projections in --dtype; int8: quantised at load, a float32 scale per 32 inputs (CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "int8"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.footer("--dump-logits and --stats-json are written whole when the run succeeds, and not at all when it fails.");
   try {
@@ -276,21 +283,29 @@ Outputs open_outputs(const Options& o) {
 // and records it for --stats-json. Throws wm::Error (a bad model folder, stop token or policy).
 class Conversation {
  public:
-  Conversation(const Options& o, at::Device dev, at::ScalarType dt, wm::cli::OutputFile* logits_file)
+  // dt: the model's dtype; kvdt: the K/V cache's.
+  Conversation(const Options& o, at::Device dev, at::ScalarType dt, at::ScalarType kvdt,
+               wm::cli::OutputFile* logits_file)
       : o_(o),
         dev_(dev),
         dt_(dt),
         logits_file_(logits_file),
-        model_(wm::llm::load_llm(o.model_dir, dev, dt)),
+        model_(load_model(o, dev, dt)),
         tok_(wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json")),
         im_end_(tok_.token_to_id("<|im_end|>")),
         gen_(generate_options()),
-        session_(model_, tok_, dev, dt, session_options()) {
+        session_(model_, tok_, dev, kvdt, session_options()) {
     // Long prefills show their progress (after 2 s, so that short prompts stay quiet).
     gen_.on_prefill = [this](int64_t done, int64_t total) { show_prefill(done, total); };
   }
   Conversation(const Conversation&) = delete;
   Conversation& operator=(const Conversation&) = delete;
+
+  static wm::llm::LlmModel load_model(const Options& o, at::Device dev, at::ScalarType dt) {
+    wm::llm::LlmModel m = wm::llm::load_llm(o.model_dir, dev, dt);
+    if (o.weights == "int8") m->quantize_int8();
+    return m;
+  }
 
   // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
   void run_turn(const std::string& text, bool first) {
@@ -504,12 +519,15 @@ int main(int argc, char** argv) {
     if (dt == at::kHalf && dev.is_cpu())
       throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
                       "float32");
+    const at::ScalarType kvdt = o.kv_dtype.empty() ? dt : wm::parse_compute_dtype(o.kv_dtype);
+    if (o.weights == "int8" && !dev.is_cpu())
+      throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
     if (!o.model_given) o.model_dir = find_embedded_model();
     check_distinct_outputs(o);
     check_generation_options(o);
     Outputs out = open_outputs(o);
 
-    Conversation conv(o, dev, dt, out.logits.get());
+    Conversation conv(o, dev, dt, kvdt, out.logits.get());
     if (o.chat && o.prompt.empty() && o.prompt_file.empty())
       chat_from_stdin(conv, o.max_prompt_bytes);
     else

@@ -239,6 +239,7 @@ void write_plots(const std::string& dir, const nlohmann::json& results) {
 
 struct Options {
   std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto";
+  std::string weights = "float", kv_dtype = "float32";  // --weights, --kv-dtype
   std::vector<std::string> tasks, policies = {"full"}, budgets = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, show_kept = 0;
@@ -366,6 +367,13 @@ void add_options(CLI::App& app, Options& o) {
                  "context), decode speed against context length (one per task)");
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--weights", o.weights,
+                 "float: float32 projections; int8: quantised at load, a float32 scale per 32 inputs (CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "int8"}));
+  app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
 }
 
 // The held-out samples of one task at one context, as every run sees them.
@@ -413,7 +421,7 @@ wm::llm::SessionOptions session_options(const Options& o, const std::string& pol
 
 void reference_log_probs(SampleSet& set, const Options& o, wm::llm::LlmModel model, const wm::llm::Tokenizer& tok,
                          at::Device dev) {
-  wm::llm::LlmSession ref(model, tok, dev, at::kFloat, session_options(o, "full", 0));
+  wm::llm::LlmSession ref(model, tok, dev, wm::parse_compute_dtype(o.kv_dtype), session_options(o, "full", 0));
   const size_t n = set.tokenized.size();
   set.kl_at.assign(n, {});
   set.kl_ref.assign(n, {});
@@ -578,7 +586,7 @@ nlohmann::json run_bench(const Options& o, wm::llm::LlmModel model, const wm::ll
       if (o.kl) reference_log_probs(set, o, model, tok, dev);
       for (const auto& [policy, budget] : runs) {
         const std::string budget_text = budget ? budget->text : "-";
-        wm::llm::LlmSession session(model, tok, dev, at::kFloat,
+        wm::llm::LlmSession session(model, tok, dev, wm::parse_compute_dtype(o.kv_dtype),
                                     session_options(o, policy, budget ? budget->at(ctx) : 0));
         auto tick = [&] {
           ++done;
@@ -670,7 +678,10 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (o.weights == "int8" && !dev.is_cpu())
+      throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
     wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
+    if (o.weights == "int8") model->quantize_int8();
     model->eval();
     const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
     if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
