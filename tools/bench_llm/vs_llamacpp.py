@@ -75,7 +75,12 @@ def ensure_env(args):
                                   stderr=subprocess.DEVNULL)
         except subprocess.CalledProcessError:
             log("installing", " ".join(PACKAGES), "(llama-cpp-python builds llama.cpp: minutes)")
-            subprocess.check_call([py, "-m", "pip", "install", "-q", *PACKAGES])
+            # llama.cpp built for this CPU but without AMX: its AMX int8 path faults (SIGSEGV) on
+            # multi-token q8_0 batches on this project's VMs. CMAKE_ARGS set by the caller wins.
+            no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+            env = dict(os.environ)
+            env.setdefault("CMAKE_ARGS", f"-DCMAKE_C_FLAGS='{no_amx}' -DCMAKE_CXX_FLAGS='{no_amx}'")
+            subprocess.check_call([py, "-m", "pip", "install", "-q", "--no-cache-dir", *PACKAGES], env=env)
     env = dict(os.environ, WM_VS_LLAMACPP_CHILD="1")
     os.execve(py, [py, __file__, *sys.argv[1:]], env)
 
