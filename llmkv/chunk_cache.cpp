@@ -9,6 +9,7 @@
 
 #include "runtime/error.h"
 #include "runtime/hash.h"
+#include "runtime/remote_store.h"
 #include "runtime/window.h"
 
 namespace wm::llm {
@@ -52,6 +53,12 @@ ChunkCache::ChunkCache(LlmModel model, ChunkCacheConfig cfg) : model_(std::move(
   cfg_.store.device = model_->device();
   model_key_ = cfg_.model_key != 0 ? cfg_.model_key : model_fingerprint(*model_);
   n_layers_ = static_cast<int>(model_->config().num_hidden_layers);
+  if (cfg_.store.remote) {
+    WM_CHECK(cfg_.store.remote->config().ns == key_hex(model_key_), "the chunk cache's remote store has namespace '",
+             cfg_.store.remote->config().ns, "', this model's key is ", key_hex(model_key_),
+             ": entries of one model must not be offered to another");
+    cfg_.store.remote_publish = true;
+  }
   store_ = std::make_unique<BlockStore>(cfg_.store);
 }
 
@@ -125,13 +132,44 @@ void ChunkCache::put(ChunkKey key, const ChunkKv& kv, const std::string& kind) {
   stats_.stored += 1;
 }
 
+bool ChunkCache::from_remote(ChunkKey key) const {
+  if (!cfg_.store.remote) return false;
+  std::vector<std::string> ids;
+  for (int l = 0; l < n_layers_; ++l) ids.push_back(block_id(key, l));
+  if (!store_->import_remote(ids, cfg_.tier)) {
+    stats_.remote_misses += 1;
+    return false;
+  }
+  Info in;
+  try {
+    const Block b0 = store_->peek(ids[0]);
+    WM_CHECK(b0.layers.size() == 1, "a chunk cache block holds one layer, got ", b0.layers.size());
+    for (int l = 1; l < n_layers_; ++l) {
+      const BlockMeta m = store_->meta(ids[l]);
+      WM_CHECK(m.kind == b0.meta.kind, "layer ", l, " is of kind '", m.kind, "', layer 0 of '", b0.meta.kind, "'");
+    }
+    in.tokens = b0.layers[0].n_tokens();
+    in.first_position = in.tokens > 0 ? b0.layers[0].pos[0][0].item<int64_t>() : 0;
+    in.kind = b0.meta.kind;
+    if (b0.meta.embedding.defined()) in.signature = b0.meta.embedding.to(at::kCPU);
+  } catch (const Error& e) {  // sound values that do not make an entry of this cache: not used
+    for (const auto& id : ids) store_->erase(id);
+    stats_.remote_misses += 1;
+    stats_.corrupt += 1;
+    return false;
+  }
+  entries_[key] = std::move(in);
+  stats_.remote_hits += 1;
+  return true;
+}
+
 bool ChunkCache::lookup(ChunkKey key) {
   const bool found = contains(key);
   (found ? stats_.hits : stats_.misses) += 1;
   return found;
 }
 
-bool ChunkCache::contains(ChunkKey key) const { return entries_.count(key) != 0; }
+bool ChunkCache::contains(ChunkKey key) const { return entries_.count(key) != 0 || from_remote(key); }
 
 const ChunkCache::Info& ChunkCache::info(ChunkKey key) const {
   auto it = entries_.find(key);

@@ -12,6 +12,12 @@
 // bring it in a layer at a time (runtime/layer_loader.h, LayerQueueLoader). The blocks live in
 // the store's tiers (device, host, disk spill files with checksums) under its byte budgets. A
 // damaged spill file is reported (report_corrupt): the entry is erased, counted, and never used.
+//
+// With a remote store (cfg.store.remote, runtime/remote_store.h; its namespace must be the model
+// key in hex), every entry put is also published there, and an entry this cache does not hold is
+// looked for there (lookup, contains) and brought in whole: processes of the same model share
+// their chunks. A remote value that is damaged, of another model, late or unreachable is a miss,
+// and the caller computes the entry itself.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -57,6 +63,8 @@ struct ChunkCacheStats {
   int64_t prefilled_tokens = 0;  // tokens prefilled alone by prefill()
   int64_t corrupt = 0;           // entries erased because a spill file was damaged
   int64_t erased = 0;            // entries erased by erase() (invalidated)
+  int64_t remote_hits = 0;       // entries brought in from the remote store
+  int64_t remote_misses = 0;     // entries looked for there and not found whole
 };
 
 class ChunkCache {
@@ -87,7 +95,8 @@ class ChunkCache {
   void put(ChunkKey key, const ChunkKv& kv, const std::string& kind);
   // Whether the entry is there (every layer of it), counting a hit or a miss.
   bool lookup(ChunkKey key);
-  // Whether the entry is there, without counting.
+  // Whether the entry is there, without counting a hit or a miss (the remote store is asked, as by
+  // lookup(), and its counters move).
   bool contains(ChunkKey key) const;
   // Tokens, kind and signature of an entry. Throw wm::Error if absent (signature: undefined when
   // none was stored).
@@ -132,14 +141,17 @@ class ChunkCache {
     at::Tensor signature;
   };
   const Info& info(ChunkKey key) const;
+  // Brings the entry in from the remote store; false when it is not there whole.
+  bool from_remote(ChunkKey key) const;
 
   LlmModel model_;
   ChunkCacheConfig cfg_;
   uint64_t model_key_ = 0;
   int n_layers_ = 0;
   std::unique_ptr<BlockStore> store_;
-  std::unordered_map<ChunkKey, Info> entries_;
-  ChunkCacheStats stats_;
+  // Mutable: a const lookup may fill them from the remote store.
+  mutable std::unordered_map<ChunkKey, Info> entries_;
+  mutable ChunkCacheStats stats_;
   std::vector<std::string> reports_;
 };
 

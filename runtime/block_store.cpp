@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "runtime/error.h"
+#include "runtime/remote_store.h"
 #include "runtime/spill_file.h"
 
 namespace wm {
@@ -29,6 +30,7 @@ const char* tier_name(Tier t) {
     case Tier::Device: return "device";
     case Tier::Host: return "host";
     case Tier::Disk: return "disk";
+    case Tier::Remote: return "remote";
   }
   return "?";
 }
@@ -40,6 +42,31 @@ BlockStore::~BlockStore() {
   for (auto& [id, e] : entries_)
     if (e.tier == Tier::Disk && !e.path.empty()) std::remove(e.path.c_str());
   for (auto& [path, doomed] : doomed_) std::remove(path.c_str());
+  if (cfg_.remote) {  // this store's remote blocks are its own (content keys of its values)
+    for (auto& [id, e] : entries_)
+      if (e.tier == Tier::Remote && !e.path.empty()) remote_garbage_.push_back(e.path);
+    drop_remote_garbage();
+  }
+}
+
+void BlockStore::drop_remote_garbage() {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys.swap(remote_garbage_);
+  }
+  if (!keys.empty() && cfg_.remote) cfg_.remote->erase(keys);
+}
+
+Block BlockStore::read_remote_unlocked(std::unique_lock<std::mutex>& lock, const std::string& id,
+                                       const std::string& key) const {
+  lock.unlock();
+  std::optional<Block> b = cfg_.remote->get(key, id);
+  lock.lock();
+  if (!b)
+    throw LostData(str_cat("block '", id, "': the remote tier (", cfg_.remote->endpoint().url,
+                           ") no longer gives it back (expired, evicted, damaged or unreachable)"));
+  return std::move(*b);
 }
 
 void BlockStore::remove_spill_file(const std::string& path) {
@@ -77,6 +104,7 @@ size_t BlockStore::budget(Tier t) const {
     case Tier::Device: return cfg_.device_budget;
     case Tier::Host: return cfg_.host_budget;
     case Tier::Disk: return cfg_.disk_budget;
+    case Tier::Remote: return cfg_.remote ? cfg_.remote_budget : 0;
   }
   return 0;
 }
@@ -100,6 +128,7 @@ void BlockStore::unlink(Entry& e) {
   lru_[t].erase(e.lru);
   bytes_[t] -= e.bytes;
   if (e.tier == Tier::Disk && !e.path.empty()) remove_spill_file(e.path);
+  if (e.tier == Tier::Remote && !e.path.empty()) remote_garbage_.push_back(e.path);
   e.path.clear();
   e.block = Block{};
 }
@@ -118,6 +147,12 @@ void BlockStore::place(Entry& e, Tier t, std::vector<SpillWrite>& writes) {
         l.logw = l.logw.pin_memory();
       }
     e.block = std::move(h);
+  } else if (t == Tier::Remote) {
+    // Written after the lock is released, under the key of its value's bytes; served from
+    // e.block until then.
+    e.path.clear();
+    e.writing = true;
+    writes.push_back({e.id, "", e.block, true, e.order});
   } else {
     // The file is written after the lock is released; until then the block is served from
     // e.block, and the write counts as a reader so that an erase or replace meanwhile defers
@@ -134,7 +169,52 @@ void BlockStore::place(Entry& e, Tier t, std::vector<SpillWrite>& writes) {
   bytes_[ti] += e.bytes;
 }
 
-void BlockStore::finish_writes(std::vector<SpillWrite>& writes) {
+void BlockStore::finish_writes(std::vector<SpillWrite>& all) {
+  if (all.empty()) return;
+  drop_remote_garbage();  // before writing: a value written again has the key of one unlinked
+  std::vector<SpillWrite> writes, remote;
+  for (auto& w : all) (w.remote ? remote : writes).push_back(std::move(w));
+  all.clear();
+  if (!remote.empty()) {
+    std::vector<RemoteStore::Put> puts(remote.size());
+    for (size_t i = 0; i < remote.size(); ++i) {
+      const Block& b = remote[i].block;
+      puts[i].value = cfg_.remote->encode(b);
+      puts[i].key = cfg_.remote->key_for_value(puts[i].value);
+      puts[i].id = b.id;
+      puts[i].kind = b.meta.kind;
+      puts[i].tokens = b.layers.empty() ? 0 : b.layers[0].n_tokens();
+    }
+    std::vector<std::string> keys;
+    for (const auto& p : puts) keys.push_back(p.key);
+    const bool ok = cfg_.remote->put_many(std::move(puts));
+    std::vector<SpillWrite> none;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < remote.size(); ++i) {
+        auto it = entries_.find(remote[i].id);
+        const bool same = it != entries_.end() && it->second.order == remote[i].order &&
+                          it->second.tier == Tier::Remote && it->second.writing;
+        if (!same) {  // replaced, erased or moved meanwhile: nobody needs the value
+          if (ok) remote_garbage_.push_back(keys[i]);
+          continue;
+        }
+        Entry& e = it->second;
+        e.writing = false;
+        if (ok) {
+          e.path = keys[i];
+          e.block = Block{};
+          continue;
+        }
+        // Not written (the remote is slow or unreachable): back to host memory, over budget
+        // rather than lost; the remote store has warned once for its outage.
+        lru_[static_cast<int>(Tier::Remote)].erase(e.lru);
+        bytes_[static_cast<int>(Tier::Remote)] -= e.bytes;
+        place(e, Tier::Host, none);
+      }
+    }
+    drop_remote_garbage();
+  }
   if (writes.empty()) return;
   std::vector<std::string> errors(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
@@ -185,12 +265,13 @@ bool BlockStore::make_room(Tier t, size_t need, std::vector<SpillWrite>& writes)
       auto it = std::find_if(l.rbegin(), l.rend(),
                              [&](const std::string& id) { return pass == 1 || !entries_.at(id).meta.pinned; });
       if (it == l.rend()) break;
-      if (t == Tier::Disk) return false;  // nothing below disk: never drop data
+      if (t == last_tier()) return false;  // nothing below: never drop data
       Entry& victim = entries_.at(*it);
       // The first lower tier that can take it (a tier with a zero budget is skipped).
       int below = ti + 1;
-      while (below <= 2 && !make_room(static_cast<Tier>(below), victim.bytes, writes)) ++below;
-      if (below > 2) return false;
+      const int last = static_cast<int>(last_tier());
+      while (below <= last && !make_room(static_cast<Tier>(below), victim.bytes, writes)) ++below;
+      if (below > last) return false;
       l.erase(victim.lru);
       bytes_[ti] -= victim.bytes;
       place(victim, static_cast<Tier>(below), writes);
@@ -199,9 +280,13 @@ bool BlockStore::make_room(Tier t, size_t need, std::vector<SpillWrite>& writes)
   return bytes_[ti] + need <= budget(t);
 }
 
-void BlockStore::put(Block block, Tier tier) {
+void BlockStore::put(Block block, Tier tier) { put_impl(std::move(block), tier, cfg_.remote && cfg_.remote_publish); }
+
+void BlockStore::put_impl(Block block, Tier tier, bool publish) {
   std::vector<SpillWrite> writes;
   std::string no_room;
+  Block published;  // what is published to the remote (the tensors are shared, not copied)
+  if (publish) published = block;
   {
     std::lock_guard<std::mutex> lock(mu_);
     WM_CHECK(!block.id.empty(), "a block needs an identity");
@@ -213,10 +298,11 @@ void BlockStore::put(Block block, Tier tier) {
     const size_t nb = block.nbytes();
     Tier t = tier;
     while (no_room.empty() && !make_room(t, nb, writes)) {
-      if (t == Tier::Disk)
+      if (t == last_tier())
         no_room = str_cat("block '", block.id, "' (", nb, " bytes) fits in no tier: device ", bytes_[0], "/",
                           cfg_.device_budget, ", host ", bytes_[1], "/", cfg_.host_budget, ", disk ", bytes_[2],
-                          "/", cfg_.disk_budget, " bytes used");
+                          "/", cfg_.disk_budget, cfg_.remote ? str_cat(", remote ", bytes_[3], "/", cfg_.remote_budget) : "",
+                          " bytes used");
       else
         t = static_cast<Tier>(static_cast<int>(t) + 1);
     }
@@ -233,7 +319,14 @@ void BlockStore::put(Block block, Tier tier) {
     }
   }
   // Blocks demoted on the way (even when this one found no room) are placed; write their files.
-  if (no_room.empty()) return finish_writes(writes);
+  if (no_room.empty()) {
+    if (publish) {
+      std::string key = cfg_.remote->key_for_id(published.id);  // before the block is moved
+      cfg_.remote->put_async(std::move(key), std::move(published));
+    }
+    drop_remote_garbage();
+    return finish_writes(writes);
+  }
   try {
     finish_writes(writes);
   } catch (const Error& e) {
@@ -258,7 +351,8 @@ Block BlockStore::get(const std::string& id) {
   if (in_memory(it->second)) return load(it->second, true);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
-  Block b = read_unlocked(lock, path);  // disk reads run without the lock
+  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path)
+                                            : read_unlocked(lock, path);  // reads run without the lock
   b.meta = meta;
   return b.to(cfg_.device);
 }
@@ -270,7 +364,7 @@ Block BlockStore::peek(const std::string& id) const {
   if (in_memory(it->second)) return load(it->second, true);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
-  Block b = read_unlocked(lock, path);
+  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
   b.meta = meta;
   return b.to(cfg_.device);
 }
@@ -283,7 +377,7 @@ Block BlockStore::get_host(const std::string& id) {
   if (in_memory(it->second)) return load(it->second, false).to(at::kCPU);
   const std::string path = it->second.path;
   BlockMeta meta = it->second.meta;
-  Block b = read_unlocked(lock, path);
+  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
   b.meta = meta;
   return b;
 }
@@ -307,12 +401,14 @@ Block BlockStore::take(const std::string& id) {
     // was replaced or moved meanwhile, read again (if it was erased, the find above throws).
     const std::string path = it->second.path;
     const BlockMeta meta = it->second.meta;
-    Block b = read_unlocked(lock, path);
+    const Tier tier = it->second.tier;
+    Block b = tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
     it = entries_.find(id);
-    if (it != entries_.end() && it->second.tier == Tier::Disk && !it->second.writing && it->second.path == path) {
+    if (it != entries_.end() && it->second.tier == tier && !it->second.writing && it->second.path == path) {
       unlink(it->second);
       entries_.erase(it);
       lock.unlock();
+      drop_remote_garbage();
       b.meta = meta;
       return b.to(cfg_.device);
     }
@@ -320,11 +416,30 @@ Block BlockStore::take(const std::string& id) {
 }
 
 bool BlockStore::erase(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return false;
-  unlink(it->second);
-  entries_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return false;
+    unlink(it->second);
+    entries_.erase(it);
+  }
+  drop_remote_garbage();
+  return true;
+}
+
+bool BlockStore::import_remote(const std::vector<std::string>& ids, Tier tier) {
+  if (!cfg_.remote) return false;
+  std::vector<std::string> keys, want;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : ids)
+      if (!entries_.count(id)) want.push_back(id), keys.push_back(cfg_.remote->key_for_id(id));
+  }
+  if (want.empty()) return true;
+  std::vector<std::optional<Block>> got = cfg_.remote->get_many(keys, want);
+  for (const auto& b : got)
+    if (!b) return false;
+  for (auto& b : got) put_impl(std::move(*b), tier, /*publish=*/false);
   return true;
 }
 

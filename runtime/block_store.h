@@ -1,8 +1,15 @@
 #pragma once
-// The bank: blocks by identity in three tiers (device -> host -> disk), each under a byte
+// The bank: blocks by identity in tiers (device -> host -> disk -> remote), each under a byte
 // budget. A tier over budget demotes its least recently used unpinned blocks to the next tier;
-// disk blocks live in checksummed spill files. Nothing is ever dropped silently: when every tier
-// is full, put() throws. Thread-safe; fetch_async() reads on a worker thread. Spill files are
+// disk blocks live in checksummed spill files, remote blocks in a Redis server
+// (runtime/remote_store.h) under content keys. Nothing is dropped silently: when every tier is
+// full, put() throws; a remote write that fails leaves its block in host memory (over budget),
+// and a remote block the server no longer has is reported on reading (wm::LostData).
+//
+// With a remote store, the store can also share: remote_publish writes every block put here to
+// the remote under its identity's key (asynchronously), and import_remote() brings blocks that
+// another process published into a local tier. Identities must then be content hashes (equal
+// identity, equal content), as the chunk cache's are. Thread-safe; fetch_async() reads on a worker thread. Spill files are
 // written and read without the lock: a block on its way to disk is served from memory until its
 // file is whole, and a file being read is removed only after its last reader.
 #include <ATen/ATen.h>
@@ -12,7 +19,9 @@
 #include <future>
 #include <limits>
 #include <list>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,7 +30,10 @@
 
 namespace wm {
 
-enum class Tier { Device = 0, Host = 1, Disk = 2 };
+class RemoteStore;
+
+enum class Tier { Device = 0, Host = 1, Disk = 2, Remote = 3 };
+constexpr int kTiers = 4;
 const char* tier_name(Tier t);
 
 struct StoreConfig {
@@ -34,6 +46,9 @@ struct StoreConfig {
   bool drop_spill_pages = false;  // once a spill file is written, flush it and ask the OS to drop
                                   // its pages from the page cache, so that reading it back
                                   // comes from the disk (a bank larger than memory would)
+  std::shared_ptr<RemoteStore> remote;  // the remote tier; none: the store has three tiers
+  size_t remote_budget = std::numeric_limits<size_t>::max();  // bytes this store demotes there
+  bool remote_publish = false;  // every put() is also written to the remote under its identity
 };
 
 class BlockStore {
@@ -63,6 +78,11 @@ class BlockStore {
   Block take(const std::string& id);
   // Removes the block; false if it was absent.
   bool erase(const std::string& id);
+  // Brings blocks another process published (remote_publish) into `tier`, all or none: true when
+  // every one was in the remote, sound and of this namespace (blocks already here count as found
+  // and are not read). Network reads run without the lock. False without a remote store.
+  bool import_remote(const std::vector<std::string>& ids, Tier tier = Tier::Host);
+  RemoteStore* remote() const { return cfg_.remote.get(); }
 
   bool contains(const std::string& id) const;
   Tier tier_of(const std::string& id) const;
@@ -84,16 +104,19 @@ class BlockStore {
     size_t bytes;
     BlockMeta meta;
     Block block;           // tensors when on the device or host tier
-    std::string path;      // spill file when on the disk tier
-    bool writing = false;  // on the disk tier, its file not yet whole: `block` still holds it
+    std::string path;      // spill file when on the disk tier, key when on the remote tier
+    bool writing = false;  // on the disk or remote tier, not yet written: `block` still holds it
     std::list<std::string>::iterator lru;  // position in lru_[tier], front = most recent
     uint64_t order;
   };
-  // A spill file to write once the lock is released.
+  // A spill file (or remote value) to write once the lock is released.
   struct SpillWrite {
-    std::string id, path;
+    std::string id, path;  // path: empty for a remote write (the key is the value's hash)
     Block block;
+    bool remote = false;
+    uint64_t order = 0;    // the entry's, to tell it from a replacement made meanwhile
   };
+  void put_impl(Block block, Tier tier, bool publish);
   // Makes room for `bytes` in tier t by demoting its LRU unpinned blocks; false if impossible.
   bool make_room(Tier t, size_t bytes, std::vector<SpillWrite>& writes);
   // Moves e's data (e.block) into tier t and links it there as most recent; no budget check. A
@@ -104,7 +127,12 @@ class BlockStore {
   void finish_writes(std::vector<SpillWrite>& writes);
   // The entry's block from memory (any tier while its tensors are held); the lock is held.
   Block load(const Entry& e, bool to_device) const;
-  static bool in_memory(const Entry& e) { return e.tier != Tier::Disk || e.writing; }
+  static bool in_memory(const Entry& e) { return (e.tier != Tier::Disk && e.tier != Tier::Remote) || e.writing; }
+  // A remote block read without the lock; throws wm::LostData when the remote has it no more.
+  Block read_remote_unlocked(std::unique_lock<std::mutex>& lock, const std::string& id, const std::string& key) const;
+  // Deletes the remote keys of blocks unlinked meanwhile (called without the lock).
+  void drop_remote_garbage();
+  Tier last_tier() const { return cfg_.remote ? Tier::Remote : Tier::Disk; }
   void unlink(Entry& e);
   // Disk reads run without the lock; a spill file being read is removed only after its last
   // reader is done (erase or replace meanwhile defers the removal).
@@ -116,8 +144,9 @@ class BlockStore {
   StoreConfig cfg_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
-  std::array<std::list<std::string>, 3> lru_;
-  std::array<size_t, 3> bytes_{};
+  std::array<std::list<std::string>, kTiers> lru_;
+  std::array<size_t, kTiers> bytes_{};
+  std::vector<std::string> remote_garbage_;  // keys of remote blocks unlinked, to delete
   uint64_t next_order_ = 0;
   uint64_t spill_counter_ = 0;
   // Bookkeeping of reads in flight (so mutable: a const read counts too).

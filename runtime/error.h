@@ -19,6 +19,14 @@ class CorruptData : public Error {
   using Error::Error;
 };
 
+// Data a store held and can no longer give back: a remote tier's value that expired, was evicted
+// or is unreachable. A kind of CorruptData, so that whoever recomputes a damaged block
+// recomputes a lost one too.
+class LostData : public CorruptData {
+ public:
+  using CorruptData::CorruptData;
+};
+
 namespace detail {
 inline void append(std::ostringstream&) {}
 template <class T, class... R>

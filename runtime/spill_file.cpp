@@ -39,16 +39,26 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
-at::ScalarType dtype_from_name(const std::string& s, const std::string& path) {
+at::ScalarType dtype_from_name(const std::string& s, const std::string& where) {
   for (auto t : {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16, at::kLong, at::kInt, at::kShort, at::kChar,
                  at::kByte, at::kBool})
     if (safetensors_dtype_name(t) == s) return t;
-  throw CorruptData(str_cat("spill file '", path, "': unknown dtype '", s, "'"));
+  throw CorruptData(str_cat(where, ": unknown dtype '", s, "'"));
 }
 
 }  // namespace
 
-size_t write_spill_file(const std::string& path, const Block& block) {
+namespace {
+
+// A block laid out for the format: the header's JSON and the tensors (contiguous, on the CPU) in
+// payload order.
+struct Encoded {
+  std::string header;
+  std::vector<at::Tensor> tensors;
+  size_t payload = 0;
+};
+
+Encoded lay_out(const Block& block, const nlohmann::json& extra) {
   std::vector<at::Tensor> tensors;
   nlohmann::json tj = nlohmann::json::array();
   size_t offset = 0;
@@ -83,9 +93,41 @@ size_t write_spill_file(const std::string& path, const Block& block) {
                       {"uses", block.stats.uses},
                       {"payload_bytes", offset},
                       {"tensors", tj}};
-  const std::string hs = h.dump();
+  if (!extra.is_null() && !extra.empty()) h["extra"] = extra;
+  return Encoded{h.dump(), std::move(tensors), offset};
+}
+
+void put_u64le(unsigned char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+}  // namespace
+
+std::string encode_block(const Block& block, const nlohmann::json& extra) {
+  const Encoded e = lay_out(block, extra);
+  const std::string& hs = e.header;
+  std::string out(16 + hs.size() + e.payload + 8, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(&out[0]);
+  std::memcpy(p, kMagic, 8);
+  put_u64le(p + 8, hs.size());
+  std::memcpy(p + 16, hs.data(), hs.size());
+  size_t at = 16 + hs.size();
+  for (const auto& t : e.tensors) {
+    const size_t n = t.numel() * t.element_size();
+    if (n > 0) std::memcpy(p + at, t.data_ptr(), n);
+    at += n;
+  }
+  put_u64le(p + at, xxh64(p + 16, hs.size() + e.payload));
+  return out;
+}
+
+size_t write_spill_file(const std::string& path, const Block& block) {
+  const Encoded e = lay_out(block, nullptr);
+  const std::string& hs = e.header;
+  const std::vector<at::Tensor>& tensors = e.tensors;
+  const size_t offset = e.payload;
   unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(hs.size()) >> (8 * i));
+  put_u64le(len, hs.size());
 
   const std::string tmp = path + ".tmp";
   Xxh64 sum;
@@ -180,10 +222,19 @@ Block read_spill_file(const std::string& path) {
     m.data = static_cast<const unsigned char*>(base);
     m.size = fsize;
   }
+  return decode_block(m.data, m.size, str_cat("spill file '", path, "'"));
+}
+
+Block decode_block(const void* bytes, size_t size, const std::string& where, nlohmann::json* extra) {
+  struct {
+    const unsigned char* data;
+    size_t size;
+  } m{static_cast<const unsigned char*>(bytes), size};
+  if (m.size < 24) throw CorruptData(str_cat(where, ": ", m.size, " bytes, too short"));
   const size_t fsize = m.size;
-  if (std::memcmp(m.data, kMagic, 8) != 0) throw CorruptData(str_cat("spill file '", path, "': bad magic"));
+  if (std::memcmp(m.data, kMagic, 8) != 0) throw CorruptData(str_cat(where, ": bad magic"));
   const uint64_t hlen = read_u64le(m.data + 8);
-  if (hlen > fsize - 24) throw CorruptData(str_cat("spill file '", path, "': header length ", hlen, " exceeds file"));
+  if (hlen > fsize - 24) throw CorruptData(str_cat(where, ": header length ", hlen, " exceeds its ", fsize, " bytes"));
   const char* hs = reinterpret_cast<const char*>(m.data + 16);
   const size_t payload = fsize - 24 - hlen;  // what the file holds between header and checksum
   const unsigned char* data = m.data + 16 + hlen;
@@ -192,9 +243,8 @@ Block read_spill_file(const std::string& path) {
   try {
     h = nlohmann::json::parse(hs, hs + hlen);
   } catch (const std::exception& e) {
-    throw CorruptData(str_cat("spill file '", path, "': header is not JSON: ", e.what()));
+    throw CorruptData(str_cat(where, ": header is not JSON: ", e.what()));
   }
-  const std::string where = str_cat("spill file '", path, "'");
   Block b;
   std::vector<TensorSpec> specs;
   bool has_emb = false;
@@ -220,7 +270,7 @@ Block read_spill_file(const std::string& path) {
       if (!t["shape"].is_array()) throw CorruptData(tw + ": shape is not an array");
       if (!t["offset"].is_number_unsigned()) throw CorruptData(tw + ": offset is not a non-negative integer");
       TensorSpec s;
-      s.dtype = dtype_from_name(t["dtype"].get<std::string>(), path);
+      s.dtype = dtype_from_name(t["dtype"].get<std::string>(), where);
       for (const auto& d : t["shape"]) {
         if (!d.is_number_integer()) throw CorruptData(tw + ": a dimension is not an integer");
         s.shape.push_back(d.get<int64_t>());
@@ -256,6 +306,7 @@ Block read_spill_file(const std::string& path) {
     b.stats.attn_ema = h.at("attn_ema").get<double>();
     b.stats.last_use = h.at("last_use").get<int64_t>();
     b.stats.uses = h.at("uses").get<int64_t>();
+    if (extra != nullptr) *extra = h.contains("extra") ? h["extra"] : nlohmann::json();
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(str_cat(where, ": malformed header: ", e.what()));
   }

@@ -16,7 +16,8 @@
 #                             WM_TORCH_SPEC picks the version (default "torch").
 # Other dependencies: the Debian packages of tools/setup.sh where apt-get works; or, on a
 # machine without them, WM_DEPS_PREFIX=DIR naming a folder with the -dev packages unpacked in it
-# (dpkg -x; nlohmann-json3-dev, libcli11-dev, libgtest-dev, libeigen3-dev, libpcre2-dev and
+# (dpkg -x; nlohmann-json3-dev, libcli11-dev, libgtest-dev, libeigen3-dev, libpcre2-dev,
+# libhiredis-dev with libhiredis0.14, and
 # pkgconf), in which case FFmpeg/OpenCV may be missing and the media programs are left out.
 # The CUDA toolkit (nvcc) must be on the PATH or in /usr/local/cuda.
 set -euo pipefail

@@ -55,7 +55,7 @@ struct ReuseStats {
                                         // computed afresh for lack of an entry); layer 0's depend
                                         // on the token and position alone and are not counted
   int64_t computed_token_layers = 0;    // tokens through a layer's attention and MLP, any kind
-  std::array<int64_t, 3> loaded_token_layers{};  // K/V read from the cache, tokens x layers, per tier
+  std::array<int64_t, kTiers> loaded_token_layers{};  // K/V read from the cache, tokens x layers, per tier
   std::vector<double> loader_idle_s;   // per layer: the loader idle while the model was at it
   std::vector<double> loader_stall_s;  // per layer: the model waiting for the loader
   std::vector<double> loader_busy_s;   // per layer: the loader loading while the model was at it

@@ -27,6 +27,7 @@
 #include <numeric>
 
 #include "llmkv/chunk_cache.h"
+#include "runtime/remote_store.h"
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
@@ -39,6 +40,7 @@
 #include "tools/cli/cleanup.h"
 #include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
+#include "tools/cli/kv_store_options.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
@@ -88,6 +90,7 @@ struct Options {
   bool cold_disk = false;
   uint64_t seed = 0;
   wm::llm::RecomputeConfig recompute;
+  wm::cli::KvStoreOptions kv_store;
 };
 
 // The model, the episodes and the prompts.
@@ -205,6 +208,8 @@ void add_storage_and_output_options(CLI::App& app, Options& o) {
       });
   app.add_option("--spill-dir", o.spill_dir,
                  "where spill files go: a folder of this run's own inside it, removed at the end (default: $TMPDIR)");
+  wm::cli::add_kv_store_options(app, o.kv_store,
+                                "the chunk caches' entries (published as computed, looked for before computing)");
   app.add_option("--json", o.json_out, "write the summary and every step as JSON to this file");
   app.add_option("--csv", o.csv_out, "write the summary table as CSV to this file");
   app.add_option("--plots", o.plot_dir,
@@ -819,7 +824,7 @@ std::unique_ptr<wm::cli::RunFolder> make_spill_folder(const Options& o) {
 // Appends a runner per --policies name: its chunk cache (spilling to a folder of its own in
 // `spill`: the store names files by block id), its policy and its KV window.
 void add_runners(std::vector<Runner>& runners, const Options& o, const wm::llm::LlmModel& model, uint64_t model_key,
-                 at::Device dev, wm::cli::RunFolder& spill) {
+                 at::Device dev, wm::cli::RunFolder& spill, const std::shared_ptr<wm::RemoteStore>& remote) {
   for (const auto& name : o.policies) {
     Runner r;
     r.name = name;
@@ -832,6 +837,7 @@ void add_runners(std::vector<Runner>& runners, const Options& o, const wm::llm::
                                                  : std::numeric_limits<size_t>::max();
     cc.store.spill_dir = spill.subfolder(name);
     cc.store.drop_spill_pages = o.cold_disk;
+    cc.store.remote = remote;
     r.cache = std::make_unique<wm::llm::ChunkCache>(model, cc);
     wm::llm::RecomputeConfig rcfg = o.recompute;
     rcfg.policy = name;
@@ -1019,7 +1025,8 @@ std::vector<PolicySummary> summarize_all(const std::vector<Runner>& runners, int
 }
 
 // The report on stdout: a title line, the tables, and the damaged cache entries found.
-void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners) {
+void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners,
+                  const wm::RemoteStore* remote) {
   const Options& o = b.o;
   std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
               b.model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
@@ -1028,6 +1035,19 @@ void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const 
   for (const auto& r : runners)
     for (const auto& msg : r.cache->corrupt_reports())
       std::printf("%s: damaged cache entry reported and recomputed: %s\n", r.name.c_str(), msg.c_str());
+  if (remote != nullptr) {
+    const wm::RemoteStats s = remote->stats();
+    int64_t hits = 0, misses = 0;
+    for (const auto& r : runners) hits += r.cache->stats().remote_hits, misses += r.cache->stats().remote_misses;
+    std::printf("kv store %s: %lld entries brought in, %lld looked for and not found; %lld values read (%.1f MiB), "
+                "%lld written (%.1f MiB), %lld writes failed or dropped; %lld damaged and %lld foreign values not used; "
+                "%lld outages, %lld operations past the deadline\n",
+                remote->endpoint().url.c_str(), static_cast<long long>(hits), static_cast<long long>(misses),
+                static_cast<long long>(s.hits), s.get_bytes / 1048576.0, static_cast<long long>(s.puts),
+                s.put_bytes / 1048576.0, static_cast<long long>(s.put_failed + s.dropped),
+                static_cast<long long>(s.corrupt), static_cast<long long>(s.foreign), static_cast<long long>(s.outages),
+                static_cast<long long>(s.deadline));
+  }
 }
 
 // The run's settings, as the JSON's "config".
@@ -1056,13 +1076,14 @@ nlohmann::json config_json(const Bench& b) {
           {"check_ratios", o.recompute.check_ratios},
           {"head_tokens", o.recompute.head_tokens},
           {"pair_with", o.pair_with},
+          {"kv_store", o.kv_store.url},
           {"threads", b.threads}};
 }
 
 // Writes and commits the outputs asked for: the CSV table, the charts, the JSON (settings,
 // episodes, summary, every step).
 void write_outputs(Outputs& out, const Bench& b, const std::vector<PolicySummary>& rows,
-                   const std::vector<Runner>& runners, const nlohmann::json& episodes) {
+                   const std::vector<Runner>& runners, const nlohmann::json& episodes, const wm::RemoteStore* remote) {
   if (out.csv) {
     write_csv(out.csv->stream(), rows, b.model_driven);
     out.csv->commit();
@@ -1076,8 +1097,17 @@ void write_outputs(Outputs& out, const Bench& b, const std::vector<PolicySummary
     for (const auto& s : rows) summary.push_back(to_json(s, b.model_driven));
     for (const auto& r : runners)
       for (const auto& st : r.steps) steps.push_back(to_json(st));
-    out.json->stream() << nlohmann::json{{"config", config_json(b)}, {"episodes", episodes}, {"summary", summary},
-                                         {"steps", steps}}
+    nlohmann::json caches = nlohmann::json::object();
+    for (const auto& r : runners) {
+      const auto& cs = r.cache->stats();
+      caches[r.name] = {{"hits", cs.hits},       {"misses", cs.misses},           {"stored", cs.stored},
+                        {"prefilled_tokens", cs.prefilled_tokens}, {"corrupt", cs.corrupt},
+                        {"remote_hits", cs.remote_hits}, {"remote_misses", cs.remote_misses}};
+    }
+    nlohmann::json doc{{"config", config_json(b)}, {"episodes", episodes}, {"summary", summary},
+                       {"caches", caches},         {"steps", steps}};
+    if (remote != nullptr) doc["kv_store"] = remote->stats_json();
+    out.json->stream() << doc
                               .dump(1, ' ', false, nlohmann::json::error_handler_t::replace)
                        << "\n";
     out.json->commit();
@@ -1100,6 +1130,7 @@ int main(int argc, char** argv) {
   // cleanup removes what is in it), declared before the runners so that their stores are gone
   // first.
   std::unique_ptr<wm::cli::RunFolder> spill;
+  std::shared_ptr<wm::RemoteStore> remote;
   std::vector<Runner> runners;
   int rc = 0;
   try {
@@ -1117,7 +1148,8 @@ int main(int argc, char** argv) {
     check_layers_fit(o, L);
     const uint64_t model_key = wm::llm::model_fingerprint(*model);
     spill = make_spill_folder(o);
-    add_runners(runners, o, model, model_key, dev, *spill);
+    remote = wm::cli::open_kv_store(o.kv_store, wm::llm::key_hex(model_key));
+    add_runners(runners, o, model, model_key, dev, *spill, remote);
     wm::llm::ReuseOptions reuse;
     reuse.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
     const Bench b{o, *model, tok, plan_texts(o.layout), reuse, L, o.driver == "model", model_name, threads};
@@ -1129,8 +1161,9 @@ int main(int argc, char** argv) {
                  o.cold_disk ? " (cold)" : "");
     const nlohmann::json episodes = run_episodes(b, runners);
     const std::vector<PolicySummary> rows = summarize_all(runners, L, b.model_driven, o.pair_with);
-    print_report(b, rows, runners);
-    write_outputs(out, b, rows, runners, episodes);
+    if (remote) remote->flush(remote->config().flush_ms);  // the counters include every write
+    print_report(b, rows, runners, remote.get());
+    write_outputs(out, b, rows, runners, episodes, remote.get());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_plan_bench: error: %s\n", wm::cli::error_text(e).c_str());
     rc = 1;
