@@ -143,9 +143,18 @@ void KvMemory::apply(MemoryPlan plan) {
           bank_->put(op.transform ? op.transform(b) : std::move(b), Tier::Device);
           break;
         }
-        case MemoryOp::Kind::Fetch:
-          window_->place(op.region, bank_->get(op.id), op.reanchor);
+        case MemoryOp::Kind::Fetch: {
+          Block b;
+          try {
+            b = bank_->get(op.id);
+          } catch (const LostData& e) {
+            ++lost_fetches_;
+            last_lost_ = e.what();
+            break;
+          }
+          window_->place(op.region, std::move(b), op.reanchor);
           break;
+        }
         case MemoryOp::Kind::Insert:
           window_->place(op.region, op.block);
           break;

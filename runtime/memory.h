@@ -88,12 +88,19 @@ class KvMemory {
 
   // Carries out the plan's ops in order. Throws wm::Error naming the op and block when one
   // fails (an absent block, a region unknown to the window, a bank with no room); the ops
-  // before it stay applied.
+  // before it stay applied. One exception: a fetch of a block that the bank's remote tier can no
+  // longer give back (wm::LostData: expired, evicted, unreachable) is skipped and counted, the
+  // block left in the bank (a later fetch may find the store back): the window goes on without it.
   void apply(MemoryPlan plan);
+  // Fetches skipped because the remote tier lost their block, and the last one's message.
+  int64_t lost_fetches() const { return lost_fetches_; }
+  const std::string& last_lost() const { return last_lost_; }
 
  private:
   std::unique_ptr<KvWindow> window_;
   std::unique_ptr<BlockStore> bank_;
+  int64_t lost_fetches_ = 0;
+  std::string last_lost_;
 };
 
 // What a policy asks a forward step to capture for observe().

@@ -1,6 +1,9 @@
 #include "runtime/remote_store.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -37,6 +40,40 @@ struct timeval to_timeval(std::chrono::steady_clock::duration d) {
   tv.tv_usec = static_cast<suseconds_t>(us % 1000000);
   return tv;
 }
+
+// SIGPIPE blocked in this thread for its scope: a write to a connection the server has closed
+// raises it, and its default action (or a program's cleanup handler) would end the process; the
+// write fails with EPIPE instead. A SIGPIPE raised meanwhile is consumed before the old mask
+// comes back (unless one was already pending).
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const struct timespec zero {0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
 
 // A reply owned for its scope.
 struct Reply {
@@ -177,6 +214,7 @@ std::string RemoteStore::encode(const Block& b) const {
 }
 
 redisContext* RemoteStore::connect(Clock::time_point deadline, std::string& why) {
+  SigpipeGuard no_sigpipe;
   const struct timeval tv = to_timeval(deadline - Clock::now());
   redisContext* c = ep_.unix_socket ? redisConnectUnixWithTimeout(ep_.path.c_str(), tv)
                                     : redisConnectWithTimeout(ep_.host.c_str(), ep_.port, tv);
@@ -308,6 +346,7 @@ void RemoteStore::came_up() {
 
 bool RemoteStore::put_many(std::vector<Put> puts) {
   if (puts.empty()) return true;
+  SigpipeGuard no_sigpipe;
   const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.deadline_ms);
   redisContext* c = acquire(deadline);
   if (c == nullptr) {
@@ -503,6 +542,7 @@ std::vector<std::optional<Block>> RemoteStore::get_many(const std::vector<std::s
   WM_CHECK(keys.size() == ids.size(), "get_many: ", keys.size(), " keys and ", ids.size(), " identities");
   std::vector<std::optional<Block>> out(keys.size());
   if (keys.empty()) return out;
+  SigpipeGuard no_sigpipe;
   const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.deadline_ms);
   redisContext* c = acquire(deadline);
   {
@@ -588,6 +628,7 @@ std::optional<Block> RemoteStore::get(const std::string& key, const std::string&
 
 bool RemoteStore::erase(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
+  SigpipeGuard no_sigpipe;
   const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.deadline_ms);
   redisContext* c = acquire(deadline);
   if (c == nullptr) return false;

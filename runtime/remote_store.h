@@ -15,6 +15,9 @@
 // backoff. Budget: the namespace's bytes are counted in the server; beyond the budget its least
 // recently used keys are deleted. Thread-safe; connections come from a pool, and no lock is held
 // across a network call.
+//
+// SIGPIPE is blocked in the calling thread during each network call (and one raised there is
+// consumed): a server that closes a connection fails the call, it does not end the process.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

@@ -63,6 +63,8 @@ class WorldMemory {
   const KvWindow& window() const { return memory_->window(); }
   const MemoryConfig& config() const { return cfg_; }
   const BlockStore& bank() const { return memory_->bank(); }
+  // Retrievals skipped because the bank's remote tier lost the chunk (KvMemory::lost_fetches).
+  int64_t lost_fetches() const { return memory_->lost_fetches(); }
   const VideoPolicy& policy() const { return *policy_; }
   // window_chunks(config(), target), from this memory's own policy.
   WindowChunks window_chunks(int64_t target) const;

@@ -103,6 +103,8 @@ bool is_mg2_run(const Options& o) {
 // The Matrix-Game-2.0 path: the shared options passed on (--out, --policy and --fps only where given,
 // so that its own defaults hold otherwise).
 int run_mg2(const Options& o, const CLI::App& app) {
+  if (app.count("--bank-host-mib") || app.count("--kv-store") || app.count("--spill-dir"))
+    throw wm::Error("--bank-host-mib, --spill-dir and --kv-store are for the embedded model's path, not Matrix-Game-2.0's");
   wm::render::Mg2RenderOptions mg2 = o.mg2;
   mg2.model = o.model_path;
   mg2.out = app.count("--out") ? o.out : "";
@@ -216,7 +218,7 @@ void show_progress(wm::cli::ProgressLine& progress, const wm::worldkv::ChunkOutp
   progress.show(c.index + 1 == n_chunks, "  chunk %lld/%d  %.0f ms  window %zu KiB  bank %zu KiB",
                 static_cast<long long>(c.index + 1), n_chunks, c.ms, mem.window_bytes() / 1024,
                 (mem.bank().bytes(wm::Tier::Device) + mem.bank().bytes(wm::Tier::Host) +
-                 mem.bank().bytes(wm::Tier::Disk)) / 1024);
+                 mem.bank().bytes(wm::Tier::Disk) + mem.bank().bytes(wm::Tier::Remote)) / 1024);
 }
 
 // The generated chunks' wall times (the prompt's left out) and the memory's share of them.
@@ -248,7 +250,10 @@ void render_episode(const Options& o) {
   const wm::world::Episode& ep = chosen.ep;
   const wm::world::Scene scene = wm::world::scene_of(ep);
 
-  const wm::worldkv::SessionConfig sc = session_config(o);
+  o.ro.validate();
+  const std::shared_ptr<wm::RemoteStore> remote = o.ro.open_bank_store(o.model_path);
+  wm::worldkv::SessionConfig sc = session_config(o);
+  o.ro.apply_bank(sc, dev, remote);
   wm::worldkv::WorldSession session(wm::worldkv::load_world_model(o.model_path, dev), sc, dev);
   const int F = session.frames_per_chunk();
   const int n = wm::rollout::covered_frames(ep, F, o.max_seconds * chosen.fps);
@@ -283,6 +288,19 @@ void render_episode(const Options& o) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.finish();
   print_summary(o, l, outputs.writer.frames_written(), F, times, wall);
+  if (remote) {
+    const wm::RemoteStats s = remote->stats();
+    const auto& bank = session.memory().bank();
+    std::fprintf(stderr,
+                 "  bank: %zu chunks in host memory (%zu KiB), %zu in %s (%zu KiB); %lld values written, %lld read, "
+                 "%lld writes failed (kept in host memory), %lld damaged or foreign, %lld outages; %lld retrievals "
+                 "skipped (chunk lost)\n",
+                 bank.count(wm::Tier::Host), bank.bytes(wm::Tier::Host) / 1024, bank.count(wm::Tier::Remote),
+                 remote->endpoint().url.c_str(), bank.bytes(wm::Tier::Remote) / 1024, static_cast<long long>(s.puts),
+                 static_cast<long long>(s.hits), static_cast<long long>(s.put_failed),
+                 static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages),
+                 static_cast<long long>(session.memory().lost_fetches()));
+  }
 }
 
 }  // namespace

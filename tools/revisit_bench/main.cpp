@@ -437,8 +437,11 @@ void run_bench(const Options& o) {
   for (auto& p : o.policies) pols.push_back(wm::worldkv::parse_policy(p));
 
   wm::dit::CausalDit model = wm::worldkv::load_world_model(o.model_path, dev);
+  o.ro.validate();
+  const std::shared_ptr<wm::RemoteStore> remote = o.ro.open_bank_store(o.model_path);
   Rollouts r{model, {}, dev, model->config().frames_per_chunk};
   o.ro.apply(r.session);
+  o.ro.apply_bank(r.session, dev, remote);
 
   int total_frames = 0;
   for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps);
@@ -448,6 +451,15 @@ void run_bench(const Options& o) {
   BenchProgress progress(total_frames * static_cast<int>(pols.size()), suite.episodes.size());
   const std::vector<PolicyScore> scores = score_policies(o, suite, pols, r, dumps.get(), progress);
   progress.finish();
+  if (remote) {
+    const wm::RemoteStats st = remote->stats();
+    std::fprintf(stderr,
+                 "wm_revisit_bench: bank beyond host memory in %s: %lld values written, %lld read, %lld writes failed "
+                 "(kept in host memory), %lld damaged or foreign, %lld outages\n",
+                 remote->endpoint().url.c_str(), static_cast<long long>(st.puts), static_cast<long long>(st.hits),
+                 static_cast<long long>(st.put_failed), static_cast<long long>(st.corrupt + st.foreign),
+                 static_cast<long long>(st.outages));
+  }
 
   write_results(o, suite, total_frames, r.frames_per_chunk, scores, results);
   if (dumps) dumps->commit();
