@@ -46,6 +46,90 @@ int64_t LlmSession::tokens_per_layer() const {
   return total / w.spec().n_layers;
 }
 
+SessionSnapshot LlmSession::snapshot() const {
+  SessionSnapshot s;
+  const KvWindow& w = memory_.window();
+  const KvSpec& spec = w.spec();
+  nlohmann::json window = nlohmann::json::array(), bank = nlohmann::json::array();
+  for (const auto& region : w.layout().region_names())
+    for (const auto& seg : w.layout().segments(w.layout().region(region))) {
+      window.push_back({region, seg.id});
+      s.window.push_back(w.extract(seg.id).to(at::kCPU));
+    }
+  for (const auto& id : memory_.bank().ids()) {
+    bank.push_back(id);
+    s.bank.push_back(memory_.bank().peek(id).to(at::kCPU));
+  }
+  s.state = {{"version", 1},
+             {"policy", policy_->name()},
+             {"n_layers", spec.n_layers},
+             {"n_kv_heads", spec.n_kv_heads},
+             {"head_dim", spec.head_dim},
+             {"kv_dtype", c10::toString(spec.dtype)},
+             {"next_pos", next_pos_},
+             {"pending", pending_ ? nlohmann::json(*pending_) : nlohmann::json(nullptr)},
+             {"generations", generations_},
+             {"peak_tokens", peak_tokens_},
+             {"window", window},
+             {"bank", bank},
+             {"policy_state", policy_->save_state()}};
+  return s;
+}
+
+void LlmSession::restore(const SessionSnapshot& snap) {
+  const nlohmann::json& j = snap.state;
+  const KvSpec& spec = memory_.window().spec();
+  try {
+    WM_CHECK(j.is_object() && j.value("version", 0) == 1, "a session snapshot of an unknown version");
+    const std::string policy = j.at("policy").get<std::string>();
+    WM_CHECK(policy == policy_->name(), "the snapshot was taken with memory policy '", policy, "', this session runs '",
+             policy_->name(), "'");
+    WM_CHECK(j.at("n_layers").get<int>() == spec.n_layers && j.at("n_kv_heads").get<int64_t>() == spec.n_kv_heads &&
+                 j.at("head_dim").get<int64_t>() == spec.head_dim,
+             "the snapshot's K/V are ", j.at("n_layers").dump(), " layers x ", j.at("n_kv_heads").dump(), " heads x ",
+             j.at("head_dim").dump(), ", this model's ", spec.n_layers, " x ", spec.n_kv_heads, " x ", spec.head_dim);
+    WM_CHECK(j.at("kv_dtype").get<std::string>() == c10::toString(spec.dtype), "the snapshot's K/V are ",
+             j.at("kv_dtype").get<std::string>(), ", this session keeps ", c10::toString(spec.dtype));
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(str_cat("a malformed session snapshot: ", e.what()));
+  }
+  reset();
+  memory_.clear();
+  try {
+    const auto& window = j.at("window");
+    const auto& bank = j.at("bank");
+    if (window.size() != snap.window.size() || bank.size() != snap.bank.size())
+      throw CorruptData(str_cat("the session snapshot lists ", window.size(), " window and ", bank.size(),
+                                " bank blocks and holds ", snap.window.size(), " and ", snap.bank.size()));
+    MemoryPlan plan;
+    for (size_t i = 0; i < snap.window.size(); ++i) {
+      const std::string region = window[i].at(0).get<std::string>(), id = window[i].at(1).get<std::string>();
+      if (snap.window[i].id != id)
+        throw CorruptData(str_cat("window block ", i, " is '", snap.window[i].id, "', the snapshot lists '", id, "'"));
+      plan.insert(region, snap.window[i].to(device_));
+    }
+    for (size_t i = 0; i < snap.bank.size(); ++i) {
+      if (snap.bank[i].id != bank[i].get<std::string>())
+        throw CorruptData(str_cat("bank block ", i, " is '", snap.bank[i].id, "', the snapshot lists ", bank[i].dump()));
+      plan.store(snap.bank[i], Tier::Device);
+    }
+    memory_.apply(std::move(plan));
+    next_pos_ = j.at("next_pos").get<int64_t>();
+    if (!j.at("pending").is_null()) pending_ = j.at("pending").get<int64_t>();
+    generations_ = j.at("generations").get<int64_t>();
+    peak_tokens_ = j.at("peak_tokens").get<int64_t>();
+    policy_->load_state(j.at("policy_state"), memory_);
+  } catch (const nlohmann::json::exception& e) {
+    reset();
+    memory_.clear();
+    throw CorruptData(str_cat("a malformed session snapshot: ", e.what()));
+  } catch (...) {
+    reset();
+    memory_.clear();
+    throw;
+  }
+}
+
 void LlmSession::reset() {
   memory_.window().clear();
   policy_->reset();

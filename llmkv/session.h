@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,6 +95,20 @@ struct PromptPiece {
   bool pinned = false;    // never leaves
 };
 
+// A session's whole state, as LlmSession::snapshot() gives it and restore() takes it: the
+// window's blocks in window order, the bank's blocks, the policy's state, the next position,
+// the generated token not yet fed and the count of generations (each draws its own random
+// stream). Blocks are on the CPU. Everything a process needs to go on with the conversation
+// where another left it; what stores it is llmkv/session_store.h.
+struct SessionSnapshot {
+  // {"version": 1, "policy", "n_layers", "n_kv_heads", "head_dim", "next_pos", "pending" (an id
+  // or null), "generations", "peak_tokens", "window": [[region, id], ...], "bank": [id, ...],
+  // "policy_state": the policy's save_state()}
+  nlohmann::json state;
+  std::vector<Block> window;  // in the order of state["window"]
+  std::vector<Block> bank;    // in the order of state["bank"]
+};
+
 class LlmSession {
  public:
   // The tokenizer gives stop strings and text (a shared handle: copying it is cheap).
@@ -148,6 +163,16 @@ class LlmSession {
   at::Device device() const { return device_; }
   // Empties the context.
   void reset();
+
+  // The session's state (see SessionSnapshot). Throws wm::Error when the memory policy keeps
+  // state a snapshot does not hold (TextPolicy::save_state).
+  SessionSnapshot snapshot() const;
+  // Replaces the session's state with a snapshot's. Throws wm::Error when it was taken with
+  // another memory policy or a model of another K/V shape, wm::CorruptData when it does not hold
+  // together (blocks missing or of the wrong shape, a malformed state); the session is then
+  // empty, as after reset(). After a restore the next generate() needs a prompt or a pending
+  // token (the last logits are not part of a snapshot).
+  void restore(const SessionSnapshot& snap);
 
  private:
   // Runs ids in chunks (of `chunk` tokens, prefill_chunk if 0), the policy acting after each;

@@ -2,10 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
 
 namespace wm::llm {
+
+nlohmann::json TextPolicy::save_state() const {
+  WM_CHECK(stateless(), "policy '", name(),
+           "' keeps per-token state that a session snapshot does not hold yet (snapshots take evoke, "
+           "evoke_discard, evoke_breadcrumb and the stateless full, recency, streaming_llm, snapkv, pyramidkv)");
+  return nlohmann::json::object();
+}
+
+void TextPolicy::load_state(const nlohmann::json& state, const KvMemory&) {
+  WM_CHECK(stateless(), "policy '", name(), "' cannot take a session snapshot's state");
+  if (!state.is_object() || !state.empty())
+    throw CorruptData(str_cat("policy '", name(), "' keeps no state, the snapshot holds ", state.dump().substr(0, 80)));
+}
 
 void TextMemoryConfig::validate() const {
   WM_CHECK(budget >= 0, "the KV budget must be >= 0 tokens, got ", budget);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,15 @@ class TextPolicy : public MemoryPolicy {
   // text}, for the session to feed (region "blocks", a segment each) before the next piece of
   // context. Handing them over clears them.
   virtual std::vector<std::pair<std::string, std::string>> take_breadcrumbs() { return {}; }
+
+  // Session snapshots (LlmSession::snapshot): what the policy keeps beyond the window and the
+  // bank, which the session saves itself. A stateless policy (its choices follow from the window
+  // alone) saves nothing. save_state() throws wm::Error for a policy whose state a snapshot does
+  // not hold yet; load_state() takes what save_state() gave, with the memory already restored,
+  // and throws wm::CorruptData when the state does not fit it.
+  virtual bool stateless() const { return false; }
+  virtual nlohmann::json save_state() const;
+  virtual void load_state(const nlohmann::json& state, const KvMemory& memory);
 
  protected:
   TextMemoryConfig cfg_;

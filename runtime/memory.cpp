@@ -131,6 +131,11 @@ const char* op_name(MemoryOp::Kind k) {
 }
 }  // namespace
 
+void KvMemory::clear() {
+  window_->clear();
+  for (const auto& id : bank_->ids()) bank_->erase(id);
+}
+
 void KvMemory::apply(MemoryPlan plan) {
   for (auto& op : plan.ops) {
     try {

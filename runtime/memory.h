@@ -92,6 +92,8 @@ class KvMemory {
   // longer give back (wm::LostData: expired, evicted, unreachable) is skipped and counted, the
   // block left in the bank (a later fetch may find the store back): the window goes on without it.
   void apply(MemoryPlan plan);
+  // Empties the window and the bank.
+  void clear();
   // Fetches skipped because the remote tier lost their block, and the last one's message.
   int64_t lost_fetches() const { return lost_fetches_; }
   const std::string& last_lost() const { return last_lost_; }

@@ -209,6 +209,49 @@ std::string RemoteStore::key_for_value(const std::string& value) const {
   return str_cat(prefix_, "c:", hex16(xxh64(value.data(), value.size())));
 }
 
+std::string RemoteStore::key_for(const std::string& kind, const std::string& name) const {
+  return str_cat(prefix_, kind, ":", hex16(xxh64(name.data(), name.size())));
+}
+
+bool RemoteStore::put_value(const std::string& key, const std::string& value) {
+  SigpipeGuard no_sigpipe;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.deadline_ms);
+  redisContext* c = acquire(deadline);
+  if (c == nullptr) return false;
+  redisSetTimeout(c, to_timeval(deadline - Clock::now()));
+  if (cfg_.ttl_ms > 0) append(c, {"SET", key, value, "PX", std::to_string(cfg_.ttl_ms)});
+  else append(c, {"SET", key, value});
+  Reply r;
+  std::string why;
+  const bool broken = redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK;
+  if (broken) why = c->errstr;
+  else if (r.r->type == REDIS_REPLY_ERROR) why = std::string(r.r->str, r.r->len);
+  release(c, broken, broken && Clock::now() >= deadline, why);
+  if (!broken && !why.empty()) warn(str_cat("kv store ", ep_.url, ": a write was refused: ", why));
+  return why.empty();
+}
+
+std::optional<std::string> RemoteStore::get_value(const std::string& key, bool* failed) {
+  SigpipeGuard no_sigpipe;
+  if (failed) *failed = false;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.deadline_ms);
+  redisContext* c = acquire(deadline);
+  if (c == nullptr) {
+    if (failed) *failed = true;
+    return std::nullopt;
+  }
+  redisSetTimeout(c, to_timeval(deadline - Clock::now()));
+  append(c, {"GET", key});
+  Reply r;
+  const bool broken = redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK;
+  const std::string why = broken ? c->errstr : "";
+  std::optional<std::string> out;
+  if (!broken && r.r->type == REDIS_REPLY_STRING) out = std::string(r.r->str, r.r->len);
+  if ((broken || r.r->type == REDIS_REPLY_ERROR) && failed) *failed = true;
+  release(c, broken, broken && Clock::now() >= deadline, why);
+  return out;
+}
+
 std::string RemoteStore::encode(const Block& b) const {
   return encode_block(b, nlohmann::json{{"ns", cfg_.ns}, {"id", b.id}});
 }

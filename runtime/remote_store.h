@@ -94,8 +94,16 @@ class RemoteStore {
   std::string key_for_id(const std::string& id) const;
   // The key of an encoded value's own bytes.
   std::string key_for_value(const std::string& value) const;
+  // The key of a named object of some kind ("session", ...): "wm:<ns>:<kind>:<XXH64 of name>".
+  std::string key_for(const std::string& kind, const std::string& name) const;
   // The block encoded as a value of this store (its namespace and identity in the header).
   std::string encode(const Block& b) const;
+
+  // Raw values (a session's manifest, say): written as they are, with the TTL and outside the
+  // budget's accounting; read as they are (the caller checks them). put_value: false on failure.
+  // get_value: the value, or nullopt when absent or when the store failed (then *failed is set).
+  bool put_value(const std::string& key, const std::string& value);
+  std::optional<std::string> get_value(const std::string& key, bool* failed = nullptr);
 
   // Writes values (keys paired with encoded blocks and their identities), pipelined; false if
   // any failed (an outage, the deadline). A key written again is replaced.

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -178,6 +179,65 @@ class Evoke final : public TextPolicy {
 
   int64_t evictions() const override { return evictions_; }
   int64_t recoveries() const override { return recoveries_; }
+
+  // The state as JSON: use and arrival stamps, the relevance vectors (float64, exact through
+  // JSON), token ids, breadcrumbs, counters and which blocks are banked; a banked block's keys and
+  // positions are read back from the bank on loading (they are its K at the relevance layer).
+  nlohmann::json save_state() const override {
+    auto vectors = [](const std::map<std::string, at::Tensor>& m) {
+      nlohmann::json o = nlohmann::json::object();
+      for (const auto& [id, t] : m) {
+        if (!t.defined()) continue;
+        const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
+        o[id] = std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+      }
+      return o;
+    };
+    std::vector<std::string> banked;
+    for (const auto& [id, b] : banked_) banked.push_back(id);
+    return {{"used", used_},         {"born", born_},           {"hidden", vectors(hidden_)},
+            {"vec", vectors(vec_)},  {"ids", ids_},             {"crumbs", crumbs_},
+            {"clock", clock_},       {"arrivals", arrivals_},   {"evictions", evictions_},
+            {"recoveries", recoveries_}, {"banked", banked}};
+  }
+
+  void load_state(const nlohmann::json& j, const KvMemory& memory) override {
+    reset();
+    try {
+      used_ = j.at("used").get<std::map<std::string, int64_t>>();
+      born_ = j.at("born").get<std::map<std::string, int64_t>>();
+      ids_ = j.at("ids").get<std::map<std::string, std::vector<int64_t>>>();
+      for (const auto& [id, v] : j.at("hidden").items()) hidden_[id] = at::tensor(v.get<std::vector<double>>(), at::kDouble);
+      for (const auto& [id, v] : j.at("vec").items()) vec_[id] = at::tensor(v.get<std::vector<double>>(), at::kDouble);
+      crumbs_ = j.at("crumbs").get<std::vector<std::pair<std::string, std::string>>>();
+      clock_ = j.at("clock").get<int64_t>();
+      arrivals_ = j.at("arrivals").get<int64_t>();
+      evictions_ = j.at("evictions").get<int64_t>();
+      recoveries_ = j.at("recoveries").get<int64_t>();
+      const int L = memory.spec().n_layers;
+      const int layer = cfg_.relevance_layer < 0 ? L + cfg_.relevance_layer : cfg_.relevance_layer;
+      for (const auto& idj : j.at("banked")) {
+        const std::string id = idj.get<std::string>();
+        if (!memory.bank().contains(id))
+          throw CorruptData(str_cat(name(), ": the snapshot banks '", id, "', which the bank does not hold"));
+        const Block b = memory.bank().peek(id);
+        if (static_cast<int>(b.layers.size()) != L)
+          throw CorruptData(str_cat(name(), ": banked block '", id, "' has ", b.layers.size(), " layers, not ", L));
+        Banked bk;
+        bk.keys = b.layers[layer].k.to(at::kCPU, at::kFloat).clone();
+        bk.len = b.layers[0].n_tokens();
+        if (bk.len > 0) {
+          const at::Tensor pos = b.layers[0].pos.to(at::kCPU).select(1, 0);
+          bk.first = pos.min().item<int64_t>();
+          bk.span = pos.max().item<int64_t>() - bk.first + 1;
+        }
+        banked_[id] = std::move(bk);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      reset();
+      throw CorruptData(str_cat(name(), ": a malformed state in the session snapshot: ", e.what()));
+    }
+  }
 
   void reset() override {
     banked_.clear();

@@ -7,6 +7,7 @@ namespace {
 
 class Full final : public TextPolicy {
  public:
+  bool stateless() const override { return true; }
   using TextPolicy::TextPolicy;
 };
 

@@ -7,6 +7,7 @@ namespace {
 
 class Recency final : public TextPolicy {
  public:
+  bool stateless() const override { return true; }
   using TextPolicy::TextPolicy;
 
   MemoryPlan observe(const KvMemory& memory, const StepView&) override {

@@ -11,6 +11,7 @@ namespace wm::llm {
 // the keys with the most votes. Decoded tokens are kept: SnapKV compresses the prompt.
 class SnapKv : public TextPolicy {
  public:
+  bool stateless() const override { return true; }
   explicit SnapKv(const TextMemoryConfig& cfg);
   StepNeeds step_needs() const override { return {true, cfg_.window, false}; }
   MemoryPlan observe(const KvMemory& memory, const StepView& step) override;

@@ -10,6 +10,7 @@ namespace {
 
 class StreamingLlm final : public TextPolicy {
  public:
+  bool stateless() const override { return true; }
   explicit StreamingLlm(const TextMemoryConfig& cfg) : TextPolicy(cfg) {
     WM_CHECK(cfg.budget - cfg.slack > cfg.sink, "streaming_llm needs a KV budget (less slack) above its ", cfg.sink,
              " sink tokens, got ", cfg.budget - cfg.slack);
