@@ -149,6 +149,9 @@ class LlmSession {
   // The position the next token takes (a pending generated one included): the count of tokens
   // in the context unless the memory policy re-anchors.
   int64_t next_position() const { return next_pos_ + (pending_ ? 1 : 0); }
+  // The last generated token, sampled and not yet run through the model (the next feed or
+  // generate() runs it first); none after a feed.
+  std::optional<int64_t> pending_token() const { return pending_; }
   const KvWindow& window() const { return memory_.window(); }
   KvWindow& window() { return memory_.window(); }
   const KvMemory& memory() const { return memory_; }

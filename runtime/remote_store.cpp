@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <climits>
 #include <cstdlib>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
@@ -452,8 +454,11 @@ bool RemoteStore::put_many(std::vector<Put> puts) {
       if (j == 0 && r.r->type == REDIS_REPLY_INTEGER) total = r.r->integer;
     }
   }
-  if (!broken && static_cast<unsigned long long>(std::max(0LL, total)) > cfg_.budget)
-    evict_over_budget(c, total, deadline);
+  if (!broken && static_cast<unsigned long long>(std::max(0LL, total)) > cfg_.budget) {
+    std::set<std::string> fresh;
+    for (const auto& p : puts) fresh.insert(p.key);
+    evict_over_budget(c, total, deadline, fresh);
+  }
   if (!broken && c->err != 0) broken = true, why = c->errstr, timed_out = Clock::now() >= deadline;
   size_t bytes = 0;
   for (const auto& p : puts) bytes += p.value.size();
@@ -471,43 +476,68 @@ bool RemoteStore::put_many(std::vector<Put> puts) {
   return !broken && why.empty();
 }
 
-void RemoteStore::evict_over_budget(redisContext* c, long long total, Clock::time_point deadline) {
+void RemoteStore::evict_over_budget(redisContext* c, long long total, Clock::time_point deadline,
+                                    const std::set<std::string>& fresh) {
   const std::string sizes = prefix_ + "sizes", lru = prefix_ + "lru", total_key = prefix_ + "bytes";
-  while (static_cast<unsigned long long>(std::max(0LL, total)) > cfg_.budget && Clock::now() < deadline) {
-    std::vector<std::string> victims;
-    {
-      append(c, {"ZPOPMIN", lru, "16"});
-      Reply r;
-      if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK || r.r->type != REDIS_REPLY_ARRAY) return;
-      for (size_t i = 0; i + 1 < r.r->elements; i += 2)
-        victims.emplace_back(r.r->element[i]->str, r.r->element[i]->len);
+  const long long budget = static_cast<long long>(std::min<size_t>(cfg_.budget, static_cast<size_t>(LLONG_MAX)));
+  int64_t evicted = 0;
+  // The least recently used keys, 32 at a time, deleted until the namespace is within its budget:
+  // the fewest that do it, the keys just written last of all (only when they alone exceed it).
+  for (int pass = 0; pass < 2 && total > budget && Clock::now() < deadline; ++pass) {
+    for (long long start = 0; total > budget && Clock::now() < deadline;) {
+      append(c, {"ZRANGE", lru, std::to_string(start), std::to_string(start + 31)});
+      std::vector<std::string> keys;
+      {
+        Reply r;
+        if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK || r.r->type != REDIS_REPLY_ARRAY) return;
+        for (size_t i = 0; i < r.r->elements; ++i) keys.emplace_back(r.r->element[i]->str, r.r->element[i]->len);
+      }
+      if (keys.empty()) break;
+      std::vector<std::string> hmget = {"HMGET", sizes};
+      hmget.insert(hmget.end(), keys.begin(), keys.end());
+      append(c, hmget);
+      std::vector<long long> size(keys.size(), 0);
+      {
+        Reply r;
+        if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK || r.r->type != REDIS_REPLY_ARRAY) return;
+        for (size_t i = 0; i < r.r->elements && i < keys.size(); ++i)
+          if (r.r->element[i]->type == REDIS_REPLY_STRING) size[i] = std::atoll(r.r->element[i]->str);
+      }
+      std::vector<std::string> victims;
+      long long over = total - budget;
+      long long kept = 0;  // keys of this range left in place (the next range starts after them)
+      for (size_t i = 0; i < keys.size() && over > 0; ++i) {
+        if (pass == 0 && fresh.count(keys[i])) {
+          ++kept;
+          continue;
+        }
+        victims.push_back(keys[i]);
+        over -= size[i];
+      }
+      if (victims.empty()) {
+        start += static_cast<long long>(keys.size());
+        continue;
+      }
+      std::string why;
+      const long long now = drop_keys(c, victims, why);
+      if (now < 0) return;
+      total = now;
+      evicted += static_cast<int64_t>(victims.size());
+      start += kept;
     }
-    if (victims.empty()) {  // nothing listed: the counter had drifted (keys that expired); start again
-      append(c, {"SET", total_key, "0"});
-      Reply r;
-      redisGetReply(c, reinterpret_cast<void**>(&r.r));
-      return;
-    }
-    std::vector<std::string> hmget = {"HMGET", sizes}, del = {"DEL"}, hdel = {"HDEL", sizes};
-    for (const auto& v : victims) hmget.push_back(v), del.push_back(v), del.push_back(v + ":m"), hdel.push_back(v);
-    append(c, hmget);
-    append(c, del);
-    append(c, hdel);
-    long long freed = 0;
-    for (int j = 0; j < 3; ++j) {
-      Reply r;
-      if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) return;
-      if (j == 0 && r.r->type == REDIS_REPLY_ARRAY)
-        for (size_t i = 0; i < r.r->elements; ++i)
-          if (r.r->element[i]->type == REDIS_REPLY_STRING) freed += std::atoll(r.r->element[i]->str);
-    }
-    append(c, {"DECRBY", total_key, std::to_string(freed)});
-    Reply r;
-    if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) return;
-    if (r.r->type == REDIS_REPLY_INTEGER) total = r.r->integer;
-    std::lock_guard<std::mutex> s(stats_mu_);
-    stats_.evicted += static_cast<int64_t>(victims.size());
   }
+  if (total > budget) {  // nothing listed is left to delete: the counter had drifted (keys that expired)
+    append(c, {"ZCARD", lru});
+    Reply r;
+    if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) == REDIS_OK && r.r->type == REDIS_REPLY_INTEGER &&
+        r.r->integer == 0) {
+      append(c, {"SET", total_key, "0"});
+      Reply z;
+      redisGetReply(c, reinterpret_cast<void**>(&z.r));
+    }
+  }
+  std::lock_guard<std::mutex> s(stats_mu_);
+  stats_.evicted += evicted;
 }
 
 bool RemoteStore::put(const std::string& key, const Block& b) {
@@ -642,13 +672,8 @@ std::vector<std::optional<Block>> RemoteStore::get_many(const std::vector<std::s
       }
     }
   }
-  if (!broken && !bad.empty()) {  // damaged or foreign values go, so that a recompute replaces them
-    std::vector<std::string> del = {"DEL"};
-    for (const auto& k : bad) del.push_back(k), del.push_back(k + ":m");
-    append(c, del);
-    Reply r;
-    if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) broken = true, why = c->errstr;
-  }
+  if (!broken && !bad.empty())  // damaged or foreign values go, so that a recompute replaces them
+    broken = drop_keys(c, bad, why) < 0;
   if (broken) {
     for (auto& o : out) o.reset();  // all or nothing is simpler for callers: a partial read is a miss
     hits = 0;
@@ -669,6 +694,35 @@ std::optional<Block> RemoteStore::get(const std::string& key, const std::string&
   return std::move(get_many({key}, {id})[0]);
 }
 
+long long RemoteStore::drop_keys(redisContext* c, const std::vector<std::string>& keys, std::string& why) {
+  const std::string sizes = prefix_ + "sizes";
+  std::vector<std::string> hmget = {"HMGET", sizes}, del = {"DEL"}, hdel = {"HDEL", sizes}, zrem = {"ZREM", prefix_ + "lru"};
+  for (const auto& k : keys)
+    hmget.push_back(k), del.push_back(k), del.push_back(k + ":m"), hdel.push_back(k), zrem.push_back(k);
+  append(c, hmget);
+  append(c, del);
+  append(c, hdel);
+  append(c, zrem);
+  long long freed = 0;
+  for (int j = 0; j < 4; ++j) {
+    Reply r;
+    if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
+      why = c->errstr;
+      return -1;
+    }
+    if (j == 0 && r.r->type == REDIS_REPLY_ARRAY)
+      for (size_t i = 0; i < r.r->elements; ++i)
+        if (r.r->element[i]->type == REDIS_REPLY_STRING) freed += std::atoll(r.r->element[i]->str);
+  }
+  append(c, {"DECRBY", prefix_ + "bytes", std::to_string(freed)});
+  Reply r;
+  if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
+    why = c->errstr;
+    return -1;
+  }
+  return r.r->type == REDIS_REPLY_INTEGER ? r.r->integer : 0;
+}
+
 bool RemoteStore::erase(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
   SigpipeGuard no_sigpipe;
@@ -676,36 +730,9 @@ bool RemoteStore::erase(const std::vector<std::string>& keys) {
   redisContext* c = acquire(deadline);
   if (c == nullptr) return false;
   redisSetTimeout(c, to_timeval(deadline - Clock::now()));
-  std::vector<std::string> del = {"DEL"}, hdel = {"HDEL", prefix_ + "sizes"}, zrem = {"ZREM", prefix_ + "lru"};
-  for (const auto& k : keys) del.push_back(k), del.push_back(k + ":m"), hdel.push_back(k), zrem.push_back(k);
-  bool broken = false, timed_out = false;
   std::string why;
-  // The sizes first, so that the namespace's byte count drops by what is deleted.
-  long long freed = 0;
-  {
-    std::vector<std::string> hmget = {"HMGET", prefix_ + "sizes"};
-    for (const auto& k : keys) hmget.push_back(k);
-    append(c, hmget);
-    append(c, del);
-    append(c, hdel);
-    append(c, zrem);
-    for (int j = 0; j < 4 && !broken; ++j) {
-      Reply r;
-      if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
-        broken = true, why = c->errstr, timed_out = Clock::now() >= deadline;
-        break;
-      }
-      if (j == 0 && r.r->type == REDIS_REPLY_ARRAY)
-        for (size_t i = 0; i < r.r->elements; ++i)
-          if (r.r->element[i]->type == REDIS_REPLY_STRING) freed += std::atoll(r.r->element[i]->str);
-    }
-  }
-  if (!broken && freed > 0) {
-    append(c, {"DECRBY", prefix_ + "bytes", std::to_string(freed)});
-    Reply r;
-    if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) broken = true, why = c->errstr;
-  }
-  release(c, broken, timed_out, why);
+  const bool broken = drop_keys(c, keys, why) < 0;
+  release(c, broken, broken && Clock::now() >= deadline, why);
   return !broken;
 }
 

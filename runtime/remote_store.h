@@ -28,6 +28,7 @@
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -147,7 +148,13 @@ class RemoteStore {
   void came_up();
   void warn(const std::string& msg) const;
   void writer_loop();
-  void evict_over_budget(redisContext* c, long long total, Clock::time_point deadline);
+  // Deletes the least recently used keys until the namespace is within its budget, the keys just
+  // written (`fresh`) only when the others are not enough.
+  void evict_over_budget(redisContext* c, long long total, Clock::time_point deadline,
+                         const std::set<std::string>& fresh);
+  // Deletes keys with their metadata and bookkeeping; the namespace's byte count after, or -1 on
+  // an I/O error (why set).
+  long long drop_keys(redisContext* c, const std::vector<std::string>& keys, std::string& why);
 
   RemoteConfig cfg_;
   RemoteEndpoint ep_;

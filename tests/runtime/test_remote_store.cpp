@@ -356,10 +356,8 @@ TEST_F(RemoteStoreServer, BudgetKeepsTheNamespaceWithinIt) {
 }
 
 // Only what the budget needs goes, least recently used first: the value just written stays, a read
-// keeps a value, and of ten values three (what fits) remain. Disabled: the eviction deletes up to
-// 16 least recently used keys at once (ZPOPMIN lru 16 in RemoteStore::evict_over_budget), the
-// value just written among them while the namespace holds fewer than 17.
-TEST_F(RemoteStoreServer, DISABLED_BudgetDeletesOnlyTheLeastRecentlyUsed) {
+// keeps a value, and of ten values three (what fits) remain.
+TEST_F(RemoteStoreServer, BudgetDeletesOnlyTheLeastRecentlyUsed) {
   const BudgetCase c = budget_case(server.url(), warnings);
   RemoteStore store(c.cfg);
   for (int i = 0; i < 10; ++i) {

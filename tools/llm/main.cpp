@@ -18,6 +18,8 @@
 
 #include "llmkv/beam.h"
 #include "llmkv/chat_template.h"
+#include "llmkv/chunk_cache.h"
+#include "llmkv/session_store.h"
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/session.h"
@@ -28,6 +30,7 @@
 #include "tools/cli/cleanup.h"
 #include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
+#include "tools/cli/kv_store_options.h"
 #include "tools/cli/npy.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
@@ -122,6 +125,9 @@ struct Options {
   double length_penalty = 1.0;
   int64_t prefill_chunk = 512;
   wm::llm::TextMemoryConfig memory;
+  std::string session;  // --session: the conversation's name in the kv store
+  bool session_reset = false;
+  wm::cli::KvStoreOptions kv_store;
   bool model_given = false, prompt_given = false, prompt_file_given = false, budget_given = false;
 };
 
@@ -149,7 +155,14 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag(
       "--chat", o.chat,
       "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
-  app.add_option("--system", o.system, "system message (chat)");
+  app.add_option("--system", o.system, "system message (chat; with --session, of a new conversation only)");
+  app.add_option("--session", o.session,
+                 "chat: keep the conversation under this name in --kv-store; a later run (this process or another) "
+                 "with the same name goes on from its last turn, its K/V and memory as they were (nothing prefilled "
+                 "again but the new message)");
+  app.add_flag("--session-reset", o.session_reset,
+               "--session: start the conversation afresh (what was saved under the name is replaced)");
+  wm::cli::add_kv_store_options(app, o.kv_store, "--session's conversations");
   app.add_option("-n,--max-new-tokens", o.gen.max_new_tokens, "tokens to generate at most")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("-t,--temperature", o.gen.sampling.temperature, "0: greedy")
@@ -226,6 +239,11 @@ void check_given_values(const Options& o) {
   if (o.prompt_file_given && o.prompt_file.empty()) throw wm::Error("--prompt-file is empty");
   if (o.budget_given && o.memory.policy == "full")
     throw wm::Error("--kv-budget applies to a memory policy that evicts: --policy full keeps every token");
+  if (!o.session.empty() && !o.chat) throw wm::Error("--session keeps a chat: give --chat");
+  if (!o.session.empty() && o.kv_store.url.empty())
+    throw wm::Error("--session needs --kv-store URL (where the conversation is kept)");
+  if (o.session.empty() && (!o.kv_store.url.empty() || o.session_reset))
+    throw wm::Error("--kv-store and --session-reset are for --session NAME");
 }
 
 // The embedded tiny model's folder, looked for where find_shipped looks. Throws wm::Error when absent.
@@ -297,6 +315,7 @@ class Conversation {
         session_(model_, tok_, dev, kvdt, session_options()) {
     // Long prefills show their progress (after 2 s, so that short prompts stay quiet).
     gen_.on_prefill = [this](int64_t done, int64_t total) { show_prefill(done, total); };
+    if (!o.session.empty()) resume_session();
   }
   Conversation(const Conversation&) = delete;
   Conversation& operator=(const Conversation&) = delete;
@@ -307,8 +326,10 @@ class Conversation {
     return m;
   }
 
-  // One turn: prompt text -> tokens -> generation (or beams); prints and records it.
+  // One turn: prompt text -> tokens -> generation (or beams); prints and records it (and, with
+  // --session, saves the conversation).
   void run_turn(const std::string& text, bool first) {
+    first = first && !resumed_;
     const std::vector<int64_t> ids = encode_turn(text, first);
     if (ids.empty() && session_.next_position() == 0) throw wm::Error("the prompt is empty");
     check_context(ids.size());
@@ -318,11 +339,34 @@ class Conversation {
       run_beams(ids);
     else
       run_sampling(ids, first);
+    if (store_) {
+      wm::llm::save_session(session_, *store_, o_.session);
+      resumed_ = true;
+    }
   }
 
   const nlohmann::json& turns() const { return turns_; }
 
  private:
+  // --session: the kv store for this model (its namespace: the weights' fingerprint), and the
+  // conversation saved under the name unless --session-reset.
+  void resume_session() {
+    store_ = wm::cli::open_kv_store(o_.kv_store, wm::llm::key_hex(wm::llm::model_fingerprint(*model_)));
+    if (o_.session_reset) {
+      wm::llm::erase_session(*store_, o_.session);
+      std::fprintf(stderr, "wm_llm: session '%s' starts afresh\n", o_.session.c_str());
+      return;
+    }
+    resumed_ = wm::llm::load_session(session_, *store_, o_.session);
+    if (!resumed_) {
+      std::fprintf(stderr, "wm_llm: session '%s' is new\n", o_.session.c_str());
+      return;
+    }
+    last_stop_im_end_ = im_end_ && session_.pending_token() == im_end_;
+    std::fprintf(stderr, "wm_llm: session '%s' resumed: %lld tokens in context\n", o_.session.c_str(),
+                 static_cast<long long>(session_.next_position()));
+  }
+
   // The options with the stop tokens: --stop-token, the model's and generation_config.json's end
   // tokens, and <|im_end|> in a chat.
   wm::llm::GenerateOptions generate_options() const {
@@ -462,6 +506,8 @@ class Conversation {
   wm::llm::LlmSession session_;
   nlohmann::json turns_ = nlohmann::json::array();
   bool last_stop_im_end_ = false;  // the last turn ended on <|im_end|>, which the session holds
+  std::shared_ptr<wm::RemoteStore> store_;  // --session's kv store
+  bool resumed_ = false;                    // the context holds turns (resumed or run): no system message
   bool warned_positions_ = false;
   wm::cli::ProgressLine progress_{15};
   std::chrono::steady_clock::time_point prefill_t0_;
