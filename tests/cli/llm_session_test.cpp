@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,39 @@ TEST_F(LlmSessionCli, RefusesWhatWouldLoseTheConversation) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("neither loaded nor started afresh"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "") << "no answer without the conversation";
+}
+
+// wm_llm_bench --bank-tier redis: evoke's banked blocks beyond a small host budget live in the
+// store and come back bit for bit: the same answers, evictions and recoveries as all in memory.
+TEST_F(LlmSessionCli, EvokeBankInRedisAnswersAsInMemory) {
+  const std::string bench = program_path("wm_llm_bench");
+  if (bench.empty()) GTEST_SKIP() << "wm_llm_bench is not built";
+  const std::vector<std::string> base = {bench,     "--tasks", "multifact", "--contexts", "512", "--policies", "evoke",
+                                         "--budgets", "25%",     "--samples", "3",          "--threads", "1"};
+  auto run = [&](const std::vector<std::string>& extra, const std::string& json) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("--json");
+    argv.push_back((dir_ / json).string());
+    const RunResult r = run_program(argv, dir_, WM_SOURCE_DIR, 300);
+    EXPECT_TRUE(r.exited && r.code == 0) << r.err;
+    return nlohmann::json::parse(read_text(dir_ / json)).at("results").at(0);
+  };
+  const nlohmann::json mem = run({}, "mem.json");
+  const nlohmann::json red =
+      run({"--bank-host-mib", "0.05", "--bank-tier", "redis", "--kv-store", server_.url()}, "redis.json");
+  for (const char* k : {"answers", "accuracy", "evictions_per_sample", "recoveries_per_sample", "samples_all_right"})
+    EXPECT_EQ(mem.at(k), red.at(k)) << k;
+  EXPECT_GT(red.at("recoveries_per_sample").get<double>(), 0) << "the test needs blocks brought back";
+  EXPECT_GT(red.at("bank_bytes").at("remote").get<size_t>(), 0u) << "blocks beyond 0.05 MiB went to the store";
+  EXPECT_EQ(mem.at("bank_bytes").at("remote").get<size_t>(), 0u);
+  // Refused by name: a redis tier without a store, a store with the disk tier.
+  RunResult r = run_program({bench, "--bank-host-mib", "1", "--bank-tier", "redis"}, dir_, WM_SOURCE_DIR, 60);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--kv-store"), std::string::npos) << r.err;
+  r = run_program({bench, "--kv-store", server_.url()}, dir_, WM_SOURCE_DIR, 60);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--bank-tier redis"), std::string::npos) << r.err;
 }
 
 }  // namespace

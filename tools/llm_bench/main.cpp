@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "llmkv/chunk_cache.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
 #include "llmkv/sentence_encoder.h"
@@ -30,6 +31,7 @@
 #include "tools/cli/cleanup.h"
 #include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
+#include "tools/cli/kv_store_options.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
@@ -249,6 +251,9 @@ struct Options {
   std::string embedder_dir, spill_dir, message_at = "user", arrival = "prompt";
   double bank_host_mib = 0;  // 0: no limit
   std::vector<std::string> kind_floors;  // KIND:N
+  std::string bank_tier = "disk";        // where blocks beyond --bank-host-mib go
+  wm::cli::KvStoreOptions kv_store;
+  std::shared_ptr<wm::RemoteStore> remote;  // --bank-tier redis: the store, opened with the model
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -354,6 +359,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--spill-dir", o.spill_dir,
                  "where the bank's spill files go (needed with --bank-host-mib): a folder of this run's own inside "
                  "it, removed at the end");
+  app.add_option("--bank-tier", o.bank_tier,
+                 "evoke: where banked blocks beyond --bank-host-mib go: disk (--spill-dir) or redis (--kv-store)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"disk", "redis"}));
+  wm::cli::add_kv_store_options(app, o.kv_store, "--bank-tier redis: evoke's banked blocks beyond host memory");
   app.add_flag("--kl", o.kl,
                "also the mean KL divergence of each policy's next-token distribution from the full cache's over "
                "the answer tokens");
@@ -414,7 +424,12 @@ wm::llm::SessionOptions session_options(const Options& o, const std::string& pol
   if (budget == 0) so.memory.slack = 0;
   if (o.bank_host_mib > 0) {
     so.bank.host_budget = static_cast<size_t>(o.bank_host_mib * 1024 * 1024);
-    so.bank.spill_dir = o.spill_dir;
+    if (o.bank_tier == "redis") {
+      so.bank.disk_budget = 0;
+      so.bank.remote = o.remote;
+    } else {
+      so.bank.spill_dir = o.spill_dir;
+    }
   }
   return so;
 }
@@ -441,7 +456,7 @@ struct RunTotals {
   int64_t prompt_tokens = 0, step_tokens = 0, kl_n = 0;
   double kl_sum = 0, seconds = 0, prompt_s = 0, step_s = 0;
   size_t peak_window_bytes = 0;
-  std::array<size_t, 3> bank_peak{};  // the bank's bytes per tier at a sample's end, the most over samples
+  std::array<size_t, wm::kTiers> bank_peak{};  // the bank's bytes per tier at a sample's end, the most over samples
 };
 
 RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const Options& o, const std::string& task,
@@ -469,7 +484,7 @@ RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const O
     t.prompt_tokens += ps.prompt_tokens, t.prompt_s += ps.prompt_s;
     t.step_tokens += ps.step_tokens, t.step_s += ps.step_s;
     t.peak_window_bytes = std::max(t.peak_window_bytes, ps.peak_window_bytes);
-    for (int tier = 0; tier < 3; ++tier)
+    for (int tier = 0; tier < wm::kTiers; ++tier)
       t.bank_peak[tier] = std::max(t.bank_peak[tier], session.memory().bank().bytes(static_cast<wm::Tier>(tier)));
     bool all = true;
     for (const auto& a : s.answers) {
@@ -522,18 +537,19 @@ nlohmann::json result_row(const RunTotals& t, const std::string& task, int64_t c
           {"prefill_tokens_per_s", t.prompt_s > 0 ? t.prompt_tokens / t.prompt_s : 0.0},
           {"decode_tokens_per_s", t.step_s > 0 ? t.step_tokens / t.step_s : 0.0},
           {"peak_window_bytes", t.peak_window_bytes},
-          {"bank_bytes", {{"device", t.bank_peak[0]}, {"host", t.bank_peak[1]}, {"disk", t.bank_peak[2]}}},
+          {"bank_bytes",
+           {{"device", t.bank_peak[0]}, {"host", t.bank_peak[1]}, {"disk", t.bank_peak[2]}, {"remote", t.bank_peak[3]}}},
           {"tokens_per_s", t.seconds > 0 ? t.tokens / t.seconds : 0.0}};
 }
 
 void print_table(const nlohmann::json& results, bool kl) {
   std::printf("%-10s %7s %-16s %6s %7s %8s %15s %8s %8s %7s %8s %8s %8s %9s %9s %9s%s\n", "task", "context",
               "policy", "budget", "answers", "accuracy", "Wilson 95%", "tokens", "peak KV", "evicted", "restored",
-              "TTFT ms", "decode/s", "win KiB", "bank mem", "bank disk", kl ? "  KL from full" : "");
+              "TTFT ms", "decode/s", "win KiB", "bank mem", "disk/redis", kl ? "  KL from full" : "");
   for (const auto& r : results) {
     const auto& bank = r["bank_bytes"];
     const double bank_mem = (bank["device"].get<size_t>() + bank["host"].get<size_t>()) / 1024.0;
-    const double bank_disk = bank["disk"].get<size_t>() / 1024.0;
+    const double bank_disk = (bank["disk"].get<size_t>() + bank.value("remote", size_t{0})) / 1024.0;
     std::printf("%-10s %7lld %-16s %6s %7lld %7.1f%% %6.1f - %5.1f%% %8.0f %8lld %7.1f %8.1f %8.1f %8.0f %9.1f %9.1f %9.1f",
                 r["task"].get<std::string>().c_str(), static_cast<long long>(r["context"].get<int64_t>()),
                 r["policy"].get<std::string>().c_str(), r["budget"].get<std::string>().c_str(),
@@ -642,10 +658,18 @@ int main(int argc, char** argv) {
                                       {{"the model's config.json", o.model_dir + "/config.json"},
                                        {"the model's tokenizer.json", o.model_dir + "/tokenizer.json"},
                                        {"the model's model.safetensors", o.model_dir + "/model.safetensors"}});
-    if (o.bank_host_mib > 0 && o.spill_dir.empty())
-      throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
-    if (!o.spill_dir.empty() && o.bank_host_mib == 0)
-      throw wm::Error("--spill-dir is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+    if (o.bank_tier == "redis") {
+      if (o.kv_store.url.empty()) throw wm::Error("--bank-tier redis needs --kv-store URL");
+      if (o.bank_host_mib == 0)
+        throw wm::Error("--bank-tier redis is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+      if (!o.spill_dir.empty()) throw wm::Error("--spill-dir is for --bank-tier disk");
+    } else {
+      if (!o.kv_store.url.empty()) throw wm::Error("--kv-store is for --bank-tier redis");
+      if (o.bank_host_mib > 0 && o.spill_dir.empty())
+        throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
+      if (!o.spill_dir.empty() && o.bank_host_mib == 0)
+        throw wm::Error("--spill-dir is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+    }
     const bool evoke = std::find(o.policies.begin(), o.policies.end(), "evoke") != o.policies.end();
     if (!o.kind_floors.empty() && !evoke) throw wm::Error("--kind-floor applies to --policies evoke, which is not run");
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
@@ -683,6 +707,8 @@ int main(int argc, char** argv) {
     wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
     if (o.weights == "int8") model->quantize_int8();
     model->eval();
+    if (o.bank_tier == "redis")
+      o.remote = wm::cli::open_kv_store(o.kv_store, wm::llm::key_hex(wm::llm::model_fingerprint(*model)));
     const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
     if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
       throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
@@ -698,6 +724,15 @@ int main(int argc, char** argv) {
 
     const nlohmann::json results = run_bench(o, model, tok, dev);
     print_table(results, o.kl);
+    if (o.remote) {
+      const wm::RemoteStats s = o.remote->stats();
+      std::fprintf(stderr,
+                   "wm_llm_bench: the bank beyond host memory in %s: %lld blocks written (%.1f MiB), %lld read back, "
+                   "%lld writes failed (kept in host memory), %lld damaged or foreign, %lld outages\n",
+                   o.remote->endpoint().url.c_str(), static_cast<long long>(s.puts), s.put_bytes / 1048576.0,
+                   static_cast<long long>(s.hits), static_cast<long long>(s.put_failed),
+                   static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages));
+    }
     if (csv_file) {
       write_csv(csv_file->stream(), results);
       csv_file->commit();
