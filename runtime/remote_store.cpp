@@ -198,6 +198,22 @@ RemoteStore::~RemoteStore() {
   for (redisContext* c : idle_) redisFree(c);
 }
 
+void RemoteStore::report_bad(bool damaged, const std::string& msg) {
+  // The first few one by one, then a count at 10, 100, 1000, ...: a store full of bad values
+  // must not bury everything else on stderr.
+  int64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    n = ++(damaged ? bad_damaged_ : bad_foreign_);
+  }
+  if (n <= 3) return warn(msg);
+  int64_t p = 10;
+  while (p < n) p *= 10;
+  if (n == p)
+    warn(str_cat("kv store ", ep_.url, ": ", n, damaged ? " damaged values" : " values of another model or block",
+                 " met so far, none used (each deleted; only the first 3 were named)"));
+}
+
 void RemoteStore::warn(const std::string& msg) const {
   if (cfg_.log) return cfg_.log(msg);
   std::fprintf(stderr, "wm: warning: %s\n", msg.c_str());
@@ -657,9 +673,9 @@ std::vector<std::optional<Block>> RemoteStore::get_many(const std::vector<std::s
         if (!ours) {
           ++foreign;
           bad.push_back(keys[i]);
-          warn(str_cat(where, ": holds another model's or block's value (namespace ",
-                       extra.is_object() ? extra.value("ns", std::string("?")) : std::string("none"), ", block '",
-                       b.id, "', expected '", ids[i], "'); not used"));
+          report_bad(false, str_cat(where, ": holds another model's or block's value (namespace ",
+                                    extra.is_object() ? extra.value("ns", std::string("?")) : std::string("none"),
+                                    ", block '", b.id, "', expected '", ids[i], "'); not used, deleted"));
           continue;
         }
         bytes += static_cast<int64_t>(r.r->len);
@@ -668,7 +684,7 @@ std::vector<std::optional<Block>> RemoteStore::get_many(const std::vector<std::s
       } catch (const std::exception& e) {
         ++corrupt;
         bad.push_back(keys[i]);
-        warn(str_cat(e.what(), "; not used, deleted"));
+        report_bad(true, str_cat(e.what(), "; not used, deleted"));
       }
     }
   }

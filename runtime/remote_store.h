@@ -147,6 +147,8 @@ class RemoteStore {
   void went_down(const std::string& why);
   void came_up();
   void warn(const std::string& msg) const;
+  // Warns of a damaged (or foreign) value: the first 3 by name, then counts at powers of 10.
+  void report_bad(bool damaged, const std::string& msg);
   void writer_loop();
   // Deletes the least recently used keys until the namespace is within its budget, the keys just
   // written (`fresh`) only when the others are not enough.
@@ -171,6 +173,7 @@ class RemoteStore {
 
   mutable std::mutex stats_mu_;
   RemoteStats stats_;
+  int64_t bad_damaged_ = 0, bad_foreign_ = 0;  // reports so far (report_bad)
 
   // The asynchronous writer.
   std::mutex q_mu_;

@@ -266,7 +266,9 @@ TEST_F(RemoteStoreServer, DamagedValuesAreMissesCountedAndDeleted) {
   }
   EXPECT_EQ(store.stats().foreign, 0);
   EXPECT_EQ(store.stats().hits, 0);
-  EXPECT_EQ(warnings.count("not used"), static_cast<int>(damages.size())) << warnings.all();
+  // The first three by name; the others counted (a line at 10, 100, ... of them).
+  ASSERT_GT(damages.size(), 3u);
+  EXPECT_EQ(warnings.count("not used"), 3) << warnings.all();
   // Written again (the caller recomputed it), the value is used.
   ASSERT_TRUE(store.put(key, clone(b)));
   std::optional<Block> got = store.get(key, b.id);
