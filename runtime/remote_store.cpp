@@ -85,6 +85,17 @@ struct Reply {
   }
 };
 
+// The next reply of a pipeline; false on an I/O error, with why set and timed_out when the
+// deadline passed (or the socket timed out).
+bool read_reply(redisContext* c, Reply& r, std::chrono::steady_clock::time_point deadline, bool& timed_out,
+                std::string& why) {
+  if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) == REDIS_OK) return true;
+  timed_out = std::chrono::steady_clock::now() >= deadline ||
+              (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK));
+  why = c->errstr;
+  return false;
+}
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -438,10 +449,8 @@ bool RemoteStore::put_many(std::vector<Put> puts) {
   for (size_t i = 0; i < puts.size() && !broken; ++i) {
     for (int j = 0; j < per; ++j) {
       Reply r;
-      if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
+      if (!read_reply(c, r, deadline, timed_out, why)) {
         broken = true;
-        timed_out = Clock::now() >= deadline || c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-        why = c->errstr;
         break;
       }
       if (r.r->type == REDIS_REPLY_ERROR) {
@@ -653,10 +662,8 @@ std::vector<std::optional<Block>> RemoteStore::get_many(const std::vector<std::s
   for (size_t i = 0; i < keys.size() && !broken; ++i) {
     for (int j = 0; j < 2; ++j) {
       Reply r;
-      if (redisGetReply(c, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
+      if (!read_reply(c, r, deadline, timed_out, why)) {
         broken = true;
-        timed_out = Clock::now() >= deadline || c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-        why = c->errstr;
         break;
       }
       if (j != 0 || r.r->type != REDIS_REPLY_STRING) continue;
