@@ -245,6 +245,7 @@ struct Options {
   std::vector<std::string> tasks, policies = {"full"}, budgets = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
   int64_t samples = 50, prefill_chunk = 512, show_kept = 0;
+  int64_t first_sample = 0;  // held-out index of the first sample (dev range by default)
   bool kl = false;
   int threads = 0;
   wm::llm::TextMemoryConfig memory;  // the policies' options (policy and budget set per run)
@@ -266,6 +267,11 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(wm::llmtasks::kMinTargetTokens, int64_t{1} << 20));
   app.add_option("--samples", o.samples, "held-out samples per task and context")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  app.add_option("--first-sample", o.first_sample,
+                 "held-out index of the first sample: below 1000000 is the dev range (tune there), from 2000000 on "
+                 "the test range (report there)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 46));
   app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per forward pass")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--policies", o.policies, "memory policies to compare (full runs once, without a budget)")
@@ -397,7 +403,7 @@ struct SampleSet {
   std::vector<std::vector<at::Tensor>> kl_ref;
 };
 
-SampleSet make_samples(const std::string& task, int64_t ctx, int64_t n, const wm::llm::Tokenizer& tok,
+SampleSet make_samples(const std::string& task, int64_t ctx, int64_t first, int64_t n, const wm::llm::Tokenizer& tok,
                        const std::string& message_at) {
   SampleSet set;
   const auto counter = wm::llmdata::token_counter(tok);
@@ -405,7 +411,7 @@ SampleSet make_samples(const std::string& task, int64_t ctx, int64_t n, const wm
     wm::llmtasks::GenOptions go;
     go.target_tokens = ctx;
     go.count = counter;
-    set.raw.push_back(wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(i)), go));
+    set.raw.push_back(wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(first + i)), go));
     set.tokenized.push_back(wm::llmdata::tokenize(set.raw.back(), tok));
     set.cuts.push_back(question_cuts(set.tokenized.back(), set.raw.back()));
     set.blocks.push_back(block_pieces(set.tokenized.back(), set.raw.back(), message_at));
@@ -598,7 +604,7 @@ nlohmann::json run_bench(const Options& o, wm::llm::LlmModel model, const wm::ll
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t ctx : o.contexts) {
     for (const auto& task : o.tasks) {
-      SampleSet set = make_samples(task, ctx, o.samples, tok, o.message_at);
+      SampleSet set = make_samples(task, ctx, o.first_sample, o.samples, tok, o.message_at);
       if (o.kl) reference_log_probs(set, o, model, tok, dev);
       for (const auto& [policy, budget] : runs) {
         const std::string budget_text = budget ? budget->text : "-";
@@ -722,6 +728,10 @@ int main(int argc, char** argv) {
     }
     torch::NoGradGuard ng;
 
+    const char* split = wm::llmtasks::heldout_split(static_cast<uint64_t>(o.first_sample),
+                                                    static_cast<uint64_t>(o.samples));
+    std::printf("held-out samples %lld..%lld (%s split)\n", static_cast<long long>(o.first_sample),
+                static_cast<long long>(o.first_sample + o.samples - 1), split);
     const nlohmann::json results = run_bench(o, model, tok, dev);
     print_table(results, o.kl);
     if (o.remote) {
@@ -742,7 +752,11 @@ int main(int argc, char** argv) {
       plots->commit();
     }
     if (json_file) {
-      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"results", results}}.dump(2) << "\n";
+      const nlohmann::json drawn{{"first", o.first_sample}, {"count", o.samples}, {"split", split}};
+      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"samples", drawn},
+                                            {"results", results}}
+                                 .dump(2)
+                          << "\n";
       json_file->commit();
     }
   } catch (const std::exception& e) {

@@ -86,6 +86,13 @@ uint64_t heldout_seed(uint64_t index) {
   return index | kHeldoutBit;
 }
 
+const char* heldout_split(uint64_t first, uint64_t n) {
+  const uint64_t last = first + (n > 0 ? n - 1 : 0);
+  if (last < kDevEnd) return "dev";
+  if (first >= kTestFirst && last < kHeldoutBit) return "test";
+  return "neither";
+}
+
 std::vector<uint64_t> heldout_seeds(uint64_t first, size_t n) {
   std::vector<uint64_t> out;
   out.reserve(n);

@@ -185,6 +185,14 @@ uint64_t heldout_seed(uint64_t index);
 // heldout_seed(first), ..., heldout_seed(first + n - 1).
 std::vector<uint64_t> heldout_seeds(uint64_t first, size_t n);
 
+// Held-out indices are split again, so that what settings are chosen on is not what is reported:
+// the dev range [0, kDevEnd) is where settings are tuned (the programs' default), the test range
+// [kTestFirst, 2^47) where figures are reported; indices in between belong to neither.
+constexpr uint64_t kDevEnd = 1000000;
+constexpr uint64_t kTestFirst = 2000000;
+// "dev", "test", or "neither" (the range [first, first + n) crosses or misses both).
+const char* heldout_split(uint64_t first, uint64_t n);
+
 // Text for training a tokenizer: samples of every task in turn (training seeds derived from seed,
 // lengths 256..2048 bytes/4 tokens), separated by a blank line, until at least approx_bytes.
 std::string sample_corpus(uint64_t seed, int64_t approx_bytes);

@@ -114,7 +114,9 @@ void add_run_options(CLI::App& app, Options& o) {
                  "outcomes right there and wrong here, the reverse, McNemar's p)")
       ->check(CLI::IsMember(wm::llm::recompute_policy_names()));
   app.add_option("--episodes", o.episodes, "held-out episodes")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--first-episode", o.first_episode, "index of the first held-out episode")
+  app.add_option("--first-episode,--first-sample", o.first_episode,
+                 "held-out index of the first episode: below 1000000 is the dev range (tune there), from 2000000 on "
+                 "the test range (report there)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--max-steps", o.max_steps, "steps per episode at most (the oracle's plan, when shorter, ends it "
@@ -1028,8 +1030,11 @@ std::vector<PolicySummary> summarize_all(const std::vector<Runner>& runners, int
 void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const std::vector<Runner>& runners,
                   const wm::RemoteStore* remote) {
   const Options& o = b.o;
-  std::printf("wm_plan_bench: %s, %d held-out episodes from %d, driver %s, memory %.0f tokens on average, bank %s%s\n",
-              b.model_name.c_str(), o.episodes, o.first_episode, o.driver.c_str(),
+  std::printf("wm_plan_bench: %s, %d held-out episodes from %d (%s split), driver %s, memory %.0f tokens on average, "
+              "bank %s%s\n",
+              b.model_name.c_str(), o.episodes, o.first_episode,
+              lt::heldout_split(static_cast<uint64_t>(o.first_episode), static_cast<uint64_t>(o.episodes)),
+              o.driver.c_str(),
               rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
   print_table(rows, b.model_driven, b.n_layers, o.pair_with);
   for (const auto& r : runners)
@@ -1060,6 +1065,7 @@ nlohmann::json config_json(const Bench& b) {
           {"driver", o.driver},
           {"episodes", o.episodes},
           {"first_episode", o.first_episode},
+          {"split", lt::heldout_split(static_cast<uint64_t>(o.first_episode), static_cast<uint64_t>(o.episodes))},
           {"max_steps", o.max_steps},
           {"memory_tokens", o.memory_tokens},
           {"layout", o.layout},

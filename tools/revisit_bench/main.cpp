@@ -390,6 +390,8 @@ void write_results(const Options& o, const wm::world::Suite& suite, int total_fr
   print_table_header(suite.episodes.size(), total_frames);
   nlohmann::json J;
   J["suite"] = o.suite_spec;
+  J["suite_seed"] = suite.gen_seed;
+  J["split"] = wm::world::suite_split(suite);
   J["model"] = o.model_path;
   J["episodes"] = suite.episodes.size();
   J["max_seconds"] = o.max_seconds;
@@ -445,8 +447,10 @@ void run_bench(const Options& o) {
 
   int total_frames = 0;
   for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps);
-  std::fprintf(stderr, "wm_revisit_bench: %zu episodes, %d frames each policy, %zu policies, %s\n",
-               suite.episodes.size(), total_frames, pols.size(), wm::describe_device(dev).c_str());
+  std::fprintf(stderr, "wm_revisit_bench: %zu episodes of suite seed %llu (%s split), %d frames each policy, %zu "
+               "policies, %s\n",
+               suite.episodes.size(), static_cast<unsigned long long>(suite.gen_seed), wm::world::suite_split(suite),
+               total_frames, pols.size(), wm::describe_device(dev).c_str());
 
   BenchProgress progress(total_frames * static_cast<int>(pols.size()), suite.episodes.size());
   const std::vector<PolicyScore> scores = score_policies(o, suite, pols, r, dumps.get(), progress);

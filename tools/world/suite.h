@@ -46,6 +46,15 @@ struct Suite {
   std::string source;     // file path or "gen:SEED:COUNT" it came from
 };
 
+// Suites are split as the text tasks' held-out samples are (tools/llm_tasks/sample.h): a suite
+// generated from a seed below 1000000 is a dev suite (settings are tuned on it; the shipped
+// revisit60, seed 60, is one), from 2000000 on a test suite (figures are reported on it).
+// "dev", "test", or "neither" (between the two, or unknown: gen_seed 0 and gen_count 0).
+inline const char* suite_split(const Suite& s) {
+  if (s.gen_seed == 0 && s.gen_count == 0) return "neither";
+  return s.gen_seed < 1000000 ? "dev" : s.gen_seed >= 2000000 ? "test" : "neither";
+}
+
 struct SuiteOptions {
   std::string name = "suite";
   TrajectoryOptions trajectory;  // lengths, fps, criteria, render spec, PSNR check
