@@ -3,7 +3,6 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -18,11 +17,7 @@ namespace {
 constexpr uint64_t kPrefixSeed = 0x70726566697821ull;  // "prefix!": prefix keys apart from chunk keys
 }  // namespace
 
-std::string key_hex(ChunkKey key) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(key));
-  return buf;
-}
+std::string key_hex(ChunkKey key) { return hex64(key); }
 
 uint64_t model_fingerprint(LlmModelImpl& model) {
   at::NoGradGuard no_grad;

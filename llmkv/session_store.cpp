@@ -1,6 +1,5 @@
 #include "llmkv/session_store.h"
 
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -13,12 +12,6 @@ namespace {
 
 constexpr const char kMagic[] = "WMSESS1\n";  // then 16 hex digits of the body's XXH64, '\n', the body
 constexpr size_t kMagicLen = sizeof kMagic - 1;
-
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // The manifest under `key`: its body, or null when absent. Throws wm::Error when the store
 // failed, wm::CorruptData when the value is damaged.
@@ -33,7 +26,7 @@ nlohmann::json read_manifest(RemoteStore& store, const std::string& key, const s
   if (v->size() < kMagicLen + 17 || v->compare(0, kMagicLen, kMagic) != 0 || (*v)[kMagicLen + 16] != '\n')
     throw CorruptData(where + ": not a session manifest");
   const std::string body = v->substr(kMagicLen + 17);
-  if (v->compare(kMagicLen, 16, hex16(xxh64(body.data(), body.size()))) != 0)
+  if (v->compare(kMagicLen, 16, hex64(xxh64(body.data(), body.size()))) != 0)
     throw CorruptData(where + ": the manifest's checksum does not match");
   try {
     nlohmann::json j = nlohmann::json::parse(body);
@@ -70,12 +63,8 @@ void save_session(const LlmSession& session, RemoteStore& store, const std::stri
   nlohmann::json window = nlohmann::json::array(), bank = nlohmann::json::array();
   std::set<std::string> listed;
   auto add = [&](const Block& b, nlohmann::json& list) {
-    RemoteStore::Put p;
-    p.value = store.encode(b);
-    p.key = store.key_for_value(p.value);
-    p.id = b.id;
+    RemoteStore::Put p = store.put_of(b);
     p.kind = "session";
-    p.tokens = b.layers.empty() ? 0 : b.layers[0].n_tokens();
     list.push_back({b.id, p.key});
     listed.insert(p.key);
     if (!had.count(p.key)) puts.push_back(std::move(p));  // a block saved before is there already
@@ -86,7 +75,7 @@ void save_session(const LlmSession& session, RemoteStore& store, const std::stri
     throw Error(str_cat("session '", name, "': the kv store ", store.endpoint().url,
                         " did not take its blocks; the session saved before stays"));
   const std::string body = nlohmann::json{{"name", name}, {"state", snap.state}, {"window", window}, {"bank", bank}}.dump();
-  if (!store.put_value(key, kMagic + hex16(xxh64(body.data(), body.size())) + "\n" + body))
+  if (!store.put_value(key, kMagic + hex64(xxh64(body.data(), body.size())) + "\n" + body))
     throw Error(str_cat("session '", name, "': the kv store ", store.endpoint().url,
                         " did not take its manifest; the session saved before stays"));
   std::vector<std::string> stale;

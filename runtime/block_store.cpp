@@ -176,15 +176,8 @@ void BlockStore::finish_writes(std::vector<SpillWrite>& all) {
   for (auto& w : all) (w.remote ? remote : writes).push_back(std::move(w));
   all.clear();
   if (!remote.empty()) {
-    std::vector<RemoteStore::Put> puts(remote.size());
-    for (size_t i = 0; i < remote.size(); ++i) {
-      const Block& b = remote[i].block;
-      puts[i].value = cfg_.remote->encode(b);
-      puts[i].key = cfg_.remote->key_for_value(puts[i].value);
-      puts[i].id = b.id;
-      puts[i].kind = b.meta.kind;
-      puts[i].tokens = b.layers.empty() ? 0 : b.layers[0].n_tokens();
-    }
+    std::vector<RemoteStore::Put> puts;
+    for (const auto& w : remote) puts.push_back(cfg_.remote->put_of(w.block));
     std::vector<std::string> keys;
     for (const auto& p : puts) keys.push_back(p.key);
     const bool ok = cfg_.remote->put_many(std::move(puts));
@@ -343,30 +336,34 @@ Block BlockStore::load(const Entry& e, bool to_device) const {
   return b;
 }
 
+Block BlockStore::read_stored_unlocked(std::unique_lock<std::mutex>& lock, const std::string& id, Tier tier,
+                                       const std::string& path) const {
+  return tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
+}
+
+Block BlockStore::read_entry(std::unique_lock<std::mutex>& lock, const Entry& e, bool to_device) const {
+  if (in_memory(e)) return to_device ? load(e, true) : load(e, false).to(at::kCPU);
+  // Copied before the lock goes: the entry may change while the data is read.
+  const std::string id = e.id, path = e.path;
+  const BlockMeta meta = e.meta;
+  Block b = read_stored_unlocked(lock, id, e.tier, path);
+  b.meta = meta;
+  return to_device ? b.to(cfg_.device) : b;
+}
+
 Block BlockStore::get(const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
   touch(it->second);
-  if (in_memory(it->second)) return load(it->second, true);
-  const std::string path = it->second.path;
-  BlockMeta meta = it->second.meta;
-  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path)
-                                            : read_unlocked(lock, path);  // reads run without the lock
-  b.meta = meta;
-  return b.to(cfg_.device);
+  return read_entry(lock, it->second, true);
 }
 
 Block BlockStore::peek(const std::string& id) const {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
-  if (in_memory(it->second)) return load(it->second, true);
-  const std::string path = it->second.path;
-  BlockMeta meta = it->second.meta;
-  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
-  b.meta = meta;
-  return b.to(cfg_.device);
+  return read_entry(lock, it->second, true);
 }
 
 Block BlockStore::get_host(const std::string& id) {
@@ -374,12 +371,7 @@ Block BlockStore::get_host(const std::string& id) {
   auto it = entries_.find(id);
   WM_CHECK(it != entries_.end(), "no block '", id, "' in the store");
   touch(it->second);
-  if (in_memory(it->second)) return load(it->second, false).to(at::kCPU);
-  const std::string path = it->second.path;
-  BlockMeta meta = it->second.meta;
-  Block b = it->second.tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
-  b.meta = meta;
-  return b;
+  return read_entry(lock, it->second, false);
 }
 
 std::future<Block> BlockStore::fetch_async(const std::string& id) {
@@ -402,7 +394,7 @@ Block BlockStore::take(const std::string& id) {
     const std::string path = it->second.path;
     const BlockMeta meta = it->second.meta;
     const Tier tier = it->second.tier;
-    Block b = tier == Tier::Remote ? read_remote_unlocked(lock, id, path) : read_unlocked(lock, path);
+    Block b = read_stored_unlocked(lock, id, tier, path);
     it = entries_.find(id);
     if (it != entries_.end() && it->second.tier == tier && !it->second.writing && it->second.path == path) {
       unlink(it->second);

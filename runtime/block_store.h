@@ -130,6 +130,12 @@ class BlockStore {
   static bool in_memory(const Entry& e) { return (e.tier != Tier::Disk && e.tier != Tier::Remote) || e.writing; }
   // A remote block read without the lock; throws wm::LostData when the remote has it no more.
   Block read_remote_unlocked(std::unique_lock<std::mutex>& lock, const std::string& id, const std::string& key) const;
+  // A block whose data is on disk or in the remote, read without the lock.
+  Block read_stored_unlocked(std::unique_lock<std::mutex>& lock, const std::string& id, Tier tier,
+                             const std::string& path) const;
+  // Entry e's block, from memory or read without the lock, its metadata set; on the store's
+  // device, or on the CPU when !to_device. The lock is held on entry and on return.
+  Block read_entry(std::unique_lock<std::mutex>& lock, const Entry& e, bool to_device) const;
   // Deletes the remote keys of blocks unlinked meanwhile (called without the lock).
   void drop_remote_garbage();
   Tier last_tier() const { return cfg_.remote ? Tier::Remote : Tier::Disk; }

@@ -1,5 +1,6 @@
 #include "runtime/hash.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace wm {
@@ -111,6 +112,12 @@ uint64_t xxh64(const void* data, size_t n, uint64_t seed) {
   Xxh64 s(seed);
   s.update(data, n);
   return s.digest();
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace wm

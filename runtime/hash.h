@@ -3,6 +3,7 @@
 // files. Implemented from the published specification.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace wm {
 
@@ -23,5 +24,8 @@ class Xxh64 {
 
 // One-shot XXH64 of n bytes.
 uint64_t xxh64(const void* data, size_t n, uint64_t seed = 0);
+
+// A 64-bit hash as 16 lowercase hex digits (keys, namespaces, file names).
+std::string hex64(uint64_t v);
 
 }  // namespace wm

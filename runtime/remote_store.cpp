@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <set>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
@@ -20,12 +21,6 @@
 namespace wm {
 
 namespace {
-
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 int parse_int(const std::string& s, const std::string& what, const std::string& url, int lo, int hi) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
@@ -101,19 +96,18 @@ int64_t now_ms() {
       .count();
 }
 
-// Appends one command from string arguments.
-void append(redisContext* c, std::initializer_list<std::string> args) {
+// Appends one command. The arguments are views, not copies (a value of half a megabyte is not
+// copied before hiredis formats it into its buffer); temporaries among them live until the call
+// returns.
+template <class Range>
+void append_range(redisContext* c, const Range& args) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const auto& a : args) argv.push_back(a.data()), lens.push_back(a.size());
   redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
 }
-void append(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) argv.push_back(a.data()), lens.push_back(a.size());
-  redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-}
+void append(redisContext* c, std::initializer_list<std::string_view> args) { append_range(c, args); }
+void append(redisContext* c, const std::vector<std::string>& args) { append_range(c, args); }
 
 }  // namespace
 
@@ -231,15 +225,15 @@ void RemoteStore::warn(const std::string& msg) const {
 }
 
 std::string RemoteStore::key_for_id(const std::string& id) const {
-  return str_cat(prefix_, "i:", hex16(xxh64(id.data(), id.size())));
+  return str_cat(prefix_, "i:", hex64(xxh64(id.data(), id.size())));
 }
 
 std::string RemoteStore::key_for_value(const std::string& value) const {
-  return str_cat(prefix_, "c:", hex16(xxh64(value.data(), value.size())));
+  return str_cat(prefix_, "c:", hex64(xxh64(value.data(), value.size())));
 }
 
 std::string RemoteStore::key_for(const std::string& kind, const std::string& name) const {
-  return str_cat(prefix_, kind, ":", hex16(xxh64(name.data(), name.size())));
+  return str_cat(prefix_, kind, ":", hex64(xxh64(name.data(), name.size())));
 }
 
 bool RemoteStore::put_value(const std::string& key, const std::string& value) {
@@ -565,15 +559,19 @@ void RemoteStore::evict_over_budget(redisContext* c, long long total, Clock::tim
   stats_.evicted += evicted;
 }
 
-bool RemoteStore::put(const std::string& key, const Block& b) {
+RemoteStore::Put RemoteStore::put_of(const Block& b, std::string key) const {
   Put p;
-  p.key = key;
+  p.value = encode(b);
+  p.key = key.empty() ? key_for_value(p.value) : std::move(key);
   p.id = b.id;
   p.kind = b.meta.kind;
   p.tokens = b.layers.empty() ? 0 : b.layers[0].n_tokens();
-  p.value = encode(b);
+  return p;
+}
+
+bool RemoteStore::put(const std::string& key, const Block& b) {
   std::vector<Put> v;
-  v.push_back(std::move(p));
+  v.push_back(put_of(b, key));
   return put_many(std::move(v));
 }
 
@@ -608,18 +606,11 @@ void RemoteStore::writer_loop() {
     lock.unlock();
     std::vector<Put> puts;
     for (auto& [key, b] : batch) {
-      Put p;
-      p.key = key;
-      p.id = b.id;
-      p.kind = b.meta.kind;
-      p.tokens = b.layers.empty() ? 0 : b.layers[0].n_tokens();
       try {
-        p.value = encode(b);
+        puts.push_back(put_of(b, key));
       } catch (const std::exception& e) {
         warn(str_cat("kv store: block '", b.id, "' could not be encoded: ", e.what()));
-        continue;
       }
-      puts.push_back(std::move(p));
     }
     put_many(std::move(puts));
     batch.clear();  // the tensors go before the lock is taken again

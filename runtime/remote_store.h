@@ -114,6 +114,9 @@ class RemoteStore {
     int64_t tokens = 0;
   };
   bool put_many(std::vector<Put> puts);
+  // A block encoded as a Put under `key`, or, when key is empty, under the key of its value's
+  // bytes (key_for_value). Throws what encode() throws.
+  Put put_of(const Block& b, std::string key = {}) const;
   bool put(const std::string& key, const Block& b);
   // Queues the block for the writer thread (encoded there); returns at once. Dropped (counted)
   // when queue_bytes are already waiting.

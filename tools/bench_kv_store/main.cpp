@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "llmkv/config.h"
 #include "runtime/block.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -87,38 +88,18 @@ struct Shape {
   std::string source;  // where the figures come from
 };
 
+// A named shape's KV heads and head size, from the model's own config.json (LlmConfig reads and
+// checks it, head_dim's default included).
 Shape shape_named(const std::string& name) {
-  if (name == "qwen2-0.5b") return {name, 2, 64, "Qwen2-0.5B: 2 KV heads of 64"};
-  if (name == "tiny") {
-    std::string tried;
-    const std::string path = wm::cli::find_shipped(std::string(kEmbeddedModel) + "/config.json", &tried);
-    if (path.empty())
-      throw wm::Error(str_cat("--shapes tiny: the embedded LLM's config (", kEmbeddedModel,
-                              "/config.json) was not found; tried ", tried));
-    std::ifstream f(path);
-    nlohmann::json c;
-    try {
-      c = nlohmann::json::parse(f);
-    } catch (const std::exception& e) {
-      throw wm::Error(str_cat("--shapes tiny: ", path, " is not JSON: ", e.what()));
-    }
-    auto num = [&](const char* k) -> int {
-      WM_CHECK(c.contains(k) && c.at(k).is_number_integer() && c.at(k).get<int>() > 0, "--shapes tiny: ", path,
-               " has no positive integer '", k, "'");
-      return c.at(k).get<int>();
-    };
-    Shape s{name, num("num_key_value_heads"), 0, path};
-    s.head_dim = c.contains("head_dim") ? num("head_dim") : num("hidden_size") / num("num_attention_heads");
-    return s;
-  }
-  throw wm::Error(str_cat("--shapes: unknown shape '", name, "' (tiny, qwen2-0.5b)"));
-}
-
-at::ScalarType dtype_named(const std::string& s) {
-  if (s == "float32") return at::kFloat;
-  if (s == "float16") return at::kHalf;
-  if (s == "bfloat16") return at::kBFloat16;
-  throw wm::Error(str_cat("--dtype: unknown dtype '", s, "' (float32, float16, bfloat16)"));
+  const std::string rel = name == "tiny"         ? std::string(kEmbeddedModel) + "/config.json"
+                          : name == "qwen2-0.5b" ? std::string("configs/qwen2-0.5b.json")
+                                                 : std::string();
+  if (rel.empty()) throw wm::Error(str_cat("--shapes: unknown shape '", name, "' (tiny, qwen2-0.5b)"));
+  std::string tried;
+  const std::string path = wm::cli::find_shipped(rel, &tried);
+  if (path.empty()) throw wm::Error(str_cat("--shapes ", name, ": ", rel, " was not found; tried ", tried));
+  const wm::llm::LlmConfig c = wm::llm::LlmConfig::load(path);
+  return {name, static_cast<int>(c.num_key_value_heads), static_cast<int>(c.head_dim), path};
 }
 
 // The first difference between two blocks, bit for bit ("" when none).
@@ -534,7 +515,7 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shape_names,
                  "block shapes, one layer's K and V of --tokens tokens each: tiny (the embedded LLM's layer, its KV "
                  "heads and head size read from " +
-                     std::string(kEmbeddedModel) + "/config.json), qwen2-0.5b (2 KV heads x 64)")
+                     std::string(kEmbeddedModel) + "/config.json), qwen2-0.5b (configs/qwen2-0.5b.json: 2 KV heads x 64)")
       ->capture_default_str()
       ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
   app.add_option("--tokens", tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -585,7 +566,7 @@ int main(int argc, char** argv) {
     }
     std::vector<Shape> shapes;
     for (const auto& n : shape_names) shapes.push_back(shape_named(n));
-    const at::ScalarType dtype = dtype_named(dtype_name);
+    const at::ScalarType dtype = wm::parse_compute_dtype(dtype_name);
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
 

@@ -6,7 +6,6 @@
 #include <CLI/CLI.hpp>
 #include <ATen/ATen.h>
 
-#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -85,9 +84,7 @@ struct RolloutOptions {
       f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       h.update(buf.data(), static_cast<size_t>(f.gcount()));
     }
-    char ns[17];
-    std::snprintf(ns, sizeof ns, "%016llx", static_cast<unsigned long long>(h.digest()));
-    return cli::open_kv_store(kv_store, std::string("video-") + ns);
+    return cli::open_kv_store(kv_store, "video-" + hex64(h.digest()));
   }
 
   // Sets the bank's tiers: on the CPU the device tier is host memory, so with a host budget the
