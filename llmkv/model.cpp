@@ -268,6 +268,28 @@ int64_t LlmModelImpl::decode_weight_bytes() const {
   return total;
 }
 
+AttentionResult attend_per_head(const at::Tensor& q, const KvWindow::Staged& st, const AttentionOptions& ao,
+                                bool one_token) {
+  const int64_t H = q.size(0), KH = st.k.size(0), G = H / KH;
+  std::vector<at::Tensor> outs, masses;
+  for (int64_t h = 0; h < KH; ++h) {
+    const at::Tensor qh = q.narrow(0, h * G, G), kh = st.k.narrow(0, h, 1), vh = st.v.narrow(0, h, 1);
+    const at::Tensor lw = st.logw.to(at::kFloat) + st.head_logw.select(0, h);
+    AttentionResult r;
+    if (one_token && decode_attention_applies(qh, kh, vh)) {
+      std::tie(r.out, r.key_mass) = decode_attention(qh, kh, vh, lw, ao.capture_mass);
+    } else {
+      r = wm::attention(qh, kh, vh, lw, ao);
+    }
+    outs.push_back(r.out);
+    if (ao.capture_mass) masses.push_back(r.key_mass);
+  }
+  AttentionResult ar;
+  ar.out = at::cat(outs, 0);
+  if (ao.capture_mass) ar.key_mass = at::cat(masses, 0);
+  return ar;
+}
+
 StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window,
                               const StepOptions& opt) {
   at::NoGradGuard no_grad;
@@ -306,11 +328,14 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     AttentionResult ar;
     {
       RECORD_USER_SCOPE("wm.llm.attention");
-      if (n == 1 && decode_attention_applies(p.q, st.k, st.v)) {
+      const at::Tensor q = wdt == mdt ? p.q : p.q.to(wdt);
+      if (st.head_logw.defined()) {
+        ar = attend_per_head(q, st, ao, n == 1);
+      } else if (n == 1 && decode_attention_applies(p.q, st.k, st.v)) {
         // One token: the decode kernels read the window's K/V in place, in its dtype.
         std::tie(ar.out, ar.key_mass) = decode_attention(p.q, st.k, st.v, st.logw, opt.capture_mass);
       } else {
-        ar = wm::attention(wdt == mdt ? p.q : p.q.to(wdt), st.k, st.v, st.logw, ao);
+        ar = wm::attention(q, st.k, st.v, st.logw, ao);
       }
     }
     if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);

@@ -36,6 +36,14 @@
 
 namespace wm::llm {
 
+// Attention of q [H, c, d] (the current tokens' queries) over a staged window layer whose kv
+// heads see different tokens (st.head_logw defined: per-head selection): one call per kv head,
+// its H / KH query heads over its keys with the window's log-weights plus its own, so a token
+// the head does not see weighs exactly 0; the decode kernels when one_token and they apply.
+// Outputs [H, c, d] and key masses [KH, n] (ao.capture_mass) as one call over all heads gives.
+AttentionResult attend_per_head(const at::Tensor& q, const KvWindow::Staged& st, const AttentionOptions& ao,
+                                bool one_token);
+
 // How a model's parameters start: as libtorch's modules start theirs (Linear's Kaiming-uniform
 // weights and uniform biases, Embedding's standard normal, norms at 1), or allocated and left
 // uninitialised, for weights that are about to be loaded (hf_folder.h): a checkpoint's size in

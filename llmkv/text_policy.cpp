@@ -29,6 +29,7 @@ void TextMemoryConfig::validate() const {
   WM_CHECK(recent >= 0, "recent must be >= 0, got ", recent);
   WM_CHECK(window > 0, "the observation window must be > 0, got ", window);
   WM_CHECK(kernel > 0 && kernel % 2 == 1, "the pooling kernel must be odd and > 0, got ", kernel);
+  WM_CHECK(adakv_floor >= 0 && adakv_floor <= 1, "adakv_floor must be in [0, 1], got ", adakv_floor);
   WM_CHECK(score_decay > 0.0 && score_decay < 1.0, "score_decay must be in (0, 1), got ", score_decay);
   WM_CHECK(score_kernel > 0 && score_kernel % 2 == 1, "score_kernel must be odd and > 0, got ", score_kernel);
   WM_CHECK(score_window >= 0, "score_window must be >= 0, got ", score_window);

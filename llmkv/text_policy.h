@@ -6,8 +6,9 @@
 // (the attention mass the keys received, the last query), and applies the plan: which tokens each layer keeps, which it re-anchors.
 //
 // Budgets are in KV tokens per layer, checked after each step (a step may overshoot the budget
-// by its own tokens while it runs). Token choices are per layer, the kv heads' scores summed:
-// the window keeps one token set per layer, not per head.
+// by its own tokens while it runs). Most policies choose one token set per layer, the kv heads'
+// scores summed; snapkv, pyramidkv and adakv choose per kv head (KvWindow::keep_tokens_per_head):
+// their budget is what each head sees, and the window holds the union of the heads' tokens.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,6 +48,8 @@ struct TextMemoryConfig {
   int64_t window = 32;          // snapkv, pyramidkv: the observation window (last prompt queries)
   int64_t kernel = 7;           // snapkv, pyramidkv: max-pooling width over the votes (odd)
   double pyramid_beta = 20.0;   // pyramidkv: the top layer keeps budget / beta (at least window + 1)
+  double adakv_floor = 0.2;     // adakv: each kv head keeps at least this share of an even split of
+                                // the layer's budget (AdaKV's alpha), in [0, 1]
   std::string recovery = "restore";  // evoke: "restore" (bank and bring back), "discard", or
                                      // "breadcrumb" (gone, a short text stub in its place)
   std::string placement = "original";  // evoke: a restored block at its "original" positions, at

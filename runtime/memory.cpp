@@ -41,6 +41,16 @@ MemoryPlan& MemoryPlan::insert(std::string region, Block block) {
   return *this;
 }
 
+MemoryPlan& MemoryPlan::keep_per_head(int layer, std::vector<std::vector<int64_t>> head_tokens) {
+  MemoryOp op;
+  op.kind = MemoryOp::Kind::Keep;
+  op.id = str_cat("layer ", layer);
+  op.layer = layer;
+  op.head_tokens = std::move(head_tokens);
+  ops.push_back(std::move(op));
+  return *this;
+}
+
 MemoryPlan& MemoryPlan::keep(int layer, std::vector<int64_t> tokens) {
   MemoryOp op;
   op.kind = MemoryOp::Kind::Keep;
@@ -164,7 +174,8 @@ void KvMemory::apply(MemoryPlan plan) {
           window_->place(op.region, op.block);
           break;
         case MemoryOp::Kind::Keep:
-          window_->keep_tokens(op.layer, op.tokens);
+          if (op.head_tokens.empty()) window_->keep_tokens(op.layer, op.tokens);
+          else window_->keep_tokens_per_head(op.layer, op.head_tokens);
           break;
         case MemoryOp::Kind::Shift:
           window_->shift_tokens(op.layer, op.begin, op.count, op.reanchor.value_or(Reanchor{}));

@@ -31,7 +31,8 @@ struct MemoryOp {
     Bank,    // remove block `id` from the window into the bank's device tier, through `transform`
     Fetch,   // copy block `id` from the bank to the end of `region`, moved by `reanchor`; the bank keeps it
     Insert,  // put `block`, a new one, at the end of `region`
-    Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region)
+    Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region); with
+             // `head_tokens`, each kv head its own (KvWindow::keep_tokens_per_head)
     Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
     Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
     Move,    // move segment `id` (every layer) by `reanchor`: positions shifted, keys rotated
@@ -48,6 +49,7 @@ struct MemoryOp {
   Tier tier = Tier::Host;                           // Store
   int layer = 0;                                    // Keep, Shift, Write
   std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing; Write: distinct
+  std::vector<std::vector<int64_t>> head_tokens;    // Keep per head: one such list per kv head (tokens unused)
   int64_t begin = 0, count = 0;                     // Shift
   at::Tensor k, v, logw;                            // Write: [n_kv_heads, m, head_dim] twice, [m]
   at::Tensor pos;                                   // Write: [m, n_axes] new positions, or undefined
@@ -62,6 +64,7 @@ struct MemoryPlan {
   MemoryPlan& fetch(std::string id, std::string region, std::optional<Reanchor> reanchor = std::nullopt);
   MemoryPlan& insert(std::string region, Block block);
   MemoryPlan& keep(int layer, std::vector<int64_t> tokens);
+  MemoryPlan& keep_per_head(int layer, std::vector<std::vector<int64_t>> head_tokens);
   MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
   MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw,
                     at::Tensor pos = {});

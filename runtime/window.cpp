@@ -16,6 +16,7 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
   v_.resize(L);
   logw_.resize(L);
   pos_.resize(L);
+  hlogw_.resize(L);
   cap_.assign(L, 0);
   reallocs_.assign(L, 0);
   for (int l = 0; l < L; ++l) {
@@ -54,6 +55,11 @@ void KvWindow::ensure(int l, int64_t need, double factor) {
     w.narrow(0, 0, used).copy_(logw_[l].narrow(0, 0, used));
     p.narrow(0, 0, used).copy_(pos_[l].narrow(0, 0, used));
   }
+  if (hlogw_[l].defined()) {
+    at::Tensor h = at::zeros({spec_.n_kv_heads, cap}, spec_.options().dtype(at::kFloat));
+    if (used > 0) h.narrow(1, 0, used).copy_(hlogw_[l].narrow(1, 0, used));
+    hlogw_[l] = h;
+  }
   k_[l] = k;
   v_[l] = v;
   logw_[l] = w;
@@ -78,7 +84,9 @@ void KvWindow::insert_at(int l, int64_t at, const at::Tensor& k, const at::Tenso
     v_[l].narrow(1, at + n, tail).copy_(v_[l].narrow(1, at, tail).clone());
     logw_[l].narrow(0, at + n, tail).copy_(logw_[l].narrow(0, at, tail).clone());
     pos_[l].narrow(0, at + n, tail).copy_(pos_[l].narrow(0, at, tail).clone());
+    if (hlogw_[l].defined()) hlogw_[l].narrow(1, at + n, tail).copy_(hlogw_[l].narrow(1, at, tail).clone());
   }
+  if (hlogw_[l].defined()) hlogw_[l].narrow(1, at, n).zero_();  // new tokens: every head sees them
   k_[l].narrow(1, at, n).copy_(k);
   v_[l].narrow(1, at, n).copy_(v);
   if (logw.defined()) logw_[l].narrow(0, at, n).copy_(logw);
@@ -94,6 +102,7 @@ void KvWindow::erase_at(int l, int64_t at, int64_t n) {
   v_[l].narrow(1, at, tail).copy_(v_[l].narrow(1, at + n, tail).clone());
   logw_[l].narrow(0, at, tail).copy_(logw_[l].narrow(0, at + n, tail).clone());
   pos_[l].narrow(0, at, tail).copy_(pos_[l].narrow(0, at + n, tail).clone());
+  if (hlogw_[l].defined()) hlogw_[l].narrow(1, at, tail).copy_(hlogw_[l].narrow(1, at + n, tail).clone());
 }
 
 void KvWindow::append(const std::string& region, const std::string& id, int l, const at::Tensor& k,
@@ -138,6 +147,12 @@ void KvWindow::place(const std::string& region, const Block& block, std::optiona
 }
 
 Block KvWindow::extract(const std::string& id) const {
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    if (!hlogw_[l].defined()) continue;
+    const int64_t s = layout_.segment_begin(l, id), n = layout_.segment_len(l, id);
+    WM_CHECK(n == 0 || hlogw_[l].narrow(1, s, n).eq(0).all().item<bool>(), "segment '", id, "' layer ", l,
+             " holds tokens that some kv heads do not see (per-head selection); a block cannot carry that");
+  }
   Block b;
   b.id = id;
   b.meta = meta(id);
@@ -192,6 +207,42 @@ void KvWindow::keep_tokens(int l, const std::vector<int64_t>& keep) {
   v_[l].narrow(1, 0, m).copy_(v_[l].narrow(1, 0, used).index_select(1, idx_dev));
   logw_[l].narrow(0, 0, m).copy_(logw_[l].narrow(0, 0, used).index_select(0, idx_dev));
   pos_[l].narrow(0, 0, m).copy_(pos_[l].narrow(0, 0, used).index_select(0, idx));
+  if (hlogw_[l].defined())
+    hlogw_[l].narrow(1, 0, m).copy_(hlogw_[l].narrow(1, 0, used).index_select(1, idx_dev));
+}
+
+void KvWindow::keep_tokens_per_head(int l, const std::vector<std::vector<int64_t>>& keep) {
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  const int64_t KH = spec_.n_kv_heads, used = size(l);
+  WM_CHECK(static_cast<int64_t>(keep.size()) == KH, "per-head selection of layer ", l, ": ", keep.size(),
+           " token lists for ", KH, " kv heads");
+  std::vector<char> listed(static_cast<size_t>(KH * used), 0), in_union(static_cast<size_t>(used), 0);
+  for (int64_t h = 0; h < KH; ++h) {
+    int64_t last = -1;
+    for (int64_t i : keep[h]) {
+      WM_CHECK(i > last && i < used, "per-head selection of layer ", l, ", kv head ", h, ": token ", i,
+               " is out of range [0, ", used, ") or out of order");
+      last = i;
+      listed[h * used + i] = 1;
+      in_union[i] = 1;
+    }
+  }
+  std::vector<int64_t> uni;
+  for (int64_t i = 0; i < used; ++i)
+    if (in_union[i]) uni.push_back(i);
+  const int64_t m = static_cast<int64_t>(uni.size());
+  // What each head hides among the union's tokens, [KH, m].
+  at::Tensor hide = at::zeros({KH, m}, at::TensorOptions().dtype(at::kFloat));
+  float* hp = hide.data_ptr<float>();
+  bool any = false;
+  for (int64_t h = 0; h < KH; ++h)
+    for (int64_t j = 0; j < m; ++j)
+      if (!listed[h * used + uni[j]]) hp[h * m + j] = kHiddenLogw, any = true;
+  keep_tokens(l, uni);
+  if (!any) return;
+  if (!hlogw_[l].defined()) hlogw_[l] = at::zeros({KH, cap_[l]}, spec_.options().dtype(at::kFloat));
+  at::Tensor h = hlogw_[l].narrow(1, 0, m);
+  h.add_(hide.to(h.device())).clamp_min_(kHiddenLogw);
 }
 
 void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
@@ -233,6 +284,7 @@ void KvWindow::shift_tokens(int l, int64_t begin, int64_t n, Reanchor re) {
 
 void KvWindow::clear() {
   for (int r = 0; r < layout_.n_regions(); ++r) layout_.clear_region(r);
+  for (auto& h : hlogw_) h = at::Tensor();
   info_.clear();
 }
 
@@ -262,6 +314,14 @@ at::Tensor KvWindow::k(int l) const { return k_.at(l).narrow(1, 0, size(l)); }
 at::Tensor KvWindow::v(int l) const { return v_.at(l).narrow(1, 0, size(l)); }
 at::Tensor KvWindow::logw(int l) const { return logw_.at(l).narrow(0, 0, size(l)); }
 at::Tensor KvWindow::pos(int l) const { return pos_.at(l).narrow(0, 0, size(l)); }
+at::Tensor KvWindow::head_logw(int l) const {
+  return hlogw_.at(l).defined() ? hlogw_[l].narrow(1, 0, size(l)) : at::Tensor();
+}
+int64_t KvWindow::visible(int l, int h) const {
+  WM_CHECK(h >= 0 && h < spec_.n_kv_heads, "kv head ", h, " out of range [0, ", spec_.n_kv_heads, ")");
+  if (!hlogw_.at(l).defined()) return size(l);
+  return hlogw_[l].narrow(1, 0, size(l)).select(0, h).gt(kHiddenLogw / 2).sum().item<int64_t>();
+}
 
 KvWindow::Staged KvWindow::stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur) {
   WM_CHECK(k_cur.dim() == 3 && k_cur.size(0) == spec_.n_kv_heads && k_cur.size(2) == spec_.head_dim,
@@ -272,18 +332,29 @@ KvWindow::Staged KvWindow::stage(int l, const at::Tensor& k_cur, const at::Tenso
   k_[l].narrow(1, n, c).copy_(k_cur);
   v_[l].narrow(1, n, c).copy_(v_cur);
   logw_[l].narrow(0, n, c).zero_();
-  return {k_[l].narrow(1, 0, n + c), v_[l].narrow(1, 0, n + c), logw_[l].narrow(0, 0, n + c), n};
+  at::Tensor head;
+  if (hlogw_[l].defined()) {
+    hlogw_[l].narrow(1, n, c).zero_();
+    head = hlogw_[l].narrow(1, 0, n + c);
+  }
+  return {k_[l].narrow(1, 0, n + c), v_[l].narrow(1, 0, n + c), logw_[l].narrow(0, 0, n + c), n, head};
 }
 
 size_t KvWindow::bytes_allocated() const {
   size_t b = 0;
-  for (int l = 0; l < spec_.n_layers; ++l) b += cap_[l] * (spec_.bytes_per_token_layer() + sizeof(float));
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    b += cap_[l] * (spec_.bytes_per_token_layer() + sizeof(float));
+    if (hlogw_[l].defined()) b += cap_[l] * spec_.n_kv_heads * sizeof(float);
+  }
   return b;
 }
 
 size_t KvWindow::bytes_used() const {
   size_t b = 0;
-  for (int l = 0; l < spec_.n_layers; ++l) b += size(l) * (spec_.bytes_per_token_layer() + sizeof(float));
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    b += size(l) * (spec_.bytes_per_token_layer() + sizeof(float));
+    if (hlogw_[l].defined()) b += size(l) * spec_.n_kv_heads * sizeof(float);
+  }
   return b;
 }
 

@@ -25,6 +25,11 @@ struct WindowGrowth {
   int64_t granule = 16;   // grown capacities are multiples of this (a reserve() is exact)
 };
 
+// The per-head log-weight of a token its kv head does not see (per-head selection): its score
+// falls below every other's, its softmax weight is exactly 0 (finite, so that a range of keys
+// one head sees none of still has a finite maximum).
+constexpr float kHiddenLogw = -1e30f;
+
 // A shift of a placed block's positions on one RoPE axis, keys rotated to match.
 struct Reanchor {
   int axis = 0;
@@ -52,6 +57,9 @@ class KvWindow {
   // A copy of segment `id` as a block (K, V, log-weights on the window's device), with the
   // metadata and statistics it was placed with. Throws wm::Error if absent.
   Block extract(const std::string& id) const;
+  // A segment of a layer with per-head log-weights (keep_tokens_per_head) is not extracted: a
+  // block has one log-weight per token, and its tokens some heads do not see would come back
+  // seen by all: wm::Error, naming the segment.
   // extract() then drop the segment, compacting every layer.
   Block remove(const std::string& id);
   // Drops the segment, compacting every layer, without copying it out (a block kept elsewhere).
@@ -65,6 +73,14 @@ class KvWindow {
   // lost and stay, even when empty in a layer. Throws wm::Error on an index out of range or
   // out of order.
   void keep_tokens(int l, const std::vector<int64_t>& keep);
+  // Per-head selection (SnapKV, PyramidKV, AdaKV as published: each kv head its own tokens):
+  // keep[h] lists the tokens kv head h keeps (layer coordinates, strictly increasing). The layer
+  // keeps their union, compacted as keep_tokens() does (segments, positions and RoPE untouched),
+  // and each head stops seeing the union's tokens it did not list: their per-head log-weight
+  // becomes kHiddenLogw. A token a head no longer sees stays unseen by it; tokens appended or
+  // placed later are seen by every head. Throws wm::Error on a list count other than n_kv_heads,
+  // an index out of range or out of order.
+  void keep_tokens_per_head(int l, const std::vector<std::vector<int64_t>>& keep);
   // Overwrites the K/V and log-weights of layer l's tokens at `idx` (layer coordinates,
   // distinct) with k, v [n_kv_heads, m, head_dim] and logw [m], and their positions with pos
   // [m, n_axes] when given; segments stay (KeepKV's merged entries, its rebuilt cache). Throws
@@ -94,16 +110,25 @@ class KvWindow {
   at::Tensor v(int l) const;
   at::Tensor logw(int l) const;
   at::Tensor pos(int l) const;
+  // Layer l's per-head log-weights [n_kv_heads, n] float32, added to logw(l) for each kv head's
+  // scores (kHiddenLogw: a token that head does not see); undefined while every head sees every
+  // token alike (no per-head selection since the last clear()).
+  at::Tensor head_logw(int l) const;
+  // The tokens of layer l that kv head h sees: size(l) without per-head selection.
+  int64_t visible(int l, int h) const;
   int64_t size(int l) const { return layout_.size(l); }
   int64_t capacity(int l) const { return cap_.at(l); }
 
   // Writes the current tokens' k_cur, v_cur [n_kv_heads, c, head_dim] just after layer l's used
   // prefix (growing if needed) and returns views {K, V, logw} over [0, size + c), log-weights of
   // the current tokens 0: attention over window + current without a concatenation. The staged
-  // tokens are not part of the window: the next mutation may overwrite them.
+  // tokens are not part of the window: the next mutation may overwrite them. head_logw [n_kv_heads,
+  // size + c] (the current tokens' 0) when the layer has per-head log-weights, else undefined:
+  // head h's scores then take logw + head_logw[h].
   struct Staged {
     at::Tensor k, v, logw;
     int64_t n_window;
+    at::Tensor head_logw;
   };
   Staged stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur);
 
@@ -128,6 +153,7 @@ class KvWindow {
   WindowLayout layout_;
   WindowGrowth growth_;
   std::vector<at::Tensor> k_, v_, logw_, pos_;
+  std::vector<at::Tensor> hlogw_;  // per layer [n_kv_heads, capacity] float32, or undefined
   std::vector<int64_t> cap_;
   std::vector<int64_t> reallocs_;
   struct Info {

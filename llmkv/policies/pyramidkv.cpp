@@ -1,5 +1,6 @@
 // pyramidkv: PyramidKV. SnapKV's selection with budgets that shrink from the lower layers to the
-// upper ones (pyramid_budgets: the same total as snapkv at the same budget).
+// upper ones (pyramid_budgets: the same total as snapkv at the same budget), per kv head;
+// pyramidkv_layer: the votes pooled over the kv heads.
 #include <algorithm>
 
 #include "llmkv/policies/snapkv.h"
@@ -19,6 +20,11 @@ class PyramidKv final : public SnapKv {
 
 }  // namespace
 
-std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg) { return std::make_unique<PyramidKv>(cfg); }
+std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg) {
+  return std::make_unique<PyramidKv>(cfg, true);
+}
+std::unique_ptr<TextPolicy> make_pyramidkv_layer(const TextMemoryConfig& cfg) {
+  return std::make_unique<PyramidKv>(cfg, false);
+}
 
 }  // namespace wm::llm

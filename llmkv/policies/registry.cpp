@@ -14,6 +14,9 @@ std::unique_ptr<TextPolicy> make_streaming_llm(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_h2o(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_snapkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_pyramidkv(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_snapkv_layer(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_pyramidkv_layer(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_adakv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg);
@@ -29,6 +32,7 @@ const NamedFactories<Factory>& registry() {
   static const NamedFactories<Factory> table = {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
+      {"snapkv_layer", make_snapkv_layer}, {"pyramidkv_layer", make_pyramidkv_layer}, {"adakv", make_adakv},
       {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev}, {"evoke", make_evoke},
       {"evoke_discard", make_evoke_discard}, {"evoke_breadcrumb", make_evoke_breadcrumb},
   };

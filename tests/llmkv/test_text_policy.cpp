@@ -74,8 +74,9 @@ std::vector<int64_t> positions(const KvWindow& w, int l) {
 
 TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
   EXPECT_EQ(text_policy_names(),
-            (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "keepkv",
-                                      "keepkv_ev", "evoke", "evoke_discard", "evoke_breadcrumb"}));
+            (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "snapkv_layer",
+                                      "pyramidkv_layer", "adakv", "keepkv", "keepkv_ev", "evoke", "evoke_discard",
+                                      "evoke_breadcrumb"}));
   for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
   EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
   EXPECT_THROW(make_text_policy(config("h2o", 0)), Error);            // a budget is needed
@@ -776,13 +777,23 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
     }
     // Until the first eviction every policy predicts as the full cache does.
     EXPECT_TRUE(std::equal(got.begin(), got.begin() + 32, want.begin())) << name;
-    // The budget holds over the layers (pyramidkv's differ per layer); snapkv and pyramidkv keep
-    // the 20 decoded tokens on top.
-    const bool snap = name == "snapkv" || name == "pyramidkv";
+    // The budget holds over the layers (pyramidkv's differ per layer); snapkv, pyramidkv and
+    // adakv keep the 20 decoded tokens on top. Per-head selections hold it per kv head (adakv's
+    // over the heads of a layer together); the window holds the union of the heads' tokens.
+    const bool per_head = name == "snapkv" || name == "pyramidkv" || name == "adakv";
+    const bool snap = per_head || name == "snapkv_layer" || name == "pyramidkv_layer";
     const int L = m->config().num_hidden_layers;
+    const int64_t KH = m->config().num_key_value_heads;
     int64_t total = 0;
     for (int l = 0; l < L; ++l) total += s.window().size(l);
-    if (blocks) {  // whole blocks leave: at most the budget
+    if (per_head) {
+      int64_t seen = 0;
+      for (int l = 0; l < L; ++l)
+        for (int64_t h = 0; h < KH; ++h) seen += s.window().visible(l, h);
+      EXPECT_EQ(seen, KH * L * (40 + 20)) << name;
+      EXPECT_GE(total, L * (40 + 20)) << name;
+      EXPECT_LE(total, L * (KH * 40 + 20)) << name;
+    } else if (blocks) {  // whole blocks leave: at most the budget
       EXPECT_LE(total, L * 40) << name;
       EXPECT_LE(s.peak_tokens(), 40) << name;
       EXPECT_GT(s.policy().evictions(), 0) << name;
