@@ -42,7 +42,8 @@ struct AttnProblem {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t head_stride = 0;
-  const float* logw = nullptr;  // [nk] added to the scores, or null
+  const float* logw = nullptr;  // [nk] (or [KH, nk]) added to the scores, or null
+  int64_t logw_head_stride = 0;  // 0: one row for every kv head; nk: a row per kv head
   int64_t H = 0, KH = 0, nk = 0, d = 0;
   float scale = 1.f;
   float* out = nullptr;      // [H, d]

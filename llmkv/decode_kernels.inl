@@ -208,7 +208,7 @@ void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float*
       for (int64_t g = 0; g < gn; ++g) {
         float s = V::sum(acc[g]);
         for (int64_t i = dv; i < d; ++i) s += scalar_w<K>(p.k, base + j * d + i) * q0[g * d + i];
-        p.scratch[(h * G + g0 + g) * nk + j] = s * p.scale + (p.logw ? p.logw[j] : 0.f);
+        p.scratch[(h * G + g0 + g) * nk + j] = s * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
       }
     }
   }

@@ -251,7 +251,9 @@ std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at
   WM_CHECK(decode_attention_applies(q, k, v), "decode attention takes q [H, 1, d] and k/v [KH, nk, d] on the CPU "
            "with contiguous rows; got q ", q.sizes(), ", k ", k.sizes(), " strides ", k.strides(), ", v ", v.sizes());
   const int64_t H = q.size(0), KH = k.size(0), nk = k.size(1), d = k.size(2);
-  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == nk), "logw must be [", nk, "], got ", logw.sizes());
+  WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == nk) ||
+               (logw.dim() == 2 && logw.size(0) == KH && logw.size(1) == nk),
+           "logw must be [", nk, "] or [", KH, ", ", nk, "], got ", logw.sizes());
   at::Tensor qf = q.reshape({H, d}).to(at::kFloat).contiguous();
   at::Tensor lw = logw.defined() ? logw.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({H, d}, qf.options());
@@ -264,6 +266,7 @@ std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at
   p.v = v.data_ptr();
   p.head_stride = k.stride(0);
   p.logw = lw.defined() ? lw.data_ptr<float>() : nullptr;
+  p.logw_head_stride = lw.defined() && lw.dim() == 2 ? nk : 0;
   p.H = H;
   p.KH = KH;
   p.nk = nk;

@@ -52,7 +52,8 @@ at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bi
 
 // One decoding step's attention on the CPU with the decode kernels: q [H, 1, d] (one query a
 // head, any float dtype), k and v [KH, nk, d] float32/bfloat16/float16 with contiguous rows (as
-// KvWindow::stage returns them: the heads may lie apart), logw [nk] float32 or undefined. What
+// KvWindow::stage returns them: the heads may lie apart), logw [nk] or [KH, nk] (a row per kv head:
+// per-head selection) float32, or undefined. What
 // wm::attention computes for a query that sees every key (the causal mask's last row), in float32
 // whatever the K/V dtype: {out [H, 1, d] in q's dtype, key mass [KH, nk] float32 (the
 // probabilities summed over each kv head's query heads) when capture_mass, else undefined}.

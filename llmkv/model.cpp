@@ -271,16 +271,18 @@ int64_t LlmModelImpl::decode_weight_bytes() const {
 AttentionResult attend_per_head(const at::Tensor& q, const KvWindow::Staged& st, const AttentionOptions& ao,
                                 bool one_token) {
   const int64_t H = q.size(0), KH = st.k.size(0), G = H / KH;
+  if (one_token && decode_attention_applies(q, st.k, st.v)) {
+    // The decode kernels take a log-weight row per kv head: one call.
+    AttentionResult ar;
+    std::tie(ar.out, ar.key_mass) =
+        decode_attention(q, st.k, st.v, st.logw.to(at::kFloat).unsqueeze(0) + st.head_logw, ao.capture_mass);
+    return ar;
+  }
   std::vector<at::Tensor> outs, masses;
   for (int64_t h = 0; h < KH; ++h) {
     const at::Tensor qh = q.narrow(0, h * G, G), kh = st.k.narrow(0, h, 1), vh = st.v.narrow(0, h, 1);
     const at::Tensor lw = st.logw.to(at::kFloat) + st.head_logw.select(0, h);
-    AttentionResult r;
-    if (one_token && decode_attention_applies(qh, kh, vh)) {
-      std::tie(r.out, r.key_mass) = decode_attention(qh, kh, vh, lw, ao.capture_mass);
-    } else {
-      r = wm::attention(qh, kh, vh, lw, ao);
-    }
+    AttentionResult r = wm::attention(qh, kh, vh, lw, ao);
     outs.push_back(r.out);
     if (ao.capture_mass) masses.push_back(r.key_mass);
   }
