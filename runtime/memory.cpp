@@ -73,6 +73,13 @@ MemoryPlan& MemoryPlan::shift(int layer, int64_t begin, int64_t count, Reanchor 
   return *this;
 }
 
+MemoryPlan& MemoryPlan::write_head(int layer, int head, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v,
+                                   at::Tensor logw) {
+  write(layer, std::move(tokens), std::move(k), std::move(v), std::move(logw));
+  ops.back().head = head;
+  return *this;
+}
+
 MemoryPlan& MemoryPlan::write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw,
                               at::Tensor pos) {
   MemoryOp op;
@@ -181,7 +188,8 @@ void KvMemory::apply(MemoryPlan plan) {
           window_->shift_tokens(op.layer, op.begin, op.count, op.reanchor.value_or(Reanchor{}));
           break;
         case MemoryOp::Kind::Write:
-          window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw, op.pos);
+          if (op.head >= 0) window_->write_head_tokens(op.layer, op.head, op.tokens, op.k, op.v, op.logw);
+          else window_->write_tokens(op.layer, op.tokens, op.k, op.v, op.logw, op.pos);
           break;
         case MemoryOp::Kind::Store:
           bank_->put(std::move(op.block), op.tier);

@@ -34,7 +34,8 @@ struct MemoryOp {
     Keep,    // keep only tokens `tokens` of layer `layer` (token eviction, any region); with
              // `head_tokens`, each kv head its own (KvWindow::keep_tokens_per_head)
     Shift,   // move tokens [begin, begin + count) of layer `layer` by `reanchor`
-    Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries)
+    Write,   // overwrite K/V/log-weights of tokens `tokens` of layer `layer` (merged entries); with
+             // `head` >= 0, of that kv head only (KvWindow::write_head_tokens)
     Move,    // move segment `id` (every layer) by `reanchor`: positions shifted, keys rotated
     Store,   // put `block`, made by the policy, into the bank's tier `tier`; the window unchanged
     Tag,     // set segment `id`'s metadata to block.meta (kind, priority, pinned, ...); an absent
@@ -48,6 +49,7 @@ struct MemoryOp {
   Block block;                                      // Insert, Store; Tag: its meta
   Tier tier = Tier::Host;                           // Store
   int layer = 0;                                    // Keep, Shift, Write
+  int head = -1;                                    // Write: one kv head (k, v [1, m, head_dim]) or all (-1)
   std::vector<int64_t> tokens;                      // Keep: layer coordinates, strictly increasing; Write: distinct
   std::vector<std::vector<int64_t>> head_tokens;    // Keep per head: one such list per kv head (tokens unused)
   int64_t begin = 0, count = 0;                     // Shift
@@ -68,6 +70,8 @@ struct MemoryPlan {
   MemoryPlan& shift(int layer, int64_t begin, int64_t count, Reanchor reanchor);
   MemoryPlan& write(int layer, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v, at::Tensor logw,
                     at::Tensor pos = {});
+  MemoryPlan& write_head(int layer, int head, std::vector<int64_t> tokens, at::Tensor k, at::Tensor v,
+                         at::Tensor logw);
   MemoryPlan& move(std::string id, Reanchor reanchor);
   MemoryPlan& store(Block block, Tier tier = Tier::Host);
   MemoryPlan& tag(std::string id, BlockMeta meta, std::string region = "");

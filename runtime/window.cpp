@@ -270,6 +270,30 @@ void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Te
   logw_[l].index_copy_(0, at_idx, logw.to(logw_[l].device(), logw_[l].scalar_type()));
 }
 
+void KvWindow::write_head_tokens(int l, int h, const std::vector<int64_t>& idx, const at::Tensor& k,
+                                 const at::Tensor& v, const at::Tensor& logw) {
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  WM_CHECK(h >= 0 && h < spec_.n_kv_heads, "kv head ", h, " out of range [0, ", spec_.n_kv_heads, ")");
+  const int64_t m = static_cast<int64_t>(idx.size()), used = size(l);
+  std::vector<bool> seen(used, false);
+  for (int64_t i : idx) {
+    WM_CHECK(i >= 0 && i < used, "token ", i, " is outside layer ", l, " (", used, " tokens)");
+    WM_CHECK(!seen[i], "token ", i, " is written twice");
+    seen[i] = true;
+  }
+  const std::vector<int64_t> want{1, m, spec_.head_dim};
+  WM_CHECK(k.sizes() == at::IntArrayRef(want) && v.sizes() == at::IntArrayRef(want), "k and v must be ", want,
+           ", got ", k.sizes(), " and ", v.sizes());
+  WM_CHECK(logw.dim() == 1 && logw.size(0) == m, "logw must be [", m, "], got ", logw.sizes());
+  if (m == 0) return;
+  if (!hlogw_[l].defined()) hlogw_[l] = at::zeros({spec_.n_kv_heads, cap_[l]}, spec_.options().dtype(at::kFloat));
+  const at::Tensor at_idx = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(k_[l].device());
+  k_[l].select(0, h).index_copy_(0, at_idx, k.select(0, 0).to(k_[l].device(), k_[l].scalar_type()));
+  v_[l].select(0, h).index_copy_(0, at_idx, v.select(0, 0).to(v_[l].device(), v_[l].scalar_type()));
+  const at::Tensor row = logw.to(hlogw_[l].device(), at::kFloat) - logw_[l].index_select(0, at_idx);
+  hlogw_[l].select(0, h).index_copy_(0, at_idx, row);
+}
+
 void KvWindow::shift_tokens(int l, int64_t begin, int64_t n, Reanchor re) {
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   WM_CHECK(begin >= 0 && n >= 0 && begin + n <= size(l), "tokens [", begin, ", ", begin + n, ") leave layer ", l,

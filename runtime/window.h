@@ -87,6 +87,13 @@ class KvWindow {
   // wm::Error on a shape mismatch or an index out of range.
   void write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& logw, const at::Tensor& pos = {});
+  // Per-head merging (KeepKV per kv head): overwrites kv head h's K/V of layer l's tokens at
+  // `idx` (layer coordinates, distinct) with k, v [1, m, head_dim], and sets their log-weight
+  // for head h to logw [m] (the whole log-weight the head's scores take: the per-head row
+  // becomes logw - logw(l)); the other heads' K/V and weights stay. Throws wm::Error on a shape
+  // mismatch, a head or an index out of range.
+  void write_head_tokens(int l, int h, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& logw);
   // Moves layer l's tokens [begin, begin + n) by re.delta on RoPE axis re.axis: positions
   // shifted, keys rotated to match, V and log-weights untouched (StreamingLLM's re-anchoring of
   // what follows an evicted span). Throws wm::Error if the range leaves the layer.

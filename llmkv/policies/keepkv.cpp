@@ -12,6 +12,13 @@
 // the choice, as SnapKV pools its votes (score_kernel 1: KeepKV as published).
 // keepkv_ev, the ablation: the same votes and choices, keys and values vote-weighted means.
 //
+// Per kv head (keepkv, keepkv_ev; as published): each head scores its own entries from its own
+// attention, merges its own lowest-scoring ones into its own most similar kept key (cosine over
+// that head's key) with its own votes, and stops seeing what it merged away
+// (KvWindow::write_head_tokens, keep_tokens_per_head): the window holds the union of the heads'
+// entries. keepkv_layer and keepkv_ev_layer choose per layer, the heads' scores summed, the
+// similarity over all heads' keys (one token set per layer, as before per-head selection).
+//
 // Periodic refresh (refresh_every = T > 0): an original entry (one vote, never merged) that a
 // merge is about to change goes to the bank first, so that the window's originals and the bank
 // together hold the full KV. Every T steps each layer is rebuilt from it: the originals the
@@ -33,10 +40,12 @@ namespace {
 
 class KeepKv final : public TextPolicy {
  public:
-  KeepKv(const TextMemoryConfig& cfg, MergeRule rule) : TextPolicy(cfg), rule_(rule) {
+  KeepKv(const TextMemoryConfig& cfg, MergeRule rule, bool per_head) : TextPolicy(cfg), rule_(rule), per_head_(per_head) {
     recent_ = cfg.recent > 0 ? cfg.recent : cfg.budget / 4;
     WM_CHECK(recent_ < cfg.budget - cfg.slack, name(), " needs a KV budget (less slack) above its ", recent_,
              " recent tokens, got ", cfg.budget - cfg.slack);
+    WM_CHECK(!per_head || cfg.refresh_every == 0, name(), " merges per kv head and has no periodic refresh yet; "
+             "refresh_every needs ", name(), "_layer");
   }
 
   StepNeeds step_needs() const override {
@@ -48,6 +57,7 @@ class KeepKv final : public TextPolicy {
   }
 
   MemoryPlan observe(const KvMemory& memory, const StepView& step) override {
+    if (per_head_) return observe_per_head(memory, step);
     const KvWindow& w = memory.window();
     const int L = w.spec().n_layers;
     WM_CHECK(static_cast<int>(step.key_mass.size()) == L && static_cast<int>(step.query.size()) == L, name(),
@@ -91,6 +101,136 @@ class KeepKv final : public TextPolicy {
       seen_[l] = seen;
     }
     return plan;
+  }
+
+  // Per kv head: the same scores, each head's from its own attention ([KH, n] state), and the
+  // same merge, each head on its own entries.
+  MemoryPlan observe_per_head(const KvMemory& memory, const StepView& step) {
+    const KvWindow& w = memory.window();
+    const int L = w.spec().n_layers;
+    const int64_t KH = w.spec().n_kv_heads;
+    WM_CHECK(static_cast<int>(step.key_mass.size()) == L && static_cast<int>(step.query.size()) == L, name(),
+             " needs the key mass and the last query of all ", L, " layers");
+    const double beta = cfg_.score_decay;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
+    ema_.resize(L);
+    seen_.resize(L);
+    MemoryPlan plan;
+    for (int l = 0; l < L; ++l) {
+      const int64_t n = w.size(l), fresh = step.fresh, before = n - fresh;
+      const at::Tensor& mass = step.key_mass[l];
+      WM_CHECK(mass.dim() == 2 && mass.size(0) == KH && mass.size(1) == n, "layer ", l, ": key mass ", mass.sizes(),
+               " for ", KH, " x ", n, " keys");
+      if (!ema_[l].defined() || ema_[l].dim() != 2 || ema_[l].size(1) != before) {
+        ema_[l] = at::zeros({KH, before}, at::kDouble);
+        seen_[l] = at::zeros({before}, at::kDouble);
+      }
+      const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
+      const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
+      const at::Tensor m = mass.to(at::kCPU, at::kDouble) / seen_by.unsqueeze(0);
+      at::Tensor ema, seen;
+      if (cfg_.prompt_restart && fresh > 1) {
+        ema = m * (1.0 - beta);
+        seen = at::ones({n}, at::kDouble);
+      } else {
+        ema = at::cat({ema_[l], at::zeros({KH, fresh}, at::kDouble)}, 1) * beta + m * (1.0 - beta);
+        seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
+      }
+      const at::Tensor hl = w.head_logw(l);
+      const at::Tensor vis = hl.defined() ? hl.to(at::kCPU).gt(kHiddenLogw / 2) : at::ones({KH, n}, at::kBool);
+      if (vis.sum(1).max().item<int64_t>() > cfg_.budget) merge_layer_per_head(w, l, step.query[l], scale, vis, ema, seen, plan);
+      ema_[l] = ema;
+      seen_[l] = seen;
+    }
+    return plan;
+  }
+
+  // Plans layer l's per-head merges: each head over budget down to budget - slack; ema [KH, n]
+  // and seen [n] come back over the union of what the heads keep.
+  void merge_layer_per_head(const KvWindow& w, int l, const at::Tensor& q, double scale, const at::Tensor& vis,
+                            at::Tensor& ema, at::Tensor& seen, MemoryPlan& plan) {
+    const int64_t n = w.size(l), KH = w.spec().n_kv_heads, cand = n - recent_;
+    const at::Device dev = w.k(l).device();
+    const at::Tensor score = ema / (1.0 - at::pow(cfg_.score_decay, seen)).unsqueeze(0);
+    const at::Tensor ema_c = ema.contiguous();
+    const at::Tensor keys = w.k(l).to(at::kCPU, at::kFloat);  // [KH, n, d]
+    at::Tensor lw = w.logw(l).to(at::kCPU, at::kFloat).unsqueeze(0).expand({KH, n});
+    const at::Tensor hl = w.head_logw(l);
+    if (hl.defined()) lw = lw + hl.to(at::kCPU);
+    std::vector<std::vector<int64_t>> lists(KH);
+    std::vector<std::vector<double>> list_score(KH);
+    const at::Tensor visc = vis.contiguous();
+    for (int64_t h = 0; h < KH; ++h) {
+      const bool* vp = visc.data_ptr<bool>() + h * n;
+      std::vector<int64_t> cands;  // the candidates head h sees, in order
+      for (int64_t i = 0; i < cand; ++i)
+        if (vp[i]) cands.push_back(i);
+      int64_t seen_count = static_cast<int64_t>(cands.size());
+      for (int64_t i = std::max<int64_t>(cand, 0); i < n; ++i) seen_count += vp[i] ? 1 : 0;
+      const double* raw = ema_c.data_ptr<double>() + h * n;  // the moving averages, uncorrected
+      if (seen_count <= cfg_.budget || cands.empty()) {  // this head keeps what it sees
+        for (int64_t i = 0; i < n; ++i)
+          if (vp[i]) lists[h].push_back(i), list_score[h].push_back(raw[i]);
+        continue;
+      }
+      const int64_t nc = static_cast<int64_t>(cands.size());
+      const int64_t excess = std::min(nc, seen_count - evict_to());
+      const at::Tensor ci = at::tensor(cands, at::kLong);
+      const at::Tensor cs = score.select(0, h).index_select(0, ci).contiguous();
+      const std::vector<int64_t> keep_c = keep_top_and_recent(pooled(cs), nc - excess, nc, 0);
+      std::vector<int64_t> group(nc, -1), targets, sources;
+      for (size_t g = 0; g < keep_c.size(); ++g) group[keep_c[g]] = static_cast<int64_t>(g);
+      for (int64_t c = 0; c < nc; ++c) (group[c] >= 0 ? targets : sources).push_back(c);
+      const int64_t G = static_cast<int64_t>(keep_c.size());
+      std::vector<double> gscore(G, 0.0);
+      if (!sources.empty() && !targets.empty()) {
+        const at::Tensor kh = keys.select(0, h).index_select(0, ci);  // [nc, d]
+        const at::Tensor unit = kh / kh.norm(2, 1, true).clamp_min(1e-12);
+        const at::Tensor best = unit.index_select(0, at::tensor(sources, at::kLong))
+                                    .matmul(unit.index_select(0, at::tensor(targets, at::kLong)).t())
+                                    .argmax(1)
+                                    .contiguous();
+        const int64_t* b = best.data_ptr<int64_t>();
+        for (size_t s = 0; s < sources.size(); ++s) group[sources[s]] = group[targets[b[s]]];
+        // Merge only the groups that change: their members, in order.
+        std::vector<int64_t> local(G, -1), written, sub, sub_group;
+        for (int64_t src : sources)
+          if (local[group[src]] < 0) {
+            local[group[src]] = static_cast<int64_t>(written.size());
+            written.push_back(cands[keep_c[group[src]]]);
+          }
+        for (int64_t c = 0; c < nc; ++c)
+          if (local[group[c]] >= 0) sub.push_back(cands[c]), sub_group.push_back(local[group[c]]);
+        const at::Tensor si = at::tensor(sub, at::kLong);
+        const at::Tensor si_dev = si.to(dev);
+        const MergedKv merged = merge_groups(w.k(l).narrow(0, h, 1).index_select(1, si_dev),
+                                             w.v(l).narrow(0, h, 1).index_select(1, si_dev),
+                                             lw.select(0, h).index_select(0, si).to(dev), sub_group,
+                                             static_cast<int64_t>(written.size()), q.narrow(0, h, 1).to(dev), scale,
+                                             rule_);
+        plan.write_head(l, static_cast<int>(h), written, merged.k, merged.v, merged.logw);
+      }
+      // A merged entry scores what its members scored, and has been seen as long as its target.
+      for (int64_t c = 0; c < nc; ++c) gscore[group[c]] += raw[cands[c]];
+      for (int64_t g = 0; g < G; ++g) lists[h].push_back(cands[keep_c[g]]), list_score[h].push_back(gscore[g]);
+      for (int64_t i = std::max<int64_t>(cand, 0); i < n; ++i)
+        if (vp[i]) lists[h].push_back(i), list_score[h].push_back(raw[i]);
+    }
+    // The state over the union, as the window will hold it.
+    std::vector<char> in(n, 0);
+    for (const auto& li : lists)
+      for (int64_t i : li) in[i] = 1;
+    std::vector<int64_t> uni, at_union(n, -1);
+    for (int64_t i = 0; i < n; ++i)
+      if (in[i]) at_union[i] = static_cast<int64_t>(uni.size()), uni.push_back(i);
+    at::Tensor ema_u = at::zeros({KH, static_cast<int64_t>(uni.size())}, at::kDouble);
+    double* ep = ema_u.data_ptr<double>();
+    for (int64_t h = 0; h < KH; ++h)
+      for (size_t j = 0; j < lists[h].size(); ++j)
+        ep[h * static_cast<int64_t>(uni.size()) + at_union[lists[h][j]]] = list_score[h][j];
+    seen = seen.index_select(0, at::tensor(uni, at::kLong));
+    ema = ema_u;
+    plan.keep_per_head(l, std::move(lists));
   }
 
   void reset() override {
@@ -274,6 +414,7 @@ class KeepKv final : public TextPolicy {
   }
 
   MergeRule rule_;
+  bool per_head_;
   int64_t recent_;
   std::vector<at::Tensor> ema_, seen_;       // per layer, per window entry (CPU, float64)
   std::vector<std::vector<std::string>> stash_;  // per layer, its banked originals' blocks (refresh)
@@ -283,10 +424,16 @@ class KeepKv final : public TextPolicy {
 }  // namespace
 
 std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg) {
-  return std::make_unique<KeepKv>(cfg, MergeRule::Zip);
+  return std::make_unique<KeepKv>(cfg, MergeRule::Zip, true);
 }
 std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg) {
-  return std::make_unique<KeepKv>(cfg, MergeRule::Votes);
+  return std::make_unique<KeepKv>(cfg, MergeRule::Votes, true);
+}
+std::unique_ptr<TextPolicy> make_keepkv_layer(const TextMemoryConfig& cfg) {
+  return std::make_unique<KeepKv>(cfg, MergeRule::Zip, false);
+}
+std::unique_ptr<TextPolicy> make_keepkv_ev_layer(const TextMemoryConfig& cfg) {
+  return std::make_unique<KeepKv>(cfg, MergeRule::Votes, false);
 }
 
 }  // namespace wm::llm

@@ -19,6 +19,8 @@ std::unique_ptr<TextPolicy> make_pyramidkv_layer(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_adakv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_keepkv_ev(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_keepkv_layer(const TextMemoryConfig& cfg);
+std::unique_ptr<TextPolicy> make_keepkv_ev_layer(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke_discard(const TextMemoryConfig& cfg);
 std::unique_ptr<TextPolicy> make_evoke_breadcrumb(const TextMemoryConfig& cfg);
@@ -33,7 +35,8 @@ const NamedFactories<Factory>& registry() {
       {"full", make_full},           {"recency", make_recency}, {"streaming_llm", make_streaming_llm},
       {"h2o", make_h2o},             {"snapkv", make_snapkv},   {"pyramidkv", make_pyramidkv},
       {"snapkv_layer", make_snapkv_layer}, {"pyramidkv_layer", make_pyramidkv_layer}, {"adakv", make_adakv},
-      {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev}, {"evoke", make_evoke},
+      {"keepkv", make_keepkv},       {"keepkv_ev", make_keepkv_ev},
+      {"keepkv_layer", make_keepkv_layer}, {"keepkv_ev_layer", make_keepkv_ev_layer}, {"evoke", make_evoke},
       {"evoke_discard", make_evoke_discard}, {"evoke_breadcrumb", make_evoke_breadcrumb},
   };
   return table;

@@ -11,6 +11,7 @@
 #include "llmkv/model.h"
 #include "llmkv/text_policy.h"
 #include "runtime/error.h"
+#include "runtime/attention.h"
 #include "runtime/memory.h"
 
 namespace wm::llm {
@@ -265,6 +266,76 @@ TEST(PerHeadSelection, AdaKvGivesTheBudgetToTheHeadWhoseAttentionIsSpread) {
   TextMemoryConfig bad = config("adakv", 10);
   bad.adakv_floor = 1.5;
   EXPECT_THROW(make_text_policy(bad), Error);
+}
+
+// KeepKV per kv head: head 0 attends little to tokens 3, 4, 6, 9 and head 1 to 2, 5, 7, 8 (12
+// tokens, budget 8, recent 2). Each head merges its own four into its own nearest kept key: the
+// heads see different tokens (the window holds all 12), each head's votes still count 12, and
+// for the step's query of each head the attention output over what it sees is unchanged (ZIP,
+// 1e-5); keepkv_ev, the same choices, moves it.
+TEST(PerHeadSelection, KeepKvMergesEachHeadsLeastAttendedLosslesslyForItsQuery) {
+  const KvSpec spec = small_spec();
+  const int64_t KH = spec.n_kv_heads, n = 12, d = spec.head_dim;
+  ASSERT_EQ(KH, 2);
+  const int L = spec.n_layers;
+  for (const std::string name : {"keepkv", "keepkv_ev"}) {
+    at::manual_seed(11);
+    KvMemory memory(spec, {"system", "blocks", "recent"}, StoreConfig{});
+    const at::Tensor pos = at::arange(n, at::kLong).unsqueeze(1);
+    for (int l = 0; l < L; ++l)
+      memory.window().append("recent", "recent", l, at::randn({KH, n, d}), at::randn({KH, n, d}), pos);
+    StepView v;
+    v.fresh = n;
+    for (int l = 0; l < L; ++l) {
+      at::Tensor m = at::full({KH, n}, 1.0);
+      for (int64_t i : {3, 4, 6, 9}) m[0][i] = 0.01;
+      for (int64_t i : {2, 5, 7, 8}) m[1][i] = 0.01;
+      v.key_mass.push_back(m);
+      v.query.push_back(at::randn({KH, d}));
+    }
+    // Head h's attention for the step's query over what it sees.
+    auto attend = [&](int l, int64_t h) {
+      const KvWindow& w = memory.window();
+      at::Tensor lw = w.logw(l).clone();
+      if (w.head_logw(l).defined()) lw += w.head_logw(l)[h];
+      AttentionOptions ao;
+      ao.n_window = w.size(l);
+      return attention(v.query[l].narrow(0, h, 1).unsqueeze(1), w.k(l).narrow(0, h, 1), w.v(l).narrow(0, h, 1), lw,
+                       ao)
+          .out;
+    };
+    std::vector<at::Tensor> before;
+    for (int l = 0; l < L; ++l)
+      for (int64_t h = 0; h < KH; ++h) before.push_back(attend(l, h));
+    TextMemoryConfig c;
+    c.policy = name;
+    c.budget = 8;
+    c.recent = 2;
+    c.score_kernel = 1;
+    memory.apply(make_text_policy(c)->observe(memory, v));
+    for (int l = 0; l < L; ++l) {
+      const KvWindow& w = memory.window();
+      EXPECT_EQ(w.size(l), n) << name;  // the union
+      std::vector<int64_t> h0, h1;
+      for (int64_t i = 0; i < n; ++i) {
+        if (i != 3 && i != 4 && i != 6 && i != 9) h0.push_back(i);
+        if (i != 2 && i != 5 && i != 7 && i != 8) h1.push_back(i);
+      }
+      EXPECT_EQ(w.visible(l, 0), 8);
+      EXPECT_EQ(w.visible(l, 1), 8);
+      const at::Tensor total = w.logw(l).unsqueeze(0) + w.head_logw(l);
+      for (int64_t h = 0; h < KH; ++h) {
+        const std::vector<int64_t>& want = h == 0 ? h0 : h1;
+        for (int64_t i : want) EXPECT_GT(total[h][i].item<float>(), kHiddenLogw / 2) << name << " head " << h;
+        EXPECT_NEAR(total[h].exp().sum().item<double>(), 12.0, 1e-4) << name << " head " << h;
+        const double diff = (attend(l, h) - before[l * KH + h]).abs().max().item<double>();
+        if (name == "keepkv")
+          EXPECT_LE(diff, 1e-5) << "layer " << l << " head " << h;
+        else
+          EXPECT_GT(diff, 1e-3) << "layer " << l << " head " << h;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -75,7 +75,8 @@ std::vector<int64_t> positions(const KvWindow& w, int l) {
 TEST(TextPolicy, RegistryKnowsThePoliciesAndRejectsBadConfigs) {
   EXPECT_EQ(text_policy_names(),
             (std::vector<std::string>{"full", "recency", "streaming_llm", "h2o", "snapkv", "pyramidkv", "snapkv_layer",
-                                      "pyramidkv_layer", "adakv", "keepkv", "keepkv_ev", "evoke", "evoke_discard",
+                                      "pyramidkv_layer", "adakv", "keepkv", "keepkv_ev", "keepkv_layer", "keepkv_ev_layer",
+                                      "evoke", "evoke_discard",
                                       "evoke_breadcrumb"}));
   for (const auto& name : text_policy_names()) EXPECT_EQ(make_text_policy(config(name, 64))->name(), name);
   EXPECT_THROW(make_text_policy(config("nope", 64)), Error);
@@ -198,7 +199,7 @@ TEST(TextPolicy, PyramidBudgetsShrinkUpwardsAndSumToTheTotal) {
 // the window is unchanged (ZIP); keepkv_ev, same choices, moves it.
 TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
   const int64_t n = 12;
-  for (const std::string name : {"keepkv", "keepkv_ev"}) {
+  for (const std::string name : {"keepkv_layer", "keepkv_ev_layer"}) {
     at::manual_seed(5);  // the same case for both
     Filled f = filled(n);
     const KvSpec& spec = f.memory.spec();
@@ -244,7 +245,7 @@ TEST(TextPolicy, KeepKvMergesTheLeastAttendedIntoTheirNearestKeyLosslessly) {
       // Four votes merged in, twelve in all.
       EXPECT_NEAR(f.memory.window().logw(l).exp().sum().item<double>(), 12.0, 1e-4) << name;
       const double diff = (attend(l) - before[l]).abs().max().item<double>();
-      if (name == "keepkv")
+      if (name == "keepkv_layer")
         EXPECT_LE(diff, 1e-5) << "layer " << l;
       else
         EXPECT_GT(diff, 1e-3) << "layer " << l;
@@ -263,7 +264,7 @@ TEST(TextPolicy, KeepKvScoresByTheWindowsAttentionPerQuery) {
   Filled f = filled(n);
   const int L = f.memory.spec().n_layers;
   const int64_t KH = f.memory.spec().n_kv_heads;
-  TextMemoryConfig c = config("keepkv", 8);
+  TextMemoryConfig c = config("keepkv_layer", 8);
   c.recent = 2;
   c.score_window = window;
   c.score_kernel = 1;
@@ -294,7 +295,7 @@ TEST(TextPolicy, KeepKvPoolsItsScoresSoAKeptKeyBringsItsNeighbours) {
   Filled f = filled(n);
   const int L = f.memory.spec().n_layers;
   const int64_t KH = f.memory.spec().n_kv_heads;
-  TextMemoryConfig c = config("keepkv", 6);
+  TextMemoryConfig c = config("keepkv_layer", 6);
   c.recent = 2;
   c.score_kernel = 3;
   c.score_window = 0;
@@ -330,7 +331,7 @@ TEST(TextPolicy, KeepKvPromptStepRestartsItsScores) {
     const KvSpec& spec = f.memory.spec();
     const int L = spec.n_layers;
     const int64_t KH = spec.n_kv_heads;
-    TextMemoryConfig c = config("keepkv", 10);
+    TextMemoryConfig c = config("keepkv_layer", 10);
     c.recent = 2;
     c.score_kernel = 1;
     c.prompt_restart = restart;
@@ -374,7 +375,7 @@ TEST(TextPolicy, KeepKvRefreshRebuildsTheWindowFromTheFullKvInTheBank) {
   for (const int64_t every : {int64_t{0}, int64_t{4}}) {
     at::manual_seed(21);
     KvMemory mem(spec, {"system", "blocks", "recent"}, StoreConfig{at::kCPU, 0});
-    TextMemoryConfig c = config("keepkv", 10);
+    TextMemoryConfig c = config("keepkv_layer", 10);
     c.recent = 2;
     c.refresh_every = every;
     auto p = make_text_policy(c);
@@ -780,8 +781,10 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
     // The budget holds over the layers (pyramidkv's differ per layer); snapkv, pyramidkv and
     // adakv keep the 20 decoded tokens on top. Per-head selections hold it per kv head (adakv's
     // over the heads of a layer together); the window holds the union of the heads' tokens.
-    const bool per_head = name == "snapkv" || name == "pyramidkv" || name == "adakv";
-    const bool snap = per_head || name == "snapkv_layer" || name == "pyramidkv_layer";
+    const bool snap_head = name == "snapkv" || name == "pyramidkv" || name == "adakv";
+    const bool per_head = snap_head || name == "keepkv" || name == "keepkv_ev";
+    const bool snap = snap_head || name == "snapkv_layer" || name == "pyramidkv_layer";
+    const int64_t per_head_seen = snap_head ? 40 + 20 : 40;
     const int L = m->config().num_hidden_layers;
     const int64_t KH = m->config().num_key_value_heads;
     int64_t total = 0;
@@ -790,8 +793,8 @@ TEST(TextPolicy, SessionKeepsEveryPolicyWithinBudget) {
       int64_t seen = 0;
       for (int l = 0; l < L; ++l)
         for (int64_t h = 0; h < KH; ++h) seen += s.window().visible(l, h);
-      EXPECT_EQ(seen, KH * L * (40 + 20)) << name;
-      EXPECT_GE(total, L * (40 + 20)) << name;
+      EXPECT_EQ(seen, KH * L * per_head_seen) << name;
+      EXPECT_GE(total, L * per_head_seen) << name;
       EXPECT_LE(total, L * (KH * 40 + 20)) << name;
     } else if (blocks) {  // whole blocks leave: at most the budget
       EXPECT_LE(total, L * 40) << name;

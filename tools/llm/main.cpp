@@ -188,9 +188,13 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--sink", o.memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--window", o.memory.window, "snapkv, pyramidkv: observation window (last prompt queries)")
+  app.add_option("--window", o.memory.window, "snapkv, pyramidkv, adakv: observation window (last prompt queries)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--adakv-floor", o.memory.adakv_floor,
+                 "adakv: each kv head keeps at least this share of an even split of its layer's budget")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_flag("!--no-prompt-restart", o.memory.prompt_restart,
                "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting them");
   app.add_option("--score-kernel", o.memory.score_kernel,

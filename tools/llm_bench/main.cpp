@@ -283,8 +283,13 @@ void add_options(CLI::App& app, Options& o) {
   wm::llm::TextMemoryConfig& m = o.memory;
   app.add_option("--sink", m.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--window", m.window, "snapkv, pyramidkv: observation window (last queries)")->capture_default_str()
+  app.add_option("--window", m.window, "snapkv, pyramidkv, adakv: observation window (last queries)")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--adakv-floor", m.adakv_floor,
+                 "adakv: each kv head keeps at least this share of an even split of its layer's budget")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--evict-slack", m.slack,
                  "recency, streaming_llm, h2o, keepkv: a layer over budget is cut to budget - slack")
       ->capture_default_str()
@@ -303,7 +308,7 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--refresh-every", m.refresh_every,
-                 "keepkv: rebuild the cache from the full KV kept in the bank every N steps (0: never)")
+                 "keepkv_layer: rebuild the cache from the full KV kept in the bank every N steps (0: never)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--placement", m.placement,
