@@ -7,8 +7,9 @@
 //
 // Budgets are in KV tokens per layer, checked after each step (a step may overshoot the budget
 // by its own tokens while it runs). Most policies choose one token set per layer, the kv heads'
-// scores summed; snapkv, pyramidkv and adakv choose per kv head (KvWindow::keep_tokens_per_head):
-// their budget is what each head sees, and the window holds the union of the heads' tokens.
+// scores summed; snapkv, pyramidkv, adakv, keepkv and keepkv_ev choose per kv head
+// (KvWindow::keep_tokens_per_head): their budget is what each head sees, and the window holds
+// the union of the heads' tokens.
 #include <cstdint>
 #include <functional>
 #include <map>
