@@ -292,6 +292,27 @@ AttentionResult attend_per_head(const at::Tensor& q, const KvWindow::Staged& st,
   return ar;
 }
 
+namespace {
+
+// The current tokens' queries q [H, n, d] (model dtype) over a staged window layer: per kv head
+// when the layer selects per head, the decode kernels for one token where they apply, else
+// wm::attention in the window's dtype.
+AttentionResult attend_staged(const at::Tensor& q_model, const KvWindow::Staged& st, const AttentionOptions& ao,
+                              at::ScalarType wdt) {
+  const int64_t n = q_model.size(1);
+  const at::Tensor q = q_model.scalar_type() == wdt ? q_model : q_model.to(wdt);
+  if (st.head_logw.defined()) return attend_per_head(q, st, ao, n == 1);
+  AttentionResult ar;
+  if (n == 1 && decode_attention_applies(q_model, st.k, st.v)) {
+    // One token: the decode kernels read the window's K/V in place, in its dtype.
+    std::tie(ar.out, ar.key_mass) = decode_attention(q_model, st.k, st.v, st.logw, ao.capture_mass);
+    return ar;
+  }
+  return wm::attention(q, st.k, st.v, st.logw, ao);
+}
+
+}  // namespace
+
 StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window,
                               const StepOptions& opt) {
   at::NoGradGuard no_grad;
@@ -330,15 +351,7 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     AttentionResult ar;
     {
       RECORD_USER_SCOPE("wm.llm.attention");
-      const at::Tensor q = wdt == mdt ? p.q : p.q.to(wdt);
-      if (st.head_logw.defined()) {
-        ar = attend_per_head(q, st, ao, n == 1);
-      } else if (n == 1 && decode_attention_applies(p.q, st.k, st.v)) {
-        // One token: the decode kernels read the window's K/V in place, in its dtype.
-        std::tie(ar.out, ar.key_mass) = decode_attention(p.q, st.k, st.v, st.logw, opt.capture_mass);
-      } else {
-        ar = wm::attention(q, st.k, st.v, st.logw, ao);
-      }
+      ar = attend_staged(p.q, st, ao, wdt);
     }
     if (opt.capture_mass) res.key_mass.push_back(ar.key_mass);
     if (opt.capture_query) {
@@ -358,6 +371,75 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
   at::Tensor normed = model->norm->forward(x);
   res.logits = logits(opt.all_logits ? normed : normed.narrow(0, n - 1, 1));
   res.hidden = normed.to(at::kFloat);
+  return res;
+}
+
+std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const at::Tensor& pos,
+                                                 const std::vector<KvWindow*>& windows, const StepOptions& opt) {
+  at::NoGradGuard no_grad;
+  const int64_t B = static_cast<int64_t>(windows.size());
+  WM_CHECK(B > 0, "step_batch needs at least one sequence");
+  WM_CHECK(tokens.dim() == 1 && tokens.size(0) == B, "tokens must be [", B, "] (one per window), got ",
+           tokens.sizes());
+  WM_CHECK(pos.dim() == 1 && pos.size(0) == B, "positions must be [", B, "], got ", pos.sizes());
+  WM_CHECK(!opt.all_logits && !opt.capture_queries, "step_batch decodes one token a sequence: no all_logits or "
+           "capture_queries");
+  const at::Device dev = device();
+  const at::ScalarType mdt = dtype();
+  for (int64_t b = 0; b < B; ++b) {
+    WM_CHECK(windows[b] != nullptr, "sequence ", b, " has no window");
+    for (int64_t c = 0; c < b; ++c) WM_CHECK(windows[c] != windows[b], "sequences ", c, " and ", b, " share a window");
+    const KvSpec& ws = windows[b]->spec();
+    WM_CHECK(ws.n_layers == cfg_.num_hidden_layers && ws.n_kv_heads == cfg_.num_key_value_heads &&
+                 ws.head_dim == cfg_.head_dim && same_rope(ws.rope, rope_) && ws.device == dev,
+             "sequence ", b, ": the window's layout or device differs from the model's");
+  }
+  const std::string segment = opt.segment.empty() ? "tail" : opt.segment;
+  at::Tensor pos_cpu = pos.to(at::kCPU, at::kLong);
+  auto [cos, sin] = rope_cos_sin(pos_cpu);
+  at::Tensor x = embed(tokens);  // [B, hidden]: the sequences' tokens as rows of one product
+  std::vector<StepResult> res(B);
+  AttentionOptions ao;
+  ao.capture_mass = opt.capture_mass;
+  ao.mass_queries = opt.mass_queries;
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    Qkv p = project(l, x, cos, sin);  // q [H, B, d], k/v [KH, B, d]: token b is sequence b's
+    std::vector<at::Tensor> outs;
+    outs.reserve(B);
+    for (int64_t b = 0; b < B; ++b) {
+      KvWindow& w = *windows[b];
+      const at::Tensor kb = p.k.narrow(1, b, 1), vb = p.v.narrow(1, b, 1), qb = p.q.narrow(1, b, 1);
+      KvWindow::Staged st;
+      {
+        RECORD_USER_SCOPE("wm.llm.window");
+        st = w.stage(l, kb, vb);
+      }
+      ao.n_window = st.n_window;
+      AttentionResult ar;
+      {
+        RECORD_USER_SCOPE("wm.llm.attention");
+        ar = attend_staged(qb, st, ao, w.spec().dtype);
+      }
+      if (opt.capture_mass) res[b].key_mass.push_back(ar.key_mass);
+      if (opt.capture_query) {
+        const int64_t H = qb.size(0), KH = kb.size(0);
+        res[b].query.push_back(qb.select(1, 0).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
+      }
+      if (opt.append) {
+        RECORD_USER_SCOPE("wm.llm.window");
+        w.append(opt.region, segment, l, kb, vb, pos_cpu.narrow(0, b, 1).unsqueeze(1));
+      }
+      outs.push_back(ar.out.scalar_type() == mdt ? ar.out : ar.out.to(mdt));
+    }
+    x = finish(l, x, at::cat(outs, 1));
+  }
+  at::Tensor normed = model->norm->forward(x);
+  at::Tensor lg = logits(normed);
+  at::Tensor hidden = normed.to(at::kFloat);
+  for (int64_t b = 0; b < B; ++b) {
+    res[b].logits = lg.narrow(0, b, 1);
+    res[b].hidden = hidden.narrow(0, b, 1);
+  }
   return res;
 }
 

@@ -169,6 +169,16 @@ class LlmModelImpl : public torch::nn::Module {
   // device.
   StepResult step(const at::Tensor& tokens, const at::Tensor& pos, KvWindow& window, const StepOptions& opt = {});
 
+  // One decode step of several independent sequences at once (continuous batching): tokens [B]
+  // int64, positions pos [B] (int64, CPU), windows[b] sequence b's window (distinct windows;
+  // each gets its token's K/V appended as step() appends). The projections, MLPs and LM head run
+  // as one product over the B rows (on the CPU the decode kernels read each weight once for up
+  // to 8 rows), attention per sequence over its own window and policy layout. Result b is what
+  // step() gives for sequence b alone (logits [1, vocab], hidden [1, hidden], key_mass / query
+  // when asked), up to the rounding of batched products. Throws wm::Error as step() does, or on
+  // all_logits / capture_queries (one token a sequence).
+  std::vector<StepResult> step_batch(const at::Tensor& tokens, const at::Tensor& pos,
+                                     const std::vector<KvWindow*>& windows, const StepOptions& opt = {});
   // Training: tokens [B, T] (int64) at positions 0..T-1, causal attention, autograd on.
   // Returns logits [B, T, vocab] (float32).
   at::Tensor forward_train(const at::Tensor& tokens);
