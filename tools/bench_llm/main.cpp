@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -136,6 +137,9 @@ struct Options {
   bool bandwidth = false, profile = false;  // --bandwidth, --profile
   int profile_steps = 4;
   bool models_given = false, budget_given = false;  // --model, --policy-budget on the command line
+  std::vector<int64_t> streams;   // --streams: parallel decoding figures (empty: none)
+  int64_t stream_context = 256;   // each stream's prompt
+  int stream_reps = 3;
 };
 
 // Every option, in the order --help lists them.
@@ -162,6 +166,16 @@ void add_options(CLI::App& app, Options& o) {
                  "also decode under these memory policies, each against the full cache in the same run (models "
                  "with a tokenizer.json only)")
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  app.add_option("--streams", o.streams,
+                 "also decode this many streams together (continuous batching's step), e.g. 1 4 8: aggregate "
+                 "tokens/s against one stream")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--stream-context", o.stream_context, "each stream's prompt (tokens) for --streams")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--stream-reps", o.stream_reps, "rounds of the --streams figures (after one warm-up round)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--policy-budget", o.policy_share, "the policies' KV budget as a share of the context")
       ->capture_default_str()
       ->check(wm::cli::FiniteRange(1e-3, 1.0));
@@ -260,8 +274,8 @@ void check_largest_context_fits(const wm::llm::LlmConfig& cfg, const Options& o,
 // The figures of a run: the JSON's rows, and the lines of the policy and bank tables.
 struct Results {
   nlohmann::json rows = nlohmann::json::array(), bank_rows = nlohmann::json::array(),
-                 policy_rows = nlohmann::json::array();
-  std::vector<std::string> bank_lines, policy_lines;
+                 policy_rows = nlohmann::json::array(), stream_rows = nlohmann::json::array();
+  std::vector<std::string> bank_lines, policy_lines, stream_lines;
   wm::bench::Bandwidth bandwidth;  // measured with --bandwidth or --profile
   nlohmann::json profile_rows = nlohmann::json::array();
   std::string profile_text;
@@ -352,6 +366,64 @@ void bench_policies(const wm::llm::LlmModel& model, const wm::llm::Tokenizer& to
   }
 }
 
+// Parallel decoding: S streams, each with its own window holding a --stream-context prompt of
+// its own, decoded --decode-tokens steps together (LlmModel::step_batch: one product over the S
+// rows per weight, attention per stream); aggregate tokens/s (S x steps / time), the median of
+// --stream-reps rounds that visit every S in turn, against one stream. A line each (stderr now,
+// the streams table later) and a JSON row.
+void bench_streams(wm::llm::LlmModelImpl& model, const std::string& name, const Options& o, at::Device dev,
+                   at::ScalarType dt, Results& res) {
+  const int64_t smax = *std::max_element(o.streams.begin(), o.streams.end()), ctx = o.stream_context;
+  const int64_t steps = o.decode_tokens;
+  std::vector<wm::KvWindow> windows;
+  windows.reserve(smax);
+  wm::llm::StepOptions so;
+  at::manual_seed(o.seed + 17);
+  for (int64_t b = 0; b < smax; ++b) {
+    windows.emplace_back(model.kv_spec(dev, dt), std::vector<std::string>{"recent"}, ctx + steps + 2);
+    const at::Tensor ids = at::randint(0, model.config().vocab_size, {ctx}, at::kLong);
+    sync(prefill(model, ids, o.prefill_chunk, dev, windows.back(), so));
+  }
+  std::vector<int64_t> prompt(ctx);
+  for (int64_t i = 0; i < ctx; ++i) prompt[i] = i;
+  std::map<int64_t, std::vector<double>> tps;
+  for (int r = 0; r <= o.stream_reps; ++r) {  // round 0 warms up
+    for (int64_t S : o.streams) {
+      std::vector<wm::KvWindow*> ws;
+      for (int64_t b = 0; b < S; ++b) ws.push_back(&windows[b]);
+      at::Tensor next = at::randint(0, model.config().vocab_size, {S}, at::kLong);
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < steps; ++i) {
+        const std::vector<wm::llm::StepResult> out =
+            model.step_batch(next.to(dev), at::full({S}, ctx + i, at::kLong), ws, so);
+        std::vector<at::Tensor> rows;
+        for (const auto& o1 : out) rows.push_back(o1.logits);
+        next = at::cat(rows, 0).argmax(-1).to(at::kCPU);  // each stream's token on the host, greedy
+      }
+      const double sec = seconds_since(t0);
+      if (r > 0) tps[S].push_back(static_cast<double>(S * steps) / sec);
+      for (auto* w : ws)  // back to the prompt alone for the next measurement
+        for (int l = 0; l < model.config().num_hidden_layers; ++l) w->keep_tokens(l, prompt);
+    }
+  }
+  const double one = tps.count(1) ? median(tps[1]) : 0.0;
+  for (int64_t S : o.streams) {
+    const double agg = median(tps[S]);
+    char line[256];
+    std::snprintf(line, sizeof line, "%-28s %8lld %8lld %16.1f %16.1f %9.2fx", name.c_str(), static_cast<long long>(S),
+                  static_cast<long long>(ctx), agg, agg / S, one > 0 ? agg / one : 0.0);
+    res.stream_lines.push_back(line);
+    std::fprintf(stderr, "wm_bench_llm: %s\n", line);
+    res.stream_rows.push_back({{"model", name},
+                               {"streams", S},
+                               {"context", ctx},
+                               {"decode_tokens", steps},
+                               {"aggregate_tokens_per_s", agg},
+                               {"per_stream_tokens_per_s", agg / S},
+                               {"against_one_stream", one > 0 ? agg / one : 0.0}});
+  }
+}
+
 // EVOKE's trade for a --bank-block block, in host memory then on disk: a line each (on stderr now,
 // in the bank table later) and a JSON row.
 void bench_bank_tiers(wm::llm::LlmModelImpl& model, const std::string& name, const Options& o, at::Device dev,
@@ -394,6 +466,7 @@ void bench_model(const std::string& m, const Options& o, at::Device dev, at::Sca
     std::fprintf(stderr, "wm_bench_llm: %s has no tokenizer.json: no policy figures for it\n", m.c_str());
   }
   if (o.bank_block > 0) bench_bank_tiers(*model, name, o, dev, dt, res);
+  if (!o.streams.empty()) bench_streams(*model, name, o, dev, dt, res);
 }
 
 // The policy and bank tables, after the main one (each only when it has lines).
@@ -405,6 +478,14 @@ void print_tables(const Options& o, const Results& res) {
     std::printf("%-28s %8s %-14s %8s %14s %9s %10s\n", "model", "context", "policy", "budget", "decode tok/s",
                 "vs full", "KV MiB");
     for (const auto& l : res.policy_lines) std::printf("%s\n", l.c_str());
+  }
+  if (!res.stream_lines.empty()) {
+    std::printf("\nParallel decoding: streams decoded together (one step for all), each over its own window\n"
+                "(a %lld-token prompt), %lld steps; aggregate tokens/s, median of %d rounds\n",
+                static_cast<long long>(o.stream_context), static_cast<long long>(o.decode_tokens), o.stream_reps);
+    std::printf("%-28s %8s %8s %16s %16s %10s\n", "model", "streams", "context", "aggregate tok/s",
+                "per stream tok/s", "vs 1");
+    for (const auto& l : res.stream_lines) std::printf("%s\n", l.c_str());
   }
   if (!res.bank_lines.empty()) {
     std::printf("\nBank: a block moved out of the window into a tier (save) and spliced back re-anchored (load),\n"
@@ -475,7 +556,8 @@ int main(int argc, char** argv) {
                                             {"kv_dtype", c10::toString(kvdt)}, {"weights", o.weights},
                                             {"decode_kernels", wm::llm::gemv_active_name()},
                                             {"rows", res.rows}, {"bank", res.bank_rows},
-                                            {"policies", res.policy_rows}, {"bandwidth", bandwidth_json(o, res)},
+                                            {"policies", res.policy_rows}, {"streams", res.stream_rows},
+                                            {"bandwidth", bandwidth_json(o, res)},
                                             {"profile", res.profile_rows}}.dump(2)
                           << "\n";
       json_file->commit();
