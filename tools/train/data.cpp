@@ -157,4 +157,31 @@ void hide_compressed_tokens(at::Tensor& bias, const Sample& s, const dit::DitCon
   }
 }
 
+SamplePrefetcher::SamplePrefetcher(int threads, std::function<uint64_t(int64_t)> seed_of,
+                                   const dit::DitConfig& cfg, const dit::Codec& codec, SampleOptions opt)
+    : threads_(std::max(0, threads)), seed_of_(std::move(seed_of)), cfg_(cfg), codec_(codec), opt_(std::move(opt)) {}
+
+SamplePrefetcher::~SamplePrefetcher() {
+  for (auto& [step, f] : ahead_)
+    if (f.valid()) f.wait();  // the workers read cfg_ and codec_: let them finish first
+}
+
+Sample SamplePrefetcher::take(int64_t step) {
+  // Samples of steps before this one (a resumed or restarted count) are not wanted any more.
+  while (!ahead_.empty() && ahead_.begin()->first < step) {
+    ahead_.begin()->second.wait();
+    ahead_.erase(ahead_.begin());
+  }
+  for (int64_t k = step + 1; k <= step + threads_; ++k)
+    if (!ahead_.count(k)) {
+      const uint64_t seed = seed_of_(k);
+      ahead_.emplace(k, std::async(std::launch::async, [this, seed] { return make_sample(seed, cfg_, codec_, opt_); }));
+    }
+  auto it = ahead_.find(step);
+  if (it == ahead_.end()) return make_sample(seed_of_(step), cfg_, codec_, opt_);
+  Sample s = it->second.get();  // rethrows a worker's exception
+  ahead_.erase(it);
+  return s;
+}
+
 }  // namespace wm::train

@@ -8,6 +8,10 @@
 // no fixed data set.
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <future>
+#include <map>
+
 #include <cstdint>
 #include <vector>
 
@@ -64,5 +68,29 @@ at::Tensor visibility(int S, int K);
 // (inference ranks keys per layer; the latent patch is what the first layer's keys are made of). The chunk's own queries and earlier
 // ones see it whole, as when its K/V were made.
 void hide_compressed_tokens(at::Tensor& bias, const Sample& s, const dit::DitConfig& cfg, double keep);
+
+// Makes the samples of the steps ahead on worker threads while the current step trains: the
+// sample of step k is make_sample(seed_of(k), ...), whatever thread made it, so a run with
+// prefetching draws exactly the samples of a run without. take(k) returns step k's sample
+// (making it here if no worker has) and keeps the next `threads` steps under way. threads 0:
+// none, every sample made in take(). The codec must allow concurrent encode() calls (the
+// built-in ones are stateless).
+class SamplePrefetcher {
+ public:
+  SamplePrefetcher(int threads, std::function<uint64_t(int64_t step)> seed_of, const dit::DitConfig& cfg,
+                   const dit::Codec& codec, SampleOptions opt);
+  ~SamplePrefetcher();
+  SamplePrefetcher(const SamplePrefetcher&) = delete;
+  SamplePrefetcher& operator=(const SamplePrefetcher&) = delete;
+  Sample take(int64_t step);
+
+ private:
+  int threads_;
+  std::function<uint64_t(int64_t)> seed_of_;
+  const dit::DitConfig& cfg_;
+  const dit::Codec& codec_;
+  SampleOptions opt_;
+  std::map<int64_t, std::future<Sample>> ahead_;
+};
 
 }  // namespace wm::train

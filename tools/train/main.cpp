@@ -60,6 +60,7 @@ struct Args {
   int eval_samples = 8;
   double ema = 0.999;
   int threads = 0;
+  int data_threads = 0;  // samples made ahead on worker threads (0: in the training loop)
   std::string device = "auto";
   double ctx_noise_prob = 0.3;
   double ctx_noise_max = 0.1;
@@ -274,6 +275,10 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--ema", a.ema, "EMA decay of the saved weights")->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N");
+  app.add_option("--data-threads", a.data_threads,
+                 "make the next steps' samples on this many worker threads while a step trains (0: none; the "
+                 "samples, and so the run, are the same either way)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--ctx-noise", a.ctx_noise_prob, "probability of light noise on a context chunk")
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--ctx-noise-max", a.ctx_noise_max, "that noise's t is drawn from U(0, this)")
@@ -442,15 +447,20 @@ struct StepResult {
   double data_s = 0, model_s = 0;  // seconds making the sample and in the training pass
 };
 
+// The seed of step k's sample: everything about it follows from --seed and k.
+uint64_t sample_seed(const Args& a, int64_t step) {
+  return wm::world::hash_combine(a.seed, static_cast<uint64_t>(step));
+}
+
 // One optimizer step on the sample of st.step (everything about it follows from --seed and the
 // step), then the EMA update. Throws wm::Error if the loss is not finite.
-StepResult train_step(const Args& a, TrainState& st, const wm::dit::DitConfig& cfg, const wm::dit::Codec& codec,
-                      const wm::train::SampleOptions& sopt, const Samplers& samplers, at::Device dev) {
+StepResult train_step(const Args& a, TrainState& st, const wm::dit::DitConfig& cfg,
+                      wm::train::SamplePrefetcher& samples, const Samplers& samplers, at::Device dev) {
   StepResult out;
   const auto t_data = Clock::now();
-  const uint64_t sseed = wm::world::hash_combine(a.seed, static_cast<uint64_t>(st.step));
+  const uint64_t sseed = sample_seed(a, st.step);
   at::Generator gen = at::detail::createCPUGenerator(sseed);
-  wm::train::Sample s = wm::train::make_sample(sseed, cfg, codec, sopt);
+  wm::train::Sample s = samples.take(st.step);
   if (a.self_ctx_prob > 0 && at::rand({1}, gen).item<double>() < a.self_ctx_prob)
     self_context(st.model, s, a.self_ctx_chunks, sseed, samplers.self_ctx, dev);
   Batch b = make_batch(s, cfg, a.noisy, a.ctx_noise_prob, a.ctx_noise_max, gen, dev);
@@ -525,9 +535,11 @@ void train(const Args& a, const Samplers& samplers, at::Device dev) {
   wm::cli::ProgressLine status(30);
   wm::train::SampleOptions sopt;
   sopt.sliding_prob = a.sliding_prob;
+  wm::train::SamplePrefetcher samples(
+      a.data_threads, [&a](int64_t step) { return sample_seed(a, step); }, cfg, *codec, sopt);
   st.model->train();
   while (st.step < a.steps) {
-    const StepResult r = train_step(a, st, cfg, *codec, sopt, samplers, dev);
+    const StepResult r = train_step(a, st, cfg, samples, samplers, dev);
     data_s += r.data_s;
     model_s += r.model_s;
     loss_ema = ema_n == 0 ? r.loss : 0.98 * loss_ema + 0.02 * r.loss;
