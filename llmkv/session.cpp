@@ -173,20 +173,51 @@ at::Tensor LlmSession::run(const std::vector<int64_t>& ids, const std::string& r
       }
       lp_base_ += c;
     }
-    StepView view;
-    view.fresh = c;
-    view.segment = so.segment;
-    view.tokens = all.narrow(0, s, c);
-    if (needs.hidden) view.hidden = r.hidden;
-    view.key_mass = std::move(r.key_mass);
-    view.query = std::move(r.query);
-    memory_.apply(policy_->observe(memory_, view));
-    next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
-    peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
-    pstats_.peak_window_bytes = std::max(pstats_.peak_window_bytes, memory_.window().bytes_used());
+    observe_step(r, all.narrow(0, s, c), c, so.segment);
     if (on_chunk_) on_chunk_(s + c, n);
   }
   return logits[-1].reshape({-1}).to(at::kCPU, at::kFloat);
+}
+
+void LlmSession::observe_step(StepResult& r, const at::Tensor& tokens, int64_t c, const std::string& segment) {
+  const StepNeeds needs = policy_->step_needs();
+  StepView view;
+  view.fresh = c;
+  view.segment = segment;
+  view.tokens = tokens;
+  if (needs.hidden) view.hidden = r.hidden;
+  view.key_mass = std::move(r.key_mass);
+  view.query = std::move(r.query);
+  memory_.apply(policy_->observe(memory_, view));
+  next_pos_ = policy_->next_position(memory_.window(), next_pos_ + c);
+  peak_tokens_ = std::max(peak_tokens_, tokens_per_layer());
+  pstats_.peak_window_bytes = std::max(pstats_.peak_window_bytes, memory_.window().bytes_used());
+}
+
+StepOptions LlmSession::decode_options() const {
+  StepOptions so;
+  so.region = "recent";
+  so.segment = "recent";
+  const StepNeeds needs = policy_->step_needs();
+  so.capture_mass = needs.key_mass;
+  so.mass_queries = needs.mass_queries;
+  so.capture_query = needs.query;
+  return so;
+}
+
+at::Tensor LlmSession::step_token(int64_t token) {
+  WM_CHECK(pending_ && *pending_ == token, "step_token(", token, ") runs the pending token only");
+  last_logits_ = run({token}, "recent", "recent");
+  pending_.reset();
+  return last_logits_;
+}
+
+at::Tensor LlmSession::after_step(int64_t token, StepResult r) {
+  WM_CHECK(pending_ && *pending_ == token, "after_step(", token, ") takes the pending token's step only");
+  observe_step(r, at::full({1}, token, at::kLong), 1, "recent");
+  last_logits_ = r.logits[-1].reshape({-1}).to(at::kCPU, at::kFloat);
+  pending_.reset();
+  return last_logits_;
 }
 
 std::vector<int64_t> LlmSession::predict(const std::vector<int64_t>& ids, const std::vector<int64_t>& cuts) {
@@ -289,75 +320,141 @@ at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& 
   return last_logits_;
 }
 
-Generation LlmSession::generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
-                                const TextCallback& on_text) {
+Decoding::Decoding(LlmSession& s, const GenerateOptions& opt, TextCallback on_text, uint64_t seed)
+    : s_(&s),
+      opt_(opt),
+      on_text_(std::move(on_text)),
+      sampler_([&] {
+        SamplingOptions so = opt.sampling;
+        so.seed = seed;
+        return so;
+      }()),
+      stops_(opt.stop_strings),
+      stream_(s.tokenizer()) {
+  // Ids the model has but the tokenizer lacks (padding rows of a larger embedding) are never drawn.
+  n_text_ = std::min<int64_t>(s.tokenizer().vocab_size(), s.model().config().vocab_size);
+  g_.stop_reason = "max_tokens";
+}
+
+int64_t Decoding::token() const {
+  WM_CHECK(!done_ && !g_.tokens.empty(), "this generation is done: no token to run");
+  return g_.tokens.back();
+}
+
+void Decoding::take(const at::Tensor& logits) {
+  const int64_t tok = sampler_.sample(n_text_ < logits.size(0) ? logits.narrow(0, 0, n_text_) : logits);
+  g_.tokens.push_back(tok);
+  t_token_ = std::chrono::steady_clock::now();
+  if (g_.tokens.size() == 1) g_.stats.ttft_s = std::chrono::duration<double>(t_token_ - t0_).count();
+  s_->pending_ = tok;
+  if (std::find(opt_.stop_tokens.begin(), opt_.stop_tokens.end(), tok) != opt_.stop_tokens.end()) {
+    g_.stop_reason = "stop_token";
+    done_ = true;
+    return;
+  }
+  const std::string text = stops_.feed(stream_.push(tok));
+  if (!text.empty()) {
+    g_.text += text;
+    if (on_text_) on_text_(text);
+  }
+  if (stops_.stopped()) {
+    g_.stop_reason = "stop_string";
+    done_ = true;
+    return;
+  }
+  if (static_cast<int64_t>(g_.tokens.size()) == opt_.max_new_tokens) done_ = true;
+}
+
+void Decoding::advance(const at::Tensor& logits) {
+  WM_CHECK(!done_, "this generation is done: nothing to advance");
+  WM_CHECK(!s_->pending_, "advance() takes the logits after token() went through the model");
+  decode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_token_).count();
+  take(logits);
+}
+
+Generation Decoding::finish() {
+  WM_CHECK(done_ && !finished_, finished_ ? "finish() was called already" : "the generation is not done");
+  finished_ = true;
+  if (!stops_.stopped()) {
+    std::string tail = stops_.feed(stream_.flush());
+    if (stops_.stopped()) g_.stop_reason = "stop_string";  // completed by the last bytes
+    tail += stops_.flush();
+    if (!tail.empty()) {
+      g_.text += tail;
+      if (on_text_) on_text_(tail);
+    }
+  }
+  g_.stats.new_tokens = static_cast<int64_t>(g_.tokens.size());
+  g_.stats.decode_s = decode_s_;
+  g_.stats.kv_bytes_used = s_->window().bytes_used();
+  g_.stats.kv_bytes_allocated = s_->window().bytes_allocated();
+  g_.stats.kv_tokens = s_->tokens_per_layer();
+  g_.stats.kv_tokens_peak = s_->peak_tokens();
+  return std::move(g_);
+}
+
+Decoding LlmSession::begin(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
+                           const TextCallback& on_text) {
   opt.validate();
-  Generation g;
   const auto t0 = Clock::now();
-  g.stats.prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
-  if (g.stats.prompt_tokens > 0) {
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
+  at::Tensor logits;
+  if (prompt_tokens > 0) {
     struct Reset {
       std::function<void(int64_t, int64_t)>& f;
       ~Reset() { f = nullptr; }
     } reset{on_chunk_};
     on_chunk_ = opt.on_prefill;
-    g.prompt_logits = feed(prompt);
+    logits = feed(prompt);
   } else {
     WM_CHECK(last_logits_.defined(), "generation needs a prompt or a context fed before");
-    g.prompt_logits = last_logits_;
+    logits = last_logits_;
   }
-  g.stats.prefill_s = seconds_since(t0);
-
   // Each generation of the session draws a stream of its own from the seed.
-  SamplingOptions so = opt.sampling;
-  so.seed = opt.sampling.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(generations_++);
-  TokenSampler sampler(so);
-  // Ids the model has but the tokenizer lacks (padding rows of a larger embedding) are never drawn.
-  const int64_t n_text = std::min<int64_t>(tok_.vocab_size(), model_->config().vocab_size);
-  StopStrings stops(opt.stop_strings);
-  StreamDecoder stream(tok_);
-  auto emit = [&](const std::string& s) {
-    if (s.empty()) return;
-    g.text += s;
-    if (on_text) on_text(s);
-  };
-  at::Tensor logits = g.prompt_logits;
-  g.stop_reason = "max_tokens";
-  double decode_s = 0.0;
-  for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-    const int64_t tok = sampler.sample(n_text < logits.size(0) ? logits.narrow(0, 0, n_text) : logits);
-    g.tokens.push_back(tok);
-    if (i == 0) g.stats.ttft_s = seconds_since(t0);
-    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end()) {
-      pending_ = tok;
-      g.stop_reason = "stop_token";
-      break;
-    }
-    emit(stops.feed(stream.push(tok)));
-    if (stops.stopped()) {
-      pending_ = tok;
-      g.stop_reason = "stop_string";
-      break;
-    }
-    pending_ = tok;
-    if (i + 1 == opt.max_new_tokens) break;
-    const auto ts = Clock::now();
-    logits = last_logits_ = run({tok}, "recent", "recent");
-    pending_.reset();
-    decode_s += seconds_since(ts);
+  const uint64_t seed = opt.sampling.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(generations_++);
+  Decoding d(*this, opt, on_text, seed);
+  d.t0_ = t0;
+  d.g_.stats.prompt_tokens = prompt_tokens;
+  d.g_.stats.prefill_s = seconds_since(t0);
+  d.g_.prompt_logits = logits;
+  d.take(logits);
+  return d;
+}
+
+Generation LlmSession::generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
+                                const TextCallback& on_text) {
+  Decoding d = begin(prompt, opt, on_text);
+  while (!d.done()) d.advance(step_token(d.token()));
+  return d.finish();
+}
+
+void decode_together(const std::vector<Decoding*>& ds) {
+  std::vector<Decoding*> live;
+  for (Decoding* d : ds)
+    if (d != nullptr && !d->done()) live.push_back(d);
+  if (live.empty()) return;
+  LlmModelImpl& model = live.front()->session().model();
+  std::vector<KvWindow*> windows;
+  std::vector<int64_t> tokens, pos;
+  StepOptions so;
+  so.region = "recent";
+  so.segment = "recent";
+  for (Decoding* d : live) {
+    LlmSession& s = d->session();
+    WM_CHECK(&s.model() == &model, "decode_together: the sessions run different models");
+    const StepOptions own = s.decode_options();
+    so.capture_mass = so.capture_mass || own.capture_mass;
+    so.capture_query = so.capture_query || own.capture_query;
+    // The mass of the last query: a decode step has one, whatever window a policy asks for.
+    windows.push_back(&s.window());
+    tokens.push_back(d->token());
+    pos.push_back(s.next_position() - 1);
   }
-  if (!stops.stopped()) {
-    std::string tail = stops.feed(stream.flush());
-    if (stops.stopped()) g.stop_reason = "stop_string";  // completed by the last bytes
-    emit(tail + stops.flush());
-  }
-  g.stats.new_tokens = static_cast<int64_t>(g.tokens.size());
-  g.stats.decode_s = decode_s;
-  g.stats.kv_bytes_used = window().bytes_used();
-  g.stats.kv_bytes_allocated = window().bytes_allocated();
-  g.stats.kv_tokens = tokens_per_layer();
-  g.stats.kv_tokens_peak = peak_tokens_;
-  return g;
+  const at::Device dev = live.front()->session().device();
+  std::vector<StepResult> rs =
+      model.step_batch(at::tensor(tokens, at::kLong).to(dev), at::tensor(pos, at::kLong), windows, so);
+  for (size_t i = 0; i < live.size(); ++i)
+    live[i]->advance(live[i]->session().after_step(tokens[i], std::move(rs[i])));
 }
 
 }  // namespace wm::llm

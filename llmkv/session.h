@@ -7,6 +7,7 @@
 // forward step and its plan is applied before the next one.
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -109,6 +110,46 @@ struct SessionSnapshot {
   std::vector<Block> bank;    // in the order of state["bank"]
 };
 
+class LlmSession;
+
+// One generation driven a step at a time: LlmSession::generate() runs one to its end, and a
+// server advances several sessions' generations together (decode_together() below: one
+// LlmModel::step_batch for all). LlmSession::begin() makes it: the prompt fed, the first token
+// sampled. While !done(), token() is the token to run next and advance() takes the logits after
+// it, samples the next one and applies the stop rules; finish() gives what generate() gives.
+// It holds its session by reference: the session must outlive it and run nothing else meanwhile.
+class Decoding {
+ public:
+  bool done() const { return done_; }
+  // The sampled token not yet run through the model (its logits give the next one). Throws
+  // wm::Error once done().
+  int64_t token() const;
+  // After token() went through the model (LlmSession::step_token, or after_step in a batch):
+  // its logits [vocab]. Samples the next token; done() when a stop rule or the limit ends it.
+  void advance(const at::Tensor& logits);
+  // The generation so far, its stats completed (call once done()).
+  Generation finish();
+  LlmSession& session() { return *s_; }
+  Decoding(Decoding&&) = default;
+
+ private:
+  friend class LlmSession;
+  Decoding(LlmSession& s, const GenerateOptions& opt, TextCallback on_text, uint64_t seed);
+  void take(const at::Tensor& logits);  // samples a token and applies the stop rules
+
+  LlmSession* s_;
+  GenerateOptions opt_;
+  TextCallback on_text_;
+  TokenSampler sampler_;
+  StopStrings stops_;
+  StreamDecoder stream_;
+  Generation g_;
+  std::chrono::steady_clock::time_point t0_, t_token_;
+  int64_t n_text_ = 0;
+  double decode_s_ = 0.0;
+  bool done_ = false, finished_ = false;
+};
+
 class LlmSession {
  public:
   // The tokenizer gives stop strings and text (a shared handle: copying it is cheap).
@@ -128,6 +169,18 @@ class LlmSession {
   // random stream of its own (seed and call count). Throws wm::Error on bad options or ids; a
   // failed feed leaves the context as it was.
   Generation generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
+  // generate() a step at a time (see Decoding): feeds the prompt and samples the first token.
+  // Throws as generate() does.
+  Decoding begin(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
+  // Runs the pending token (a Decoding's token()) through the model and returns its logits
+  // [vocab] (float32, CPU), the memory policy acting after the step.
+  at::Tensor step_token(int64_t token);
+  // The same split for a caller that runs the model itself over several sessions at once: the
+  // options a decode step of this session takes (what its policy wants captured), and, after
+  // the caller ran `token` at next_position() over window() with them, the step's result for
+  // this session: the policy acts, and the logits [vocab] come back as step_token() gives them.
+  StepOptions decode_options() const;
+  at::Tensor after_step(int64_t token, StepResult r);
 
   // Teacher forcing: feeds ids as a prompt and its continuation would arrive, the memory policy
   // acting after every step, and returns the greedy prediction after each token: out[i] is the
@@ -182,6 +235,9 @@ class LlmSession {
   // the logits at the last token, and the argmax after every token in *argmax if given.
   at::Tensor run(const std::vector<int64_t>& ids, const std::string& region, const std::string& segment,
                  int64_t chunk = 0, std::vector<int64_t>* argmax = nullptr);
+  // After a forward step of c tokens (`tokens`, CPU) into `segment`: the policy observes it and
+  // its plan is applied; positions and peaks follow.
+  void observe_step(StepResult& r, const at::Tensor& tokens, int64_t c, const std::string& segment);
   // When the policy wants it: probes a new user message (nothing appended) and applies the
   // policy's recall plan for it.
   void recall_for(const std::vector<int64_t>& message);
@@ -204,6 +260,15 @@ class LlmSession {
   std::vector<at::Tensor> lp_;      // their log-probabilities, by index (undefined until seen)
   std::function<void(int64_t, int64_t)> on_chunk_;  // generate()'s on_prefill while it feeds
   int64_t lp_base_ = 0;             // the index of the next token run() sees in predict()
+  friend class Decoding;
 };
+
+// One decode step of several generations together, each of its own session (one model): their
+// pending tokens run as one LlmModel::step_batch, each session's memory policy acts on its own
+// step, each generation advances. Generations already done are skipped. Each generation's
+// tokens are those its session's generate() gives alone (up to the rounding of batched
+// products: the same greedy tokens in practice). Throws wm::Error when two share a session or the
+// sessions run different models.
+void decode_together(const std::vector<Decoding*>& ds);
 
 }  // namespace wm::llm

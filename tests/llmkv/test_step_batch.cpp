@@ -2,8 +2,13 @@
 // own window, against step() run for each sequence alone.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
+
 #include "llm_test_util.h"
 #include "llmkv/model.h"
+#include "llmkv/session.h"
+#include "llmkv/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
 
@@ -80,6 +85,80 @@ TEST(StepBatch, RefusesBadBatches) {
   all.all_logits = true;
   EXPECT_THROW(m->step_batch(two, two, {&a, &b}, all), Error);
   EXPECT_EQ(a.size(0), 0);  // nothing appended
+}
+
+// Generations advanced together (decode_together: one step_batch for all, continuous batching
+// as a server runs it) give each session what its generate() gives alone: greedy and sampled,
+// under different memory policies (per-head snapkv, per-head keepkv, full), with different
+// limits, one joining after the others started (a new request at the next step) and the
+// sessions' second turns too.
+TEST(DecodeTogether, EachGenerationEqualsItsSessionAlone) {
+  const Tokenizer tok =
+      Tokenizer::load(std::string(WM_SOURCE_DIR) + "/tests/llmkv/fixtures/tokenizer/cpp_trained.tokenizer.json");
+  LlmModel m = test::random_model(tok.vocab_size(), 5, 64);
+  struct Spec {
+    std::string policy;
+    int64_t budget;
+    std::string prompt;
+    int64_t max_new;
+    double temperature;
+  };
+  const std::vector<Spec> specs = {{"full", 0, "Recall fada: 3117\nRecall piti:", 12, 0.0},
+                                   {"snapkv", 12, "<|im_start|>user\nhello there, how are you<|im_end|>\n", 9, 0.0},
+                                   {"keepkv", 16, "a b c d e f g h i j k l m n o p q r s", 14, 0.8},
+                                   {"full", 0, "one more", 5, 0.7}};
+  auto make = [&](const Spec& sp) {
+    SessionOptions so;
+    so.prefill_chunk = 8;
+    so.memory.policy = sp.policy;
+    so.memory.budget = sp.budget;
+    so.memory.window = 4;
+    return std::make_unique<LlmSession>(m, tok, at::kCPU, at::kFloat, so);
+  };
+  auto options = [&](const Spec& sp) {
+    GenerateOptions go;
+    go.max_new_tokens = sp.max_new;
+    go.sampling.temperature = sp.temperature;
+    go.sampling.seed = 42;
+    return go;
+  };
+  // Alone: two turns each.
+  std::vector<std::vector<int64_t>> want;
+  for (const Spec& sp : specs) {
+    auto s = make(sp);
+    const Generation g1 = s->generate(tok.encode(sp.prompt), options(sp));
+    const Generation g2 = s->generate(tok.encode(" and then?"), options(sp));
+    std::vector<int64_t> both = g1.tokens;
+    both.insert(both.end(), g2.tokens.begin(), g2.tokens.end());
+    want.push_back(both);
+  }
+  // Together: the last session joins after two steps; each second turn starts when its first ends.
+  std::vector<std::unique_ptr<LlmSession>> sessions;
+  for (const Spec& sp : specs) sessions.push_back(make(sp));
+  std::vector<std::optional<Decoding>> ds(specs.size());
+  std::vector<std::vector<int64_t>> got(specs.size());
+  std::vector<int> turn(specs.size(), 0);
+  for (size_t i = 0; i + 1 < specs.size(); ++i) ds[i].emplace(sessions[i]->begin(tok.encode(specs[i].prompt), options(specs[i])));
+  for (int step = 0; step < 200; ++step) {
+    if (step == 2) ds.back().emplace(sessions.back()->begin(tok.encode(specs.back().prompt), options(specs.back())));
+    bool any = false;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!ds[i] || !ds[i]->done()) continue;
+      const Generation g = ds[i]->finish();
+      got[i].insert(got[i].end(), g.tokens.begin(), g.tokens.end());
+      ds[i].reset();
+      if (++turn[i] == 1) ds[i].emplace(sessions[i]->begin(tok.encode(" and then?"), options(specs[i])));
+    }
+    std::vector<Decoding*> live;
+    for (auto& d : ds)
+      if (d && !d->done()) live.push_back(&*d), any = true;
+    if (!any && step > 2) break;
+    decode_together(live);
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(turn[i], 2) << specs[i].policy;
+    EXPECT_EQ(got[i], want[i]) << "session " << i << " (" << specs[i].policy << ")";
+  }
 }
 
 }  // namespace
