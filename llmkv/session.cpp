@@ -372,6 +372,12 @@ void Decoding::advance(const at::Tensor& logits) {
   take(logits);
 }
 
+void Decoding::cancel() {
+  if (done_) return;
+  done_ = true;
+  g_.stop_reason = "cancelled";
+}
+
 Generation Decoding::finish() {
   WM_CHECK(done_ && !finished_, finished_ ? "finish() was called already" : "the generation is not done");
   finished_ = true;

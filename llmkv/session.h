@@ -127,6 +127,9 @@ class Decoding {
   // After token() went through the model (LlmSession::step_token, or after_step in a batch):
   // its logits [vocab]. Samples the next token; done() when a stop rule or the limit ends it.
   void advance(const at::Tensor& logits);
+  // Ends the generation here (a listener that left): done(), stop reason "cancelled". The
+  // session keeps what was generated (the last sampled token pending).
+  void cancel();
   // The generation so far, its stats completed (call once done()).
   Generation finish();
   LlmSession& session() { return *s_; }

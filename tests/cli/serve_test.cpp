@@ -1,0 +1,378 @@
+// wm_serve over loopback, with the embedded model: every endpoint, streamed and whole; a session
+// continued over three requests against the same conversation run in one session in-process;
+// concurrent requests each answered as when run alone (continuous batching mixes nothing up);
+// the bad inputs (400 naming the field, 404, 401, 413, 429 with Retry-After); a client that
+// leaves mid-stream; SIGTERM. Skipped, with the reason, when wm_serve or cpp-httplib is absent.
+#include <gtest/gtest.h>
+
+#ifdef WM_HAVE_HTTPLIB
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llmkv/chat_template.h"
+#include "llmkv/hf_folder.h"
+#include "llmkv/session.h"
+#include "llmkv/tokenizer.h"
+#include "tests/cli/program_runner.h"
+
+namespace wm::testing {
+namespace {
+
+using json = nlohmann::json;
+
+// A wm_serve of its own, on a free port, with the embedded model.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> extra) {
+    const std::string exe = program_path("wm_serve");
+    dir_ = fs::temp_directory_path() / ("wm_serve_test_" + std::to_string(::getpid()) + "_" + std::to_string(++n_));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<std::string> argv = {exe, "--port", "0", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_ = std::make_unique<Started>(argv, dir_, fs::path(WM_SOURCE_DIR));
+    const std::regex re(R"(listening on http://127\.0\.0\.1:(\d+))");
+    for (int i = 0; i < 600 && port_ == 0 && proc_->running(); ++i) {
+      std::smatch m;
+      const std::string out = read_text(dir_ / ".run.out");
+      if (std::regex_search(out, m, re)) port_ = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServeProcess() {
+    proc_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  int port() const { return port_; }
+  Started& proc() { return *proc_; }
+  std::string err() const { return read_text(dir_ / ".run.err"); }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+
+ private:
+  static inline int n_ = 0;
+  fs::path dir_;
+  std::unique_ptr<Started> proc_;
+  int port_ = 0;
+};
+
+std::string chat_body(const std::vector<std::pair<std::string, std::string>>& msgs, int max_tokens, bool stream = false,
+                      const std::string& extra = "") {
+  json m = json::array();
+  for (const auto& [r, c] : msgs) m.push_back({{"role", r}, {"content", c}});
+  json b = {{"model", "tiny-llm"}, {"messages", m}, {"max_tokens", max_tokens}, {"stream", stream}};
+  if (!extra.empty()) b.update(json::parse(extra));
+  return b.dump();
+}
+
+// The text of a streamed response: its chunks' content in order, and the last chunk.
+std::pair<std::string, json> stream_text(const std::string& body) {
+  std::string text;
+  json last;
+  bool done = false;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json j = json::parse(data);
+    const json& c = j["choices"][0];
+    if (c.contains("delta") && c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (c.contains("text")) text += c["text"].get<std::string>();
+    last = j;
+  }
+  EXPECT_TRUE(done) << "no [DONE] at the end";
+  return {text, last};
+}
+
+std::string repeat(const std::string& s, int n) {
+  std::string r;
+  for (int i = 0; i < n; ++i) r += s;
+  return r;
+}
+
+#define SKIP_WITHOUT_SERVE()                                                       \
+  if (program_path("wm_serve").empty()) GTEST_SKIP() << "wm_serve is not built"; \
+  do {                                                                             \
+  } while (0)
+
+TEST(Serve, EndpointsStreamedAndWholeAgree) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json::parse(h->body)["status"], "ok");
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny-llm");
+  const std::string body = chat_body({{"user", "Recall fada: 3117. Recall fada?"}}, 16);
+  auto whole = c.Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json w = json::parse(whole->body);
+  EXPECT_EQ(w["object"], "chat.completion");
+  EXPECT_EQ(w["usage"]["completion_tokens"].get<int>() + w["usage"]["prompt_tokens"].get<int>(),
+            w["usage"]["total_tokens"].get<int>());
+  auto streamed = c.Post("/v1/chat/completions", chat_body({{"user", "Recall fada: 3117. Recall fada?"}}, 16, true),
+                         "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto [text, last] = stream_text(streamed->body);
+  EXPECT_EQ(text, w["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], w["choices"][0]["finish_reason"]);
+  EXPECT_EQ(last["usage"], w["usage"]);
+  // Text completions, whole and streamed.
+  const json cb = {{"model", "tiny-llm"}, {"prompt", "a b c d e"}, {"max_tokens", 8}};
+  auto tc = c.Post("/v1/completions", cb.dump(), "application/json");
+  ASSERT_TRUE(tc);
+  ASSERT_EQ(tc->status, 200) << tc->body;
+  json cbs = cb;
+  cbs["stream"] = true;
+  auto tcs = c.Post("/v1/completions", cbs.dump(), "application/json");
+  ASSERT_TRUE(tcs);
+  EXPECT_EQ(stream_text(tcs->body).first, json::parse(tc->body)["choices"][0]["text"].get<std::string>());
+  // Metrics count what ran.
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("wm_serve_requests_total 4"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("wm_serve_ttft_seconds_count 4"), std::string::npos);
+  EXPECT_NE(m->body.find("# TYPE wm_serve_token_seconds histogram"), std::string::npos);
+}
+
+// Three requests of one session (the client sending the whole conversation each time, then only
+// the new turn) give the replies of one in-process session fed the same turns, greedy.
+TEST(Serve, SessionOverThreeRequestsEqualsOneConversation) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const std::vector<std::string> turns = {"Recall fada: 3117.", "Recall piti: 42.", "Recall fada?"};
+  const httplib::Headers sid = {{"X-Session-Id", "conv-1"}};
+  std::vector<std::pair<std::string, std::string>> history;
+  std::vector<std::string> got;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    history.push_back({"user", turns[i]});
+    // Turns 1-2 send the whole conversation; turn 3 only its new message.
+    const std::string body = i < 2 ? chat_body(history, 12) : chat_body({{"user", turns[i]}}, 12);
+    auto r = c.Post("/v1/chat/completions", sid, body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["session_id"], "conv-1");
+    got.push_back(j["choices"][0]["message"]["content"]);
+    history.push_back({"assistant", got.back()});
+  }
+  // The same conversation in one session here, as wm_llm --chat runs it.
+  const std::string dir = std::string(WM_SOURCE_DIR) + "/assets/models/tiny-llm";
+  llm::LlmModel model = llm::load_llm(dir, at::kCPU);
+  llm::Tokenizer tok = llm::Tokenizer::load(dir + "/tokenizer.json");
+  llm::LlmSession session(model, tok, at::kCPU);
+  const int64_t im_end = *tok.token_to_id("<|im_end|>");
+  llm::GenerateOptions go;
+  go.max_new_tokens = 12;
+  go.stop_tokens = model->config().eos_token_ids;
+  const auto defaults = llm::GenerationDefaults::load(dir + "/generation_config.json");
+  go.stop_tokens.insert(go.stop_tokens.end(), defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
+  go.stop_tokens.push_back(im_end);
+  bool ended_on_im_end = false;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    std::vector<int64_t> ids = llm::encode_chatml(tok, {{"user", turns[i]}}, true);
+    if (i > 0) {
+      const std::vector<int64_t> join = tok.encode(ended_on_im_end ? "\n" : "<|im_end|>\n", true);
+      ids.insert(ids.begin(), join.begin(), join.end());
+    }
+    const llm::Generation g = session.generate(ids, go);
+    ended_on_im_end = !g.tokens.empty() && g.tokens.back() == im_end;
+    EXPECT_EQ(got[i], g.text) << "turn " << i;
+  }
+  // Ending the session; a second end finds nothing.
+  auto d = c.Delete("/v1/sessions/conv-1");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 200);
+  auto d2 = c.Delete("/v1/sessions/conv-1");
+  ASSERT_TRUE(d2);
+  EXPECT_EQ(d2->status, 404);
+}
+
+// Eight requests at once (parallel 4: batched, joining as others leave) each answer what it
+// answers alone.
+TEST(Serve, ConcurrentRequestsEachAnswerAsAlone) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({"--parallel", "4"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 8; ++i)
+    bodies.push_back(chat_body({{"user", "Recall k" + std::to_string(i) + ": " + std::to_string(100 + 37 * i) + "."}},
+                               6 + 3 * i, i % 2 == 1));
+  auto answer = [&](const std::string& b) {
+    auto c = s.client();
+    auto r = c.Post("/v1/chat/completions", b, "application/json");
+    if (!r || r->status != 200) return std::string("<failed>");
+    const json j = json::parse(b);
+    return j["stream"].get<bool>() ? stream_text(r->body).first
+                                   : json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+  };
+  std::vector<std::string> alone;
+  for (const auto& b : bodies) alone.push_back(answer(b));
+  std::vector<std::future<std::string>> together;
+  for (const auto& b : bodies) together.push_back(std::async(std::launch::async, answer, b));
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_NE(alone[i], "<failed>");
+    EXPECT_EQ(together[i].get(), alone[i]) << "request " << i;
+  }
+  auto m = s.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  // Some steps ran more than one generation: batched tokens exceed the steps.
+  std::smatch steps, tokens;
+  ASSERT_TRUE(std::regex_search(m->body, steps, std::regex(R"(wm_serve_batched_steps_total (\d+))")));
+  ASSERT_TRUE(std::regex_search(m->body, tokens, std::regex(R"(wm_serve_batched_tokens_total (\d+))")));
+  EXPECT_GT(std::stoll(tokens[1]), std::stoll(steps[1]));
+}
+
+TEST(Serve, BadRequestsAreAnsweredNamingTheField) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({"--max-body-bytes", "65536", "--max-tokens-limit", "64"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const std::string ok = chat_body({{"user", "hi"}}, 4);
+  struct Case {
+    std::string body;
+    int status;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {"{not json", 400, ""},
+      {"[1, 2]", 400, ""},
+      {R"({"messages": [{"role": "user", "content": "hi"}]})", 400, "model"},
+      {R"({"model": "other", "messages": [{"role": "user", "content": "hi"}]})", 404, "model"},
+      {R"({"model": "tiny-llm"})", 400, "messages"},
+      {R"({"model": "tiny-llm", "messages": []})", 400, "messages"},
+      {R"({"model": "tiny-llm", "messages": [{"role": "king", "content": "hi"}]})", 400, "messages[0].role"},
+      {R"({"model": "tiny-llm", "messages": [{"role": "user", "content": 7}]})", 400, "messages[0].content"},
+      {chat_body({{"user", "hi"}}, 0), 400, "max_tokens"},
+      {chat_body({{"user", "hi"}}, 65), 400, "max_tokens"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"max_tokens": "4"})"), 400, "max_tokens"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"temperature": -1})"), 400, "temperature"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"top_p": 0})"), 400, "top_p"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"stop": 5})"), 400, "stop"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"stream": "yes"})"), 400, "stream"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"session_id": "bad id!"})"), 400, "session_id"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"n": 2})"), 400, "n"},
+      {chat_body({{"user", repeat("x y ", 5000)}}, 4), 400, "messages"},  // past the model's 4,096 positions
+  };
+  for (const auto& k : cases) {
+    auto r = c.Post("/v1/chat/completions", k.body, "application/json");
+    ASSERT_TRUE(r) << k.body;
+    EXPECT_EQ(r->status, k.status) << k.body.substr(0, 120) << " -> " << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.contains("error")) << r->body;
+    if (!k.param.empty()) EXPECT_EQ(e["error"]["param"], k.param) << r->body;
+  }
+  auto big = c.Post("/v1/chat/completions", chat_body({{"user", std::string(70000, 'y')}}, 4), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  auto unknown = c.Get("/v1/nothing");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  // Still serving.
+  auto r = c.Post("/v1/chat/completions", ok, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({"--api-key", "sesame", "--parallel", "1", "--queue", "0"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const std::string body = chat_body({{"user", "Recall fada: 3117."}}, 4);
+  auto no_key = c.Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(no_key);
+  EXPECT_EQ(no_key->status, 401);
+  EXPECT_EQ(c.Get("/health")->status, 200);  // health needs no key
+  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  auto with_key = c.Post("/v1/chat/completions", key, body, "application/json");
+  ASSERT_TRUE(with_key);
+  EXPECT_EQ(with_key->status, 200) << with_key->body;
+  // One slot, no queue: of several long requests at once, some are refused with Retry-After.
+  const std::string slow = chat_body({{"user", "Recall fada: 3117."}}, 400, false, R"({"stop": ["never seen"]})");
+  std::vector<std::future<std::pair<int, std::string>>> fs;
+  for (int i = 0; i < 4; ++i)
+    fs.push_back(std::async(std::launch::async, [&] {
+      auto cl = s.client();
+      auto r = cl.Post("/v1/chat/completions", key, slow, "application/json");
+      return r ? std::make_pair(r->status, r->get_header_value("Retry-After")) : std::make_pair(-1, std::string());
+    }));
+  int ok = 0, refused = 0;
+  for (auto& f : fs) {
+    auto [status, retry] = f.get();
+    if (status == 200) ++ok;
+    if (status == 429) {
+      ++refused;
+      EXPECT_EQ(retry, "1");
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(refused, 1);
+  EXPECT_EQ(ok + refused, 4);
+  // A client that leaves mid-stream: its generation is cancelled and the slot freed.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(s.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string sb = chat_body({{"user", "Recall fada: 3117."}}, 1000, true, R"({"stop": ["never seen"]})");
+    const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\n"
+                            "Content-Type: application/json\r\nContent-Length: " +
+                            std::to_string(sb.size()) + "\r\n\r\n" + sb;
+    ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    char buf[512];
+    ASSERT_GT(::read(fd, buf, sizeof buf), 0);  // the stream started
+    ::close(fd);
+  }
+  bool cancelled = false;
+  for (int i = 0; i < 200 && !cancelled; ++i) {
+    auto m = c.Get("/metrics", key);
+    cancelled = m && m->body.find("wm_serve_requests_cancelled_total 1") != std::string::npos;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(cancelled) << "the abandoned stream was not cancelled";
+  auto after = c.Post("/v1/chat/completions", key, body, "application/json");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << "the slot was not freed";
+  // SIGTERM: the server ends cleanly.
+  s.proc().signal(SIGTERM);
+  const RunResult rr = s.proc().wait(30);
+  EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
+}
+
+}  // namespace
+}  // namespace wm::testing
+
+#else
+TEST(Serve, NeedsCppHttplib) { GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no wm_serve"; }
+#endif
