@@ -1,0 +1,258 @@
+// wm_serve_load: a bounded load test of a running wm_serve over HTTP. C clients each send R
+// streamed text completions, greedy, each a recall prompt of its own ("rode 42 / sora 17 /
+// Recall: / rode", numbers drawn per request, so that answers differ from request to request): some continue the client's own session, some are one-shot,
+// and every D-th request is dropped by its client mid-stream. Then every answered request is run
+// again alone, in order (a session's on a fresh session that replays the client's earlier
+// turns), and its text compared: a response that differs is "mixed up". Prints answered,
+// refused (429), dropped, lost (no answer, no refusal), mixed up, TTFT and per-token latency
+// percentiles (a request's time from its first to its last token over its tokens after the
+// first) and the aggregate tokens/s; --json writes them.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/error.h"
+#include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string host = "127.0.0.1", model = "tiny-llm", api_key, json_out;
+  int port = 8080, clients = 16, requests = 25, drop_every = 5, max_tokens = 8;
+  double session_share = 0.5;
+  uint64_t seed = 1;
+};
+
+struct Outcome {
+  int client = 0, index = 0;
+  std::string session;  // empty: one-shot
+  std::string message;
+  std::vector<std::pair<std::string, std::string>> history;  // the session's earlier turns (for the replay)
+  bool dropped = false, answered = false, refused = false;
+  std::string text;
+  int tokens = 0;
+  double ttft_s = 0, total_s = 0;
+  double per_token_s = 0;  // (end - first token) / (tokens - 1)
+};
+
+std::string body_of(const Options& o, const std::string& prompt) {
+  return json{{"model", o.model}, {"prompt", prompt}, {"max_tokens", o.max_tokens}, {"stream", true}}.dump();
+}
+
+// Sends one streamed request; fills text, tokens (from usage), timings. drop: leave after the
+// first piece.
+void send(const Options& o, const std::string& session, const std::string& body, bool drop, Outcome& out) {
+  httplib::Client c(o.host, o.port);
+  c.set_read_timeout(300, 0);
+  httplib::Headers h;
+  if (!session.empty()) h.emplace("X-Session-Id", session);
+  if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = h;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  std::string buf;
+  const auto t0 = Clock::now();
+  auto last = t0;
+  bool first = true;
+  req.response_handler = [&](const httplib::Response& r) {
+    if (r.status == 429) out.refused = true;
+    return r.status == 200;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buf.append(data, n);
+    size_t at;
+    while ((at = buf.find("\n\n")) != std::string::npos) {
+      const std::string ev = buf.substr(0, at);
+      buf.erase(0, at + 2);
+      if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
+      const json j = json::parse(ev.substr(6), nullptr, false);
+      if (j.is_discarded() || !j.contains("choices")) continue;
+      const json& d = j["choices"][0];
+      if (d.contains("text") && !d["text"].get<std::string>().empty()) {
+        const auto now = Clock::now();
+        if (first) out.ttft_s = std::chrono::duration<double>(now - t0).count(), first = false;
+        last = now;
+        out.text += d["text"].get<std::string>();
+        if (drop) return false;
+      }
+      if (j.contains("usage")) {
+        out.tokens = j["usage"]["completion_tokens"].get<int>();
+        out.answered = true;
+      }
+    }
+    return true;
+  };
+  c.send(req);
+  out.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (out.tokens > 1) out.per_token_s = (std::chrono::duration<double>(last - t0).count() - out.ttft_s) / (out.tokens - 1);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(p * (v.size() - 1) + 0.5)))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"wm_serve_load: a bounded load test of a running wm_serve: concurrent streamed completions, sessions "
+               "and one-shot, some dropped mid-stream; then each answered request again alone, compared"};
+  app.add_option("--host", o.host, "wm_serve's address")->capture_default_str();
+  app.add_option("--port", o.port, "wm_serve's port")->required()->check(CLI::Range(1, 65535));
+  app.add_option("--model", o.model, "the model name wm_serve serves")->capture_default_str();
+  app.add_option("--api-key", o.api_key, "wm_serve's --api-key, if it has one");
+  app.add_option("--clients", o.clients, "concurrent clients")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--requests", o.requests, "requests per client")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--drop-every", o.drop_every, "every N-th request of a client is dropped mid-stream (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--session-share", o.session_share, "share of requests that continue the client's session")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--max-tokens", o.max_tokens, "max_tokens of each request")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--seed", o.seed, "which requests are session ones and their texts")->capture_default_str();
+  app.add_option("--json", o.json_out, "also write the figures as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::unique_ptr<wm::cli::OutputFile> json_file;
+    if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+    {
+      httplib::Client c(o.host, o.port);
+      auto h = c.Get("/health");
+      if (!h || h->status != 200) throw wm::Error(wm::str_cat("no wm_serve answers at ", o.host, ":", o.port, "/health"));
+    }
+    const std::string run = std::to_string(static_cast<long long>(std::time(nullptr)));
+    std::vector<std::vector<Outcome>> per(o.clients);
+    std::atomic<int> done{0};
+    const auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (int ci = 0; ci < o.clients; ++ci)
+      ts.emplace_back([&, ci] {
+        const std::string session = "load-" + run + "-" + std::to_string(ci);
+        std::vector<std::pair<std::string, std::string>> history;  // the session's turns so far
+        uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(ci + 1) * 0xBF58476D1CE4E5B9ull;
+        for (int i = 0; i < o.requests; ++i) {
+          x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+          Outcome out;
+          out.client = ci, out.index = i;
+          const bool in_session = static_cast<double>(x % 1000) / 1000.0 < o.session_share;
+          out.dropped = o.drop_every > 0 && (i + 1) % o.drop_every == 0;
+          const uint64_t a = 10 + (x >> 20) % 90, b = 10 + (x >> 30) % 90;
+          out.message = wm::str_cat("rode ", a, "\nsora ", b, "\nRecall:\n", (x >> 40) % 2 ? "rode" : "sora");
+          if (in_session) {
+            out.session = session;
+            out.history = history;
+          }
+          // A session request sends only its new turn: the server holds the rest.
+          send(o, out.session, body_of(o, out.message), out.dropped, out);
+          // A dropped reply leaves the session with part of a reply the client never saw: the
+          // client starts its session afresh after it.
+          if (in_session && out.answered) history.push_back({out.message, out.text});
+          if (in_session && (out.dropped || !out.answered)) {
+            httplib::Client c(o.host, o.port);
+            httplib::Headers h;
+            if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
+            c.Delete("/v1/sessions/" + session, h);
+            history.clear();
+          }
+          per[ci].push_back(std::move(out));
+          const int d = ++done;
+          if (d % 50 == 0) std::fprintf(stderr, "wm_serve_load: %d/%d requests\n", d, o.clients * o.requests);
+        }
+      });
+    for (auto& t : ts) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Each answered request again, alone: a session one on a fresh session that replays its
+    // client's earlier turns first.
+    int answered = 0, refused = 0, dropped = 0, lost = 0, mixed = 0, tokens = 0;
+    std::vector<double> ttft, gaps;
+    for (auto& v : per)
+      for (auto& out : v) {
+        if (out.dropped) {
+          ++dropped;
+          continue;
+        }
+        if (out.refused) {
+          ++refused;
+          continue;
+        }
+        if (!out.answered) {
+          ++lost;
+          continue;
+        }
+        ++answered;
+        tokens += out.tokens;
+        ttft.push_back(out.ttft_s);
+        if (out.tokens > 1) gaps.push_back(out.per_token_s);
+        const std::string fresh =
+            out.session.empty() ? "" : wm::str_cat("replay-", run, "-", out.client, "-", out.index);
+        for (const auto& [msg, reply] : out.history) {
+          Outcome r;
+          send(o, fresh, body_of(o, msg), false, r);
+        }
+        Outcome alone;
+        send(o, fresh, body_of(o, out.message), false, alone);
+        if (alone.text != out.text) {
+          ++mixed;
+          if (mixed <= 3)
+            std::fprintf(stderr, "wm_serve_load: client %d request %d differs alone: '%s' against '%s'\n", out.client,
+                         out.index, alone.text.c_str(), out.text.c_str());
+        }
+        if (!fresh.empty()) {
+          httplib::Client c(o.host, o.port);
+          c.Delete("/v1/sessions/" + fresh);
+        }
+      }
+    const int total = o.clients * o.requests;
+    std::printf("%d clients x %d requests (streamed completions, greedy, max_tokens %d; %.0f%% continuing a session; every %d-th "
+                "dropped mid-stream) in %.1f s\n",
+                o.clients, o.requests, o.max_tokens, 100 * o.session_share, o.drop_every, wall);
+    std::printf("answered %d, refused (429) %d, dropped by the client %d, lost %d, mixed up %d (of %d)\n", answered,
+                refused, dropped, lost, mixed, total);
+    std::printf("TTFT p50 %.1f ms, p99 %.1f ms; per token p50 %.1f ms, p99 %.1f ms; %d tokens, %.1f tokens/s in all\n",
+                1e3 * percentile(ttft, 0.5), 1e3 * percentile(ttft, 0.99), 1e3 * percentile(gaps, 0.5),
+                1e3 * percentile(gaps, 0.99), tokens, tokens / wall);
+    if (json_file) {
+      json_file->stream() << json{{"clients", o.clients},
+                                  {"requests_per_client", o.requests},
+                                  {"max_tokens", o.max_tokens},
+                                  {"answered", answered},
+                                  {"refused", refused},
+                                  {"dropped", dropped},
+                                  {"lost", lost},
+                                  {"mixed_up", mixed},
+                                  {"wall_s", wall},
+                                  {"ttft_p50_s", percentile(ttft, 0.5)},
+                                  {"ttft_p99_s", percentile(ttft, 0.99)},
+                                  {"token_p50_s", percentile(gaps, 0.5)},
+                                  {"token_p99_s", percentile(gaps, 0.99)},
+                                  {"tokens", tokens},
+                                  {"tokens_per_s", tokens / wall}}
+                                     .dump(2)
+                              << "\n";
+      json_file->commit();
+    }
+    return lost == 0 && mixed == 0 ? 0 : 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wm_serve_load: error: %s\n", wm::cli::error_text(e).c_str());
+    return 1;
+  }
+}
