@@ -245,16 +245,21 @@ void KvWindow::keep_tokens_per_head(int l, const std::vector<std::vector<int64_t
   h.add_(hide.to(h.device())).clamp_min_(kHiddenLogw);
 }
 
-void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& logw, const at::Tensor& pos) {
+void KvWindow::check_written(int l, const std::vector<int64_t>& idx) const {
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
-  const int64_t m = static_cast<int64_t>(idx.size()), used = size(l);
+  const int64_t used = size(l);
   std::vector<bool> seen(used, false);
   for (int64_t i : idx) {
     WM_CHECK(i >= 0 && i < used, "token ", i, " is outside layer ", l, " (", used, " tokens)");
     WM_CHECK(!seen[i], "token ", i, " is written twice");
     seen[i] = true;
   }
+}
+
+void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& logw, const at::Tensor& pos) {
+  check_written(l, idx);
+  const int64_t m = static_cast<int64_t>(idx.size());
   const std::vector<int64_t> want{spec_.n_kv_heads, m, spec_.head_dim};
   WM_CHECK(k.sizes() == at::IntArrayRef(want) && v.sizes() == at::IntArrayRef(want), "k and v must be ", want,
            ", got ", k.sizes(), " and ", v.sizes());
@@ -272,15 +277,9 @@ void KvWindow::write_tokens(int l, const std::vector<int64_t>& idx, const at::Te
 
 void KvWindow::write_head_tokens(int l, int h, const std::vector<int64_t>& idx, const at::Tensor& k,
                                  const at::Tensor& v, const at::Tensor& logw) {
-  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   WM_CHECK(h >= 0 && h < spec_.n_kv_heads, "kv head ", h, " out of range [0, ", spec_.n_kv_heads, ")");
-  const int64_t m = static_cast<int64_t>(idx.size()), used = size(l);
-  std::vector<bool> seen(used, false);
-  for (int64_t i : idx) {
-    WM_CHECK(i >= 0 && i < used, "token ", i, " is outside layer ", l, " (", used, " tokens)");
-    WM_CHECK(!seen[i], "token ", i, " is written twice");
-    seen[i] = true;
-  }
+  check_written(l, idx);
+  const int64_t m = static_cast<int64_t>(idx.size());
   const std::vector<int64_t> want{1, m, spec_.head_dim};
   WM_CHECK(k.sizes() == at::IntArrayRef(want) && v.sizes() == at::IntArrayRef(want), "k and v must be ", want,
            ", got ", k.sizes(), " and ", v.sizes());

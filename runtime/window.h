@@ -152,6 +152,8 @@ class KvWindow {
   void ensure(int l, int64_t need, double factor);
   // need * factor, staggered by layer (see window.cpp), in granules.
   int64_t staggered_capacity(int l, int64_t need, double factor) const;
+  // Throws wm::Error unless idx are distinct tokens of layer l.
+  void check_written(int l, const std::vector<int64_t>& idx) const;
   void insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
                  const at::Tensor& logw);
   void erase_at(int l, int64_t at, int64_t n);

@@ -62,7 +62,6 @@ class KeepKv final : public TextPolicy {
     const int L = w.spec().n_layers;
     WM_CHECK(static_cast<int>(step.key_mass.size()) == L && static_cast<int>(step.query.size()) == L, name(),
              " needs the key mass and the last query of all ", L, " layers");
-    const double beta = cfg_.score_decay;
     const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
     ema_.resize(L);
     seen_.resize(L);
@@ -71,36 +70,41 @@ class KeepKv final : public TextPolicy {
     MemoryPlan plan;
     const bool refresh = cfg_.refresh_every > 0 && steps_ % cfg_.refresh_every == 0;
     for (int l = 0; l < L; ++l) {
-      const int64_t n = w.size(l), fresh = step.fresh, before = n - fresh;
+      const int64_t n = w.size(l);
       const at::Tensor& mass = step.key_mass[l];
       WM_CHECK(mass.dim() == 2 && mass.size(1) == n, "layer ", l, ": key mass ", mass.sizes(), " for ", n, " keys");
-      if (!ema_[l].defined() || ema_[l].size(0) != before) {
-        ema_[l] = at::zeros({before}, at::kDouble);
-        seen_[l] = at::zeros({before}, at::kDouble);
-      }
-      // Each key's mean attention over the scoring queries that see it (the step's last
-      // score_window, or all of them): a key inside that window is seen by the queries from it on.
-      const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
-      const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
-      const at::Tensor m = mass.sum(0).to(at::kCPU, at::kDouble) / seen_by;
-      at::Tensor ema, seen;
-      if (cfg_.prompt_restart && fresh > 1) {
-        // A prompt step: its own window decides (SnapKV's observation window), not the past.
-        ema = m * (1.0 - beta);
-        seen = at::ones({n}, at::kDouble);
-      } else {
-        ema = at::cat({ema_[l], at::zeros({fresh}, at::kDouble)}) * beta + m * (1.0 - beta);
-        seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
-      }
+      auto [ema, seen] = moving_scores(l, mass.sum(0, true), step.fresh);
+      ema = ema.squeeze(0);
       if (refresh && !stash_[l].empty()) {
         rebuild_layer(memory, l, step.query[l], scale, ema, seen, plan);
       } else if (n > cfg_.budget) {
         merge_layer(w, l, step.query[l], scale, ema, seen, plan);
       }
-      ema_[l] = ema;
+      ema_[l] = ema.unsqueeze(0);
       seen_[l] = seen;
     }
     return plan;
+  }
+
+  // Layer l's scores after a step of `fresh` tokens from its key mass rows [R, n] (R = 1: the
+  // heads summed; R = n_kv_heads: per head): each key's mean attention over the scoring queries
+  // that see it (the step's last score_window, or all of them: a key inside that window is seen
+  // by the queries from it on), folded into the moving average ema [R, n] (restarted by a
+  // prompt step when prompt_restart: its own window decides, as SnapKV's observation window),
+  // and the steps each key has been scored, seen [n].
+  std::pair<at::Tensor, at::Tensor> moving_scores(int l, const at::Tensor& mass_rows, int64_t fresh) {
+    const double beta = cfg_.score_decay;
+    const int64_t R = mass_rows.size(0), n = mass_rows.size(1), before = n - fresh;
+    if (!ema_[l].defined() || ema_[l].dim() != 2 || ema_[l].size(0) != R || ema_[l].size(1) != before) {
+      ema_[l] = at::zeros({R, before}, at::kDouble);
+      seen_[l] = at::zeros({before}, at::kDouble);
+    }
+    const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
+    const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
+    const at::Tensor m = mass_rows.to(at::kCPU, at::kDouble) / seen_by.unsqueeze(0);
+    if (cfg_.prompt_restart && fresh > 1) return {m * (1.0 - beta), at::ones({n}, at::kDouble)};
+    return {at::cat({ema_[l], at::zeros({R, fresh}, at::kDouble)}, 1) * beta + m * (1.0 - beta),
+            at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0};
   }
 
   // Per kv head: the same scores, each head's from its own attention ([KH, n] state), and the
@@ -111,31 +115,16 @@ class KeepKv final : public TextPolicy {
     const int64_t KH = w.spec().n_kv_heads;
     WM_CHECK(static_cast<int>(step.key_mass.size()) == L && static_cast<int>(step.query.size()) == L, name(),
              " needs the key mass and the last query of all ", L, " layers");
-    const double beta = cfg_.score_decay;
     const double scale = 1.0 / std::sqrt(static_cast<double>(w.spec().head_dim));
     ema_.resize(L);
     seen_.resize(L);
     MemoryPlan plan;
     for (int l = 0; l < L; ++l) {
-      const int64_t n = w.size(l), fresh = step.fresh, before = n - fresh;
+      const int64_t n = w.size(l);
       const at::Tensor& mass = step.key_mass[l];
       WM_CHECK(mass.dim() == 2 && mass.size(0) == KH && mass.size(1) == n, "layer ", l, ": key mass ", mass.sizes(),
                " for ", KH, " x ", n, " keys");
-      if (!ema_[l].defined() || ema_[l].dim() != 2 || ema_[l].size(1) != before) {
-        ema_[l] = at::zeros({KH, before}, at::kDouble);
-        seen_[l] = at::zeros({before}, at::kDouble);
-      }
-      const int64_t wq = cfg_.score_window > 0 ? std::min(cfg_.score_window, fresh) : fresh;
-      const at::Tensor seen_by = at::clamp_max(at::arange(n, 0, -1, at::kDouble), static_cast<double>(wq));
-      const at::Tensor m = mass.to(at::kCPU, at::kDouble) / seen_by.unsqueeze(0);
-      at::Tensor ema, seen;
-      if (cfg_.prompt_restart && fresh > 1) {
-        ema = m * (1.0 - beta);
-        seen = at::ones({n}, at::kDouble);
-      } else {
-        ema = at::cat({ema_[l], at::zeros({KH, fresh}, at::kDouble)}, 1) * beta + m * (1.0 - beta);
-        seen = at::cat({seen_[l], at::zeros({fresh}, at::kDouble)}) + 1.0;
-      }
+      auto [ema, seen] = moving_scores(l, mass, step.fresh);
       const at::Tensor hl = w.head_logw(l);
       const at::Tensor vis = hl.defined() ? hl.to(at::kCPU).gt(kHiddenLogw / 2) : at::ones({KH, n}, at::kBool);
       if (vis.sum(1).max().item<int64_t>() > cfg_.budget) merge_layer_per_head(w, l, step.query[l], scale, vis, ema, seen, plan);
