@@ -370,6 +370,29 @@ TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
   EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
 }
 
+// The load test against a server of 2 slots and a short queue: 8 clients x 6 streamed requests,
+// sessions and one-shot, every 3rd dropped mid-stream: none lost, none mixed up (each answer
+// equals the same request run alone), every request answered, refused or dropped.
+TEST(Serve, LoadTestLosesAndMixesUpNothing) {
+  SKIP_WITHOUT_SERVE();
+  const std::string load = program_path("wm_serve_load");
+  if (load.empty()) GTEST_SKIP() << "wm_serve_load is not built";
+  ServeProcess s({"--parallel", "2", "--queue", "4"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  const fs::path out = fs::temp_directory_path() / ("wm_serve_load_" + std::to_string(::getpid()) + ".json");
+  const RunResult r = run_program({load, "--port", std::to_string(s.port()), "--clients", "8", "--requests", "6",
+                                   "--drop-every", "3", "--json", out.string()},
+                                  fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 300);
+  EXPECT_TRUE(r.exited && r.code == 0) << r.out << r.err;
+  const json j = json::parse(read_text(out));
+  EXPECT_EQ(j["lost"], 0);
+  EXPECT_EQ(j["mixed_up"], 0);
+  EXPECT_EQ(j["dropped"], 16);
+  EXPECT_EQ(j["answered"].get<int>() + j["refused"].get<int>(), 32);
+  EXPECT_GT(j["answered"].get<int>(), 0);
+  fs::remove(out);
+}
+
 }  // namespace
 }  // namespace wm::testing
 

@@ -579,6 +579,15 @@ int main(int argc, char** argv) {
     svr.set_read_timeout(o.read_timeout_s, 0);
     svr.set_write_timeout(30, 0);
     server.routes(svr);
+    // The library listens with a backlog of 5: a burst of clients would see their connections
+    // dropped and retried a second later. The socket is taken here and its backlog raised
+    // once bound.
+    int listen_fd = -1;
+    svr.set_socket_options([&listen_fd](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listen_fd = sock;
+    });
     int port = o.port;
     if (port == 0) {
       port = svr.bind_to_any_port(o.host);
@@ -586,6 +595,7 @@ int main(int argc, char** argv) {
     } else if (!svr.bind_to_port(o.host, port)) {
       throw wm::Error(wm::str_cat("cannot listen on ", o.host, ":", port, " (in use, or not an address here)"));
     }
+    if (listen_fd >= 0) ::listen(listen_fd, 1024);
     g_server = &svr;
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
