@@ -153,6 +153,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       ++counters_.failed;
+      --active_;  // its slot is free before anyone hears of the failure
     }
     release(r->held, s);
     r->job->done.set_value(std::move(res));
@@ -203,6 +204,7 @@ void ServeEngine::finish(Running& r) {
     counters_.prompt_tokens += res.generation.stats.prompt_tokens;
     counters_.completion_tokens += res.generation.stats.new_tokens;
     if (res.generation.stop_reason == "cancelled") ++counters_.cancelled;
+    --active_;  // its slot is free before the client hears the answer (and sends the next request)
   }
   release(r.held, r.held ? r.held->session.get() : nullptr);
   r.job->done.set_value(std::move(res));

@@ -304,7 +304,7 @@ TEST(Serve, BadRequestsAreAnsweredNamingTheField) {
 
 TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
   SKIP_WITHOUT_SERVE();
-  ServeProcess s({"--api-key", "sesame", "--parallel", "1", "--queue", "0"});
+  ServeProcess s({"--api-key", "sesame", "--parallel", "1", "--queue", "0", "--max-tokens-limit", "4000"});
   ASSERT_GT(s.port(), 0) << s.err();
   auto c = s.client();
   const std::string body = chat_body({{"user", "Recall fada: 3117."}}, 4);
@@ -345,7 +345,8 @@ TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
     a.sin_port = htons(static_cast<uint16_t>(s.port()));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    const std::string sb = chat_body({{"user", "Recall fada: 3117."}}, 1000, true, R"({"stop": ["never seen"]})");
+    // 4,000 tokens: seconds of generation, whatever else the machine runs, to notice the drop in.
+    const std::string sb = chat_body({{"user", "Recall fada: 3117."}}, 4000, true, R"({"stop": ["never seen"]})");
     const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\n"
                             "Content-Type: application/json\r\nContent-Length: " +
                             std::to_string(sb.size()) + "\r\n\r\n" + sb;
