@@ -109,7 +109,6 @@ class ServeEngine {
     std::unique_ptr<Decoding> decoding;
     bool cancelled = false;
     std::chrono::steady_clock::time_point t0, t_last;
-    size_t tokens_seen = 0;
   };
   void loop();
   void start_job(std::unique_ptr<Job> job);

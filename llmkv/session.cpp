@@ -442,16 +442,15 @@ void decode_together(const std::vector<Decoding*>& ds) {
   LlmModelImpl& model = live.front()->session().model();
   std::vector<KvWindow*> windows;
   std::vector<int64_t> tokens, pos;
-  StepOptions so;
-  so.region = "recent";
-  so.segment = "recent";
+  // What any of the sessions' policies wants captured (a decode step's one query makes the mass
+  // window irrelevant; captures a policy did not ask for are ignored by after_step).
+  StepOptions so = live.front()->session().decode_options();
   for (Decoding* d : live) {
     LlmSession& s = d->session();
     WM_CHECK(&s.model() == &model, "decode_together: the sessions run different models");
     const StepOptions own = s.decode_options();
     so.capture_mass = so.capture_mass || own.capture_mass;
     so.capture_query = so.capture_query || own.capture_query;
-    // The mass of the last query: a decode step has one, whatever window a policy asks for.
     windows.push_back(&s.window());
     tokens.push_back(d->token());
     pos.push_back(s.next_position() - 1);

@@ -42,12 +42,8 @@ MemoryPlan& MemoryPlan::insert(std::string region, Block block) {
 }
 
 MemoryPlan& MemoryPlan::keep_per_head(int layer, std::vector<std::vector<int64_t>> head_tokens) {
-  MemoryOp op;
-  op.kind = MemoryOp::Kind::Keep;
-  op.id = str_cat("layer ", layer);
-  op.layer = layer;
-  op.head_tokens = std::move(head_tokens);
-  ops.push_back(std::move(op));
+  keep(layer, {});
+  ops.back().head_tokens = std::move(head_tokens);
   return *this;
 }
 
