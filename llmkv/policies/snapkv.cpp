@@ -27,21 +27,10 @@ std::vector<std::vector<int64_t>> keep_top_and_recent_per_head(const at::Tensor&
   const int64_t KH = votes.size(0), m = votes.size(1);
   WM_CHECK(static_cast<int64_t>(shares.size()) == KH && m <= n - recent, "per-head selection: ", shares.size(),
            " shares for ", KH, " heads, ", m, " candidates before ", recent, " recent of ", n);
-  const at::Tensor s = votes.to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor finite = votes.gt(-std::numeric_limits<float>::infinity()).sum(1).to(at::kCPU);
   std::vector<std::vector<int64_t>> keep(KH);
-  std::vector<int64_t> idx;
-  for (int64_t h = 0; h < KH; ++h) {
-    const double* p = s.data_ptr<double>() + h * m;
-    idx.clear();
-    for (int64_t i = 0; i < m; ++i)
-      if (p[i] > -std::numeric_limits<double>::infinity()) idx.push_back(i);
-    const int64_t k = std::max<int64_t>(0, std::min<int64_t>(shares[h], static_cast<int64_t>(idx.size())));
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    keep[h].assign(idx.begin(), idx.begin() + k);
-    std::sort(keep[h].begin(), keep[h].end());
-    for (int64_t i = n - recent; i < n; ++i) keep[h].push_back(i);
-  }
+  for (int64_t h = 0; h < KH; ++h)  // -inf sorts last: taking no more than the finite votes never picks one
+    keep[h] = keep_top_and_recent(votes[h], std::min(shares[h], finite[h].item<int64_t>()), n, recent);
   return keep;
 }
 
