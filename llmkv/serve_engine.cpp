@@ -1,6 +1,7 @@
 #include "llmkv/serve_engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace wm::llm {
 
@@ -34,12 +35,30 @@ ServeEngine::ServeEngine(LlmModel model, Tokenizer tokenizer, at::Device device,
                          ServeOptions opt)
     : model_(std::move(model)), tok_(std::move(tokenizer)), device_(device), dtype_(dtype), opt_(std::move(opt)) {
   opt_.validate();
-  // A policy that needs its context as named blocks (evoke) is driven by its own feeding.
-  WM_CHECK(!make_text_policy(opt_.session.memory)->block_wise(), "policy ", opt_.session.memory.policy,
-           " takes its context as named blocks; the engine feeds each turn as one prompt");
   counters_.ttft_buckets.assign(ttft_bounds().size(), 0);
   counters_.token_buckets.assign(token_bounds().size(), 0);
+  if (!opt_.state_dir.empty()) {
+    // A policy whose state a snapshot cannot hold would fail at every save: said now.
+    LlmSession probe(model_, tok_, device_, dtype_, opt_.session);
+    (void)probe.snapshot();
+    files_ = std::make_unique<SessionFiles>(opt_.state_dir, [this](const std::string& m) { warn(m); });
+    for (const auto& [id, st] : files_->found()) {
+      Held& h = held_[id];
+      h.stored = true;
+      h.position = st.next_position;
+      h.turns = st.note.value("turns", int64_t{0});
+      h.note = st.note.contains("note") ? st.note["note"] : nlohmann::json();
+      lru_.push_back(id);
+    }
+  }
   thread_ = std::thread([this] { loop(); });
+}
+
+void ServeEngine::warn(const std::string& msg) const {
+  if (opt_.log)
+    opt_.log(msg);
+  else
+    std::fprintf(stderr, "serve: %s\n", msg.c_str());
 }
 
 ServeEngine::~ServeEngine() {
@@ -68,12 +87,34 @@ bool ServeEngine::erase_session(const std::string& id) {
   auto it = held_.find(id);
   if (it == held_.end()) return false;
   if (it->second.busy) {
-    it->second.doomed = true;
+    it->second.doomed = true;  // ends, file and all, when its request does (release)
     return true;
   }
+  const bool stored = it->second.stored;
   held_.erase(it);
   lru_.remove(id);
+  if (stored) {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    try {
+      files_->erase(id);
+    } catch (const std::exception& e) {
+      warn(str_cat("session '", id, "': its file could not be removed: ", e.what()));
+    }
+  }
   return true;
+}
+
+std::optional<ServeEngine::SessionInfo> ServeEngine::session_info(const std::string& id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = held_.find(id);
+  if (it == held_.end() || it->second.doomed) return std::nullopt;
+  SessionInfo i;
+  i.turns = it->second.turns;
+  i.position = it->second.position;
+  i.in_memory = it->second.session != nullptr;
+  i.kv_bytes = it->second.kv_bytes;
+  i.note = it->second.note;
+  return i;
 }
 
 bool ServeEngine::has_session(const std::string& id) const {
@@ -111,10 +152,25 @@ int64_t ServeEngine::sessions() const {
   std::lock_guard<std::mutex> lk(mu_);
   return static_cast<int64_t>(held_.size());
 }
+int64_t ServeEngine::sessions_in_memory() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t n = 0;
+  for (const auto& [id, h] : held_) n += h.session != nullptr;
+  return n;
+}
 size_t ServeEngine::kv_bytes() const {
   std::lock_guard<std::mutex> lk(mu_);
   size_t b = 0;
-  for (const auto& [id, h] : held_) b += h.kv_bytes;
+  for (const auto& [id, h] : held_)
+    b += h.kv_bytes - h.bank_bytes[static_cast<int>(Tier::Device)] - h.bank_bytes[static_cast<int>(Tier::Host)];
+  return b;
+}
+
+std::array<size_t, kTiers> ServeEngine::bank_bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::array<size_t, kTiers> b{};
+  for (const auto& [id, h] : held_)
+    for (int t = 0; t < kTiers; ++t) b[t] += h.bank_bytes[t];
   return b;
 }
 
@@ -131,12 +187,46 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   r->t0 = Clock::now();
   LlmSession* s = nullptr;
   const std::string& sid = r->job->req.session;
+  std::string load_error;
   if (!sid.empty()) {
-    std::lock_guard<std::mutex> lk(mu_);
-    r->held = &held_.at(sid);  // made and marked busy when admitted
-    if (!r->held->session)
-      r->held->session = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
-    s = r->held->session.get();
+    bool load = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      r->held = &held_.at(sid);  // made and marked busy when admitted
+      load = !r->held->session && r->held->stored;
+      if (!r->held->session)
+        r->held->session = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
+      s = r->held->session.get();
+      r->turn = r->held->turns;
+    }
+    if (load) {
+      // Back from the folder. A file damaged since the folder was opened is reported; the
+      // session starts afresh and this request fails (its prompt was made for the lost context).
+      try {
+        std::lock_guard<std::mutex> fl(files_mu_);
+        (void)files_->load(sid, *s);
+        std::lock_guard<std::mutex> lk(mu_);
+        ++counters_.loads;
+      } catch (const std::exception& e) {
+        load_error = str_cat("session '", sid, "' could not be brought back from ", opt_.state_dir, ": ", e.what(),
+                             "; it starts afresh: send the whole conversation again");
+        warn(load_error);
+        s->reset();
+        {
+          std::lock_guard<std::mutex> fl(files_mu_);
+          try {
+            files_->erase(sid);
+          } catch (const std::exception&) {
+          }
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        ++counters_.load_failed;
+        r->held->stored = false;
+        r->held->turns = 0;
+        r->held->position = 0;
+        r->held->note = nullptr;
+      }
+    }
   } else {
     r->oneshot = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
     s = r->oneshot.get();
@@ -146,7 +236,28 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
     if (!rp->cancelled && rp->job->req.on_text && !rp->job->req.on_text(t)) rp->cancelled = true;
   };
   try {
-    r->decoding = std::make_unique<Decoding>(s->begin(r->job->req.prompt, r->job->req.gen, on_text));
+    if (!load_error.empty()) throw Error(load_error);
+    const ServeRequest& req = r->job->req;
+    r->evictions0 = s->policy().evictions();
+    r->recoveries0 = s->policy().recoveries();
+    std::vector<int64_t> prompt;
+    if (s->policy().block_wise()) {
+      // Each message a block of its own, named by the session's turn.
+      for (size_t i = 0; i < req.blocks.size(); ++i) {
+        if (req.blocks[i].tokens.empty()) continue;
+        PromptPiece p;
+        p.segment = str_cat("t", r->turn, ".", i);
+        p.kind = req.blocks[i].kind;
+        p.message = req.blocks[i].message;
+        s->feed_piece(req.blocks[i].tokens, p);
+        r->block_tokens += static_cast<int64_t>(req.blocks[i].tokens.size());
+      }
+      prompt = req.prompt;
+    } else {
+      for (const auto& b : req.blocks) prompt.insert(prompt.end(), b.tokens.begin(), b.tokens.end());
+      prompt.insert(prompt.end(), req.prompt.begin(), req.prompt.end());
+    }
+    r->decoding = std::make_unique<Decoding>(s->begin(prompt, req.gen, on_text));
   } catch (const std::exception& e) {
     ServeResult res;
     res.error = e.what();
@@ -172,26 +283,91 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
 
 void ServeEngine::release(Held* h, LlmSession* s) {
   if (h == nullptr) return;
-  std::lock_guard<std::mutex> lk(mu_);
-  h->busy = false;
-  h->kv_bytes = s != nullptr ? s->window().bytes_used() : 0;
-  h->position = s != nullptr ? s->next_position() : 0;
-  // Ended while in use, or beyond the session count: idle ones leave, least recently used first.
-  for (auto it = held_.begin(); it != held_.end();)
-    if (it->second.doomed && !it->second.busy) {
-      lru_.remove(it->first);
-      it = held_.erase(it);
-    } else {
-      ++it;
+  std::vector<std::string> gone;  // ended sessions whose files go too
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    h->busy = false;
+    h->kv_bytes = 0;
+    h->bank_bytes = {};
+    if (s != nullptr) {
+      for (int t = 0; t < kTiers; ++t) h->bank_bytes[t] = s->memory().bank().bytes(static_cast<Tier>(t));
+      h->kv_bytes = s->window().bytes_used() + h->bank_bytes[static_cast<int>(Tier::Device)] +
+                    h->bank_bytes[static_cast<int>(Tier::Host)];
     }
-  for (auto it = lru_.begin(); held_.size() > opt_.max_sessions && it != lru_.end();) {
-    auto h2 = held_.find(*it);
-    if (h2 != held_.end() && !h2->second.busy) {
-      held_.erase(h2);
+    h->position = s != nullptr ? s->next_position() : 0;
+    // Ended while in use.
+    for (auto it = held_.begin(); it != held_.end();)
+      if (it->second.doomed && !it->second.busy) {
+        if (it->second.stored) gone.push_back(it->first);
+        lru_.remove(it->first);
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
+    trim();
+  }
+  if (!gone.empty()) {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    for (const auto& id : gone) try {
+        files_->erase(id);
+      } catch (const std::exception& e) {
+        warn(str_cat("session '", id, "': its file could not be removed: ", e.what()));
+      }
+  }
+}
+
+void ServeEngine::trim() {
+  int64_t loaded = 0;
+  size_t bytes = 0;
+  for (const auto& [id, h] : held_)
+    if (h.session) ++loaded, bytes += h.kv_bytes;
+  for (auto it = lru_.begin();
+       it != lru_.end() && (loaded > static_cast<int64_t>(opt_.max_sessions) || bytes > opt_.session_memory);) {
+    auto h = held_.find(*it);
+    if (h == held_.end() || h->second.busy || !h->second.session) {
+      ++it;
+      continue;
+    }
+    --loaded;
+    bytes -= std::min(bytes, h->second.kv_bytes);
+    if (h->second.stored) {
+      // Its file holds it as of its last request: memory is freed, the file brings it back.
+      h->second.session.reset();
+      h->second.kv_bytes = 0;
+      h->second.bank_bytes = {};
+      ++counters_.unloaded;
+      ++it;
+    } else {
+      held_.erase(h);
       it = lru_.erase(it);
-    } else {
-      ++it;
+      ++counters_.ended;
     }
+  }
+}
+
+void ServeEngine::save(const std::string& id, Held& h) {
+  nlohmann::json note;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (h.doomed) return;  // being ended: nothing to keep
+    note = {{"turns", h.turns}, {"note", h.note}};
+  }
+  try {
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> fl(files_mu_);
+      bytes = files_->save(id, *h.session, note);
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    h.stored = true;
+    ++counters_.saves;
+    counters_.save_bytes += static_cast<int64_t>(bytes);
+  } catch (const std::exception& e) {
+    // The file keeps the state before (a restart finds that); the session stays in memory.
+    warn(str_cat("session '", id, "' could not be saved to ", opt_.state_dir, ": ", e.what()));
+    std::lock_guard<std::mutex> lk(mu_);
+    h.stored = false;
+    ++counters_.save_failed;
   }
 }
 
@@ -199,6 +375,31 @@ void ServeEngine::finish(Running& r) {
   if (!r.decoding->done()) r.decoding->cancel();
   ServeResult res;
   res.generation = r.decoding->finish();
+  res.generation.stats.prompt_tokens += r.block_tokens;
+  {
+    const LlmSession& s = r.decoding->session();
+    std::lock_guard<std::mutex> lk(mu_);
+    counters_.evictions += std::max<int64_t>(0, s.policy().evictions() - r.evictions0);
+    counters_.recoveries += std::max<int64_t>(0, s.policy().recoveries() - r.recoveries0);
+  }
+  if (r.held) {
+    LlmSession& s = *r.held->session;
+    if (s.policy().block_wise()) {
+      // The tail and the reply: a block of their own, for the policy to bank and bring back.
+      try {
+        s.seal_recent(str_cat("t", r.turn, ".r"), "assistant");
+      } catch (const std::exception& e) {
+        warn(str_cat("session '", r.job->req.session, "': its reply stays in region recent: ", e.what()));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++r.held->turns;
+      if (r.job->req.note) r.held->note = r.job->req.note(res.generation, r.held->note);
+      r.held->position = s.next_position();
+    }
+    if (files_) save(r.job->req.session, *r.held);
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     counters_.prompt_tokens += res.generation.stats.prompt_tokens;

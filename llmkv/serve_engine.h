@@ -5,20 +5,36 @@
 // a new request joining at the next step and a finished or abandoned one leaving at once. One
 // thread (the engine's) runs the model; submit() may be called from any thread. No HTTP here:
 // the program parses requests into ServeRequest and writes what comes back.
+//
+// A request's new context comes as blocks (messages) and a tail (the assistant's header). Under
+// a block-wise memory policy (evoke) each block is fed as a block of its own (a user message
+// recalled for first) and the tail with the reply becomes one more ("assistant") once the
+// request ends, so that the policy can bank any turn and bring it back; under a token-wise one
+// blocks and tail are one prompt.
+//
+// With a state folder (ServeOptions::state_dir, llmkv/session_files.h) every named session is
+// saved there when a request of it ends, before its answer is delivered, and an engine opened on
+// the folder again finds the sessions there: a session whose last answer was delivered is found
+// with that answer, whatever happened to the process after. Idle sessions beyond the memory
+// budget then leave memory for the folder alone and come back on their next request.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <future>
+#include <array>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "llmkv/session.h"
+#include "llmkv/session_files.h"
 #include "runtime/error.h"
 
 namespace wm::llm {
@@ -26,15 +42,33 @@ namespace wm::llm {
 struct ServeOptions {
   int parallel = 4;           // generations decoding together
   int queue_limit = 16;       // requests waiting for a slot; beyond, submit() refuses (ServeBusy)
-  size_t max_sessions = 256;  // named sessions kept; beyond, the least recently used idle one goes
+  size_t max_sessions = 256;  // named sessions in memory; beyond, the least recently used idle one leaves
+  // K/V bytes the idle named sessions may hold in memory; beyond, the least recently used leave
+  // it. Leaving is to the state folder when there is one; without one the session ends.
+  size_t session_memory = size_t{1} << 30;
+  std::string state_dir;      // where sessions are saved (see above); empty: in memory only
   SessionOptions session;     // every session's: memory policy and budget, prefill chunk
+  // Warnings: a damaged session file, a save that failed. Default: standard error.
+  std::function<void(const std::string&)> log;
   void validate() const;      // throws wm::Error naming the field
+};
+
+// A piece of a request's new context: a message, as tokens.
+struct ServeBlock {
+  std::vector<int64_t> tokens;
+  std::string kind;      // "system", "user", "assistant", "tool", ...: the block's tag for the policy
+  bool message = false;  // a new user message: a recalling policy brings back what it needs first
 };
 
 struct ServeRequest {
   std::string session;          // a named session to continue (made when new); empty: one-shot
-  std::vector<int64_t> prompt;  // the tokens fed before generating: the request's new turn
+  std::vector<ServeBlock> blocks;  // the request's new context before the tail (may be empty)
+  std::vector<int64_t> prompt;  // the tail, fed last (may be empty when blocks are not)
   GenerateOptions gen;
+  // A named session's note when this request ends (answered or cancelled), from what it
+  // generated and the note before (null for a new session): what the program keeps of the
+  // conversation beside its K/V. Saved with the session; called on the engine's thread.
+  std::function<nlohmann::json(const Generation&, const nlohmann::json& before)> note;
   // The text as it becomes final, on the engine's thread. Returning false says nobody listens
   // any more: the generation ends at the next step ("cancelled") and frees its slot.
   std::function<bool(const std::string&)> on_text;
@@ -55,6 +89,11 @@ struct ServeCounters {
   int64_t requests = 0, refused = 0, cancelled = 0, failed = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t batched_steps = 0, batched_tokens = 0;  // decode_together calls and tokens they made
+  int64_t saves = 0, save_failed = 0, save_bytes = 0;  // session files written (state folder)
+  int64_t loads = 0, load_failed = 0;  // sessions brought back from the folder; found damaged
+  int64_t unloaded = 0;                // idle sessions that left memory for the folder
+  int64_t evictions = 0, recoveries = 0;  // blocks the sessions' policies banked and brought back
+  int64_t ended = 0;                   // idle sessions ended beyond the limits (no folder)
   std::vector<int64_t> ttft_buckets, token_buckets;  // counts at or below each bound (cumulative)
   double ttft_sum = 0, token_sum = 0;
   int64_t ttft_count = 0, token_count = 0;
@@ -79,6 +118,15 @@ class ServeEngine {
   // The position the named session's next token takes (0 for a new or unknown one), as of the
   // end of its last request.
   int64_t session_position(const std::string& id) const;
+  // What the engine holds of a named session, as of the end of its last request.
+  struct SessionInfo {
+    int64_t turns = 0;      // requests that ended in it
+    int64_t position = 0;   // as session_position()
+    bool in_memory = false; // else only in the state folder
+    size_t kv_bytes = 0;    // its window's K/V in memory
+    nlohmann::json note;    // ServeRequest::note's last (null before any)
+  };
+  std::optional<SessionInfo> session_info(const std::string& id) const;
   // Stops taking requests; those queued and running finish. Returns when they have.
   void drain();
 
@@ -87,16 +135,21 @@ class ServeEngine {
   ServeCounters counters() const;
   int64_t active() const;    // generations decoding now
   int64_t queued() const;
-  int64_t sessions() const;  // named sessions held
+  int64_t sessions() const;  // named sessions held (in memory or in the state folder)
+  int64_t sessions_in_memory() const;
   size_t kv_bytes() const;   // K/V bytes used by the held sessions' windows
+  std::array<size_t, kTiers> bank_bytes() const;  // their banks' bytes per tier
   const ServeOptions& options() const { return opt_; }
 
  private:
   struct Held {
-    std::unique_ptr<LlmSession> session;
+    std::unique_ptr<LlmSession> session;  // null while only in the folder (or not made yet)
     bool busy = false, doomed = false;
-    size_t kv_bytes = 0;
-    int64_t position = 0;
+    bool stored = false;  // a file in the state folder holds its state as of its last request
+    size_t kv_bytes = 0;  // its window's K/V and its bank's blocks in memory (device and host)
+    std::array<size_t, kTiers> bank_bytes{};  // its bank's, per tier
+    int64_t position = 0, turns = 0;
+    nlohmann::json note;
   };
   struct Job {
     ServeRequest req;
@@ -108,12 +161,19 @@ class ServeEngine {
     std::unique_ptr<LlmSession> oneshot;  // a request without a session
     std::unique_ptr<Decoding> decoding;
     bool cancelled = false;
+    int64_t turn = 0, block_tokens = 0;  // the session's turn this is; tokens fed as blocks
+    int64_t evictions0 = 0, recoveries0 = 0;  // its session's policy's counts when it started
     std::chrono::steady_clock::time_point t0, t_last;
   };
   void loop();
   void start_job(std::unique_ptr<Job> job);
   void finish(Running& r);
   void release(Held* h, LlmSession* s);
+  // Saves a named session that a request of ended (engine thread, not under mu_).
+  void save(const std::string& id, Held& h);
+  // Idle sessions beyond max_sessions or session_memory leave memory (under mu_).
+  void trim();
+  void warn(const std::string& msg) const;
   Held& held_session(const std::string& id);  // under mu_
 
   LlmModel model_;
@@ -129,6 +189,8 @@ class ServeEngine {
   std::vector<std::unique_ptr<Running>> running_;  // the engine thread's alone (active_ mirrors its size)
   int64_t active_ = 0;
   ServeCounters counters_;
+  std::mutex files_mu_;  // files_'s (saves run on the engine thread, erasing on callers')
+  std::unique_ptr<SessionFiles> files_;
   bool stopping_ = false;
   std::thread thread_;
 };

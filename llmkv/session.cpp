@@ -249,17 +249,7 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
   for (const auto& p : pieces) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> part(ids.begin() + begin, ids.begin() + p.end);
-    feed_breadcrumbs();
-    if (p.message) recall_for(part);
-    const std::string region = !p.region.empty() ? p.region : p.segment.empty() ? "recent" : "blocks";
-    const std::string segment = p.segment.empty() ? region : p.segment;
-    if ((!p.kind.empty() || p.priority != 0.0 || p.pinned) && memory_.window().layout().find(segment).first < 0) {
-      // A new block's tags go on first (its segment made, empty): the policy sees them from its first step.
-      BlockMeta meta;
-      meta.kind = p.kind, meta.priority = p.priority, meta.pinned = p.pinned;
-      memory_.apply(MemoryPlan().tag(segment, std::move(meta), region));
-    }
-    last_logits_ = run(part, region, segment, p.stepwise ? 1 : 0, &out);
+    last_logits_ = piece(part, p, &out);
     // The prompt's time runs until the first stepwise token; from there every piece is decoding's.
     if (p.stepwise || pstats_.step_tokens > 0) {
       pstats_.step_tokens += static_cast<int64_t>(part.size());
@@ -271,6 +261,49 @@ std::vector<int64_t> LlmSession::predict_pieces(const std::vector<int64_t>& ids,
     begin = p.end;
   }
   return out;
+}
+
+at::Tensor LlmSession::piece(const std::vector<int64_t>& part, const PromptPiece& p, std::vector<int64_t>* argmax) {
+  feed_breadcrumbs();
+  if (p.message) recall_for(part);
+  const std::string region = !p.region.empty() ? p.region : p.segment.empty() ? "recent" : "blocks";
+  const std::string segment = p.segment.empty() ? region : p.segment;
+  if ((!p.kind.empty() || p.priority != 0.0 || p.pinned) && memory_.window().layout().find(segment).first < 0) {
+    // A new block's tags go on first (its segment made, empty): the policy sees them from its first step.
+    BlockMeta meta;
+    meta.kind = p.kind, meta.priority = p.priority, meta.pinned = p.pinned;
+    memory_.apply(MemoryPlan().tag(segment, std::move(meta), region));
+  }
+  return run(part, region, segment, p.stepwise ? 1 : 0, argmax);
+}
+
+at::Tensor LlmSession::feed_piece(const std::vector<int64_t>& ids, const PromptPiece& p) {
+  WM_CHECK(!ids.empty(), "nothing to feed");
+  feed_pending();
+  last_logits_ = piece(ids, p, nullptr);
+  return last_logits_;
+}
+
+void LlmSession::feed_pending() {
+  if (!pending_) return;
+  last_logits_ = run({*pending_}, "recent", "recent");
+  pending_.reset();
+}
+
+void LlmSession::seal_recent(const std::string& id, const std::string& kind) {
+  KvWindow& w = memory_.window();
+  const auto& layout = w.layout();
+  WM_CHECK(layout.find(id).first < 0, "seal_recent: the window holds a segment '", id, "' already");
+  feed_pending();
+  std::vector<std::string> segs;
+  for (const auto& seg : layout.segments(layout.region("recent")))
+    if (layout.segment_len(0, seg.id) > 0) segs.push_back(seg.id);
+  for (const auto& sid : segs) {
+    Block b = w.extract(sid);
+    b.id = segs.size() == 1 ? id : str_cat(id, ".", sid);
+    b.meta.kind = kind;
+    memory_.apply(MemoryPlan().drop(sid).insert("blocks", std::move(b)));
+  }
 }
 
 std::vector<at::Tensor> LlmSession::take_log_probs() {

