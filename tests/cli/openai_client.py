@@ -1,0 +1,47 @@
+"""wm_serve through the official openai Python client: a chat completion whole and streamed (the
+same text), a text completion, a session continued over two requests (X-Session-Id), the session
+read back, and an error the client raises as it should. Run by openai_client.sh."""
+import json
+import sys
+import urllib.request
+
+import openai
+
+port = int(sys.argv[1])
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+models = [m.id for m in client.models.list().data]
+assert models == ["tiny-llm"], models
+
+messages = [{"role": "user", "content": "Recall fada: 3117. Recall fada?"}]
+whole = client.chat.completions.create(model="tiny-llm", messages=messages, max_tokens=12, temperature=0)
+text = whole.choices[0].message.content
+assert whole.usage.completion_tokens > 0 and whole.usage.prompt_tokens > 0, whole.usage
+streamed = "".join(
+    (c.choices[0].delta.content or "")
+    for c in client.chat.completions.create(model="tiny-llm", messages=messages, max_tokens=12, temperature=0, stream=True)
+    if c.choices
+)
+assert streamed == text, (streamed, text)
+
+completion = client.completions.create(model="tiny-llm", prompt="rode 42\nsora 17\nRecall:\nrode", max_tokens=3,
+                                       temperature=0)
+assert completion.choices[0].text.startswith(" 42"), repr(completion.choices[0].text)
+
+# A session over two requests: the second sends only its new message.
+session = {"X-Session-Id": "openai-client"}
+first = client.completions.create(model="tiny-llm", prompt="rode 42\nsora 17\n", max_tokens=1, temperature=0,
+                                  extra_headers=session)
+second = client.completions.create(model="tiny-llm", prompt="Recall:\nsora", max_tokens=3, temperature=0,
+                                   extra_headers=session)
+assert second.choices[0].text.startswith(" 17"), repr(second.choices[0].text)
+info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/openai-client"))
+assert info["turns"] == 2 and info["last_reply"] == second.choices[0].text, info
+
+try:
+    client.chat.completions.create(model="no-such-model", messages=messages, max_tokens=4)
+    raise AssertionError("an unknown model was served")
+except openai.NotFoundError as e:
+    assert e.body["param"] == "model", e.body
+
+print(f"openai {openai.__version__}: chat whole and streamed {text!r}; completion {completion.choices[0].text!r}; "
+      f"session continued {second.choices[0].text!r}; unknown model -> 404")
