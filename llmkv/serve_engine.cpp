@@ -51,6 +51,7 @@ ServeEngine::ServeEngine(LlmModel model, Tokenizer tokenizer, at::Device device,
       lru_.push_back(id);
     }
   }
+  if (files_) writer_ = std::thread([this] { writer_loop(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -64,6 +65,69 @@ void ServeEngine::warn(const std::string& msg) const {
 ServeEngine::~ServeEngine() {
   drain();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lk(w_mu_);
+    w_stop_ = true;
+    w_cv_.notify_all();
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+void ServeEngine::queue_file_op(FileOp op) {
+  std::lock_guard<std::mutex> lk(w_mu_);
+  w_queue_.push_back(std::move(op));
+  w_cv_.notify_one();
+}
+
+void ServeEngine::writer_loop() {
+  while (true) {
+    FileOp op;
+    {
+      std::unique_lock<std::mutex> lk(w_mu_);
+      w_cv_.wait(lk, [&] { return w_stop_ || !w_queue_.empty(); });
+      if (w_queue_.empty()) return;  // stopping, nothing left
+      op = std::move(w_queue_.front());
+      w_queue_.pop_front();
+    }
+    if (op.erase) {
+      try {
+        std::lock_guard<std::mutex> fl(files_mu_);
+        files_->erase(op.id);
+      } catch (const std::exception& e) {
+        warn(str_cat("session '", op.id, "': its file could not be removed: ", e.what()));
+      }
+    } else {
+      bool ok = false;
+      size_t bytes = 0;
+      try {
+        std::lock_guard<std::mutex> fl(files_mu_);
+        bytes = files_->save(op.id, op.snap, op.note);
+        ok = true;
+      } catch (const std::exception& e) {
+        // The file keeps the state before (a restart finds that); the session stays in memory.
+        warn(str_cat("session '", op.id, "' could not be saved to ", opt_.state_dir, ": ", e.what()));
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = held_.find(op.id);
+        if (it != held_.end()) {
+          --it->second.saving;
+          it->second.stored = ok;
+        }
+        if (ok) {
+          ++counters_.saves;
+          counters_.save_bytes += static_cast<int64_t>(bytes);
+        } else {
+          ++counters_.save_failed;
+        }
+        trim();
+      }
+      op.job->done.set_value(std::move(op.result));
+      std::lock_guard<std::mutex> lk(mu_);
+      --pending_writes_;
+      idle_cv_.notify_all();
+    }
+  }
 }
 
 std::future<ServeResult> ServeEngine::submit(ServeRequest req) {
@@ -90,16 +154,15 @@ bool ServeEngine::erase_session(const std::string& id) {
     it->second.doomed = true;  // ends, file and all, when its request does (release)
     return true;
   }
-  const bool stored = it->second.stored;
+  const bool on_file = it->second.stored || it->second.saving > 0;
   held_.erase(it);
   lru_.remove(id);
-  if (stored) {
-    std::lock_guard<std::mutex> fl(files_mu_);
-    try {
-      files_->erase(id);
-    } catch (const std::exception& e) {
-      warn(str_cat("session '", id, "': its file could not be removed: ", e.what()));
-    }
+  if (on_file) {
+    // After any write of it still waiting.
+    FileOp op;
+    op.id = id;
+    op.erase = true;
+    queue_file_op(std::move(op));
   }
   return true;
 }
@@ -133,7 +196,7 @@ void ServeEngine::drain() {
   std::unique_lock<std::mutex> lk(mu_);
   stopping_ = true;
   cv_.notify_all();
-  idle_cv_.wait(lk, [&] { return queue_.empty() && active_ == 0; });
+  idle_cv_.wait(lk, [&] { return queue_.empty() && active_ == 0 && pending_writes_ == 0; });
 }
 
 ServeCounters ServeEngine::counters() const {
@@ -298,7 +361,7 @@ void ServeEngine::release(Held* h, LlmSession* s) {
     // Ended while in use.
     for (auto it = held_.begin(); it != held_.end();)
       if (it->second.doomed && !it->second.busy) {
-        if (it->second.stored) gone.push_back(it->first);
+        if (it->second.stored || it->second.saving > 0) gone.push_back(it->first);
         lru_.remove(it->first);
         it = held_.erase(it);
       } else {
@@ -306,13 +369,11 @@ void ServeEngine::release(Held* h, LlmSession* s) {
       }
     trim();
   }
-  if (!gone.empty()) {
-    std::lock_guard<std::mutex> fl(files_mu_);
-    for (const auto& id : gone) try {
-        files_->erase(id);
-      } catch (const std::exception& e) {
-        warn(str_cat("session '", id, "': its file could not be removed: ", e.what()));
-      }
+  for (const auto& id : gone) {
+    FileOp op;
+    op.id = id;
+    op.erase = true;
+    queue_file_op(std::move(op));
   }
 }
 
@@ -324,7 +385,9 @@ void ServeEngine::trim() {
   for (auto it = lru_.begin();
        it != lru_.end() && (loaded > static_cast<int64_t>(opt_.max_sessions) || bytes > opt_.session_memory);) {
     auto h = held_.find(*it);
-    if (h == held_.end() || h->second.busy || !h->second.session) {
+    // With a folder a session leaves memory only once its file holds it (a failed save keeps it).
+    if (h == held_.end() || h->second.busy || !h->second.session || h->second.saving > 0 ||
+        (files_ && !h->second.stored)) {
       ++it;
       continue;
     }
@@ -345,34 +408,9 @@ void ServeEngine::trim() {
   }
 }
 
-void ServeEngine::save(const std::string& id, Held& h) {
-  nlohmann::json note;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (h.doomed) return;  // being ended: nothing to keep
-    note = {{"turns", h.turns}, {"note", h.note}};
-  }
-  try {
-    size_t bytes = 0;
-    {
-      std::lock_guard<std::mutex> fl(files_mu_);
-      bytes = files_->save(id, *h.session, note);
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    h.stored = true;
-    ++counters_.saves;
-    counters_.save_bytes += static_cast<int64_t>(bytes);
-  } catch (const std::exception& e) {
-    // The file keeps the state before (a restart finds that); the session stays in memory.
-    warn(str_cat("session '", id, "' could not be saved to ", opt_.state_dir, ": ", e.what()));
-    std::lock_guard<std::mutex> lk(mu_);
-    h.stored = false;
-    ++counters_.save_failed;
-  }
-}
-
 void ServeEngine::finish(Running& r) {
   if (!r.decoding->done()) r.decoding->cancel();
+  FileOp save_op;  // id set: the answer waits for this write
   ServeResult res;
   res.generation = r.decoding->finish();
   res.generation.stats.prompt_tokens += r.block_tokens;
@@ -398,7 +436,21 @@ void ServeEngine::finish(Running& r) {
       if (r.job->req.note) r.held->note = r.job->req.note(res.generation, r.held->note);
       r.held->position = s.next_position();
     }
-    if (files_) save(r.job->req.session, *r.held);
+    if (files_) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!r.held->doomed) {
+        try {
+          save_op.id = r.job->req.session;
+          save_op.snap = s.snapshot();  // copies: the session goes on while the writer writes
+          save_op.note = {{"turns", r.held->turns}, {"note", r.held->note}};
+          ++r.held->saving;
+        } catch (const std::exception& e) {
+          save_op.id.clear();
+          warn(str_cat("session '", r.job->req.session, "' could not be saved: ", e.what()));
+          ++counters_.save_failed;
+        }
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -406,8 +458,15 @@ void ServeEngine::finish(Running& r) {
     counters_.completion_tokens += res.generation.stats.new_tokens;
     if (res.generation.stop_reason == "cancelled") ++counters_.cancelled;
     --active_;  // its slot is free before the client hears the answer (and sends the next request)
+    if (!save_op.id.empty()) ++pending_writes_;
   }
   release(r.held, r.held ? r.held->session.get() : nullptr);
+  if (!save_op.id.empty()) {
+    save_op.job = std::move(r.job);
+    save_op.result = std::move(res);
+    queue_file_op(std::move(save_op));
+    return;
+  }
   r.job->done.set_value(std::move(res));
 }
 

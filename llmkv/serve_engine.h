@@ -13,7 +13,8 @@
 // blocks and tail are one prompt.
 //
 // With a state folder (ServeOptions::state_dir, llmkv/session_files.h) every named session is
-// saved there when a request of it ends, before its answer is delivered, and an engine opened on
+// saved there when a request of it ends (its snapshot taken on the engine's thread, written on
+// a thread of its own while the others decode), before its answer is delivered; an engine opened on
 // the folder again finds the sessions there: a session whose last answer was delivered is found
 // with that answer, whatever happened to the process after. Idle sessions beyond the memory
 // budget then leave memory for the folder alone and come back on their next request.
@@ -146,6 +147,7 @@ class ServeEngine {
     std::unique_ptr<LlmSession> session;  // null while only in the folder (or not made yet)
     bool busy = false, doomed = false;
     bool stored = false;  // a file in the state folder holds its state as of its last request
+    int saving = 0;       // its snapshots waiting to be written (it stays in memory meanwhile)
     size_t kv_bytes = 0;  // its window's K/V and its bank's blocks in memory (device and host)
     std::array<size_t, kTiers> bank_bytes{};  // its bank's, per tier
     int64_t position = 0, turns = 0;
@@ -169,8 +171,18 @@ class ServeEngine {
   void start_job(std::unique_ptr<Job> job);
   void finish(Running& r);
   void release(Held* h, LlmSession* s);
-  // Saves a named session that a request of ended (engine thread, not under mu_).
-  void save(const std::string& id, Held& h);
+  // A named session's snapshot or end for the writer thread, in order; a request's answer waits
+  // for its snapshot's write.
+  struct FileOp {
+    std::string id;
+    bool erase = false;
+    SessionSnapshot snap;
+    nlohmann::json note;
+    std::unique_ptr<Job> job;  // answered once written (null for an erase)
+    ServeResult result;
+  };
+  void writer_loop();
+  void queue_file_op(FileOp op);
   // Idle sessions beyond max_sessions or session_memory leave memory (under mu_).
   void trim();
   void warn(const std::string& msg) const;
@@ -189,8 +201,14 @@ class ServeEngine {
   std::vector<std::unique_ptr<Running>> running_;  // the engine thread's alone (active_ mirrors its size)
   int64_t active_ = 0;
   ServeCounters counters_;
-  std::mutex files_mu_;  // files_'s (saves run on the engine thread, erasing on callers')
+  std::mutex files_mu_;  // files_'s (the writer thread's, and the engine thread's loads)
   std::unique_ptr<SessionFiles> files_;
+  std::mutex w_mu_;
+  std::condition_variable w_cv_;
+  std::deque<FileOp> w_queue_;
+  bool w_stop_ = false;
+  int64_t pending_writes_ = 0;  // answers waiting for their session's write (under mu_)
+  std::thread writer_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -207,7 +207,11 @@ void SessionFiles::write_index() {
 }
 
 size_t SessionFiles::save(const std::string& name, const LlmSession& session, const nlohmann::json& note) {
-  const std::string bytes = encode(name, session.snapshot(), note);
+  return save(name, session.snapshot(), note);
+}
+
+size_t SessionFiles::save(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note) {
+  const std::string bytes = encode(name, snap, note);
   const std::string f = file_of(name);
   write_whole(dir_, path_of(f), bytes);
   if (!index_.count(name)) {

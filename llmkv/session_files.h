@@ -45,6 +45,8 @@ class SessionFiles {
   // bytes. Throws wm::Error on an I/O failure (the session saved before, if any, then stays), and
   // what LlmSession::snapshot() throws.
   size_t save(const std::string& name, const LlmSession& session, const nlohmann::json& note);
+  // The same from a snapshot taken before (LlmSession::snapshot), so that another thread writes it.
+  size_t save(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note);
   // Restores the session saved under `name` into `session` and returns its note. Throws
   // wm::Error when no session of that name is saved, wm::CorruptData when its file is damaged
   // (the session is then empty), and what LlmSession::restore() throws.
