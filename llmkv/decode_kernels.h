@@ -62,6 +62,9 @@ AttnFn attn_scalar();
 // The whole attention of p: tasks over kv heads and key ranges on up to `threads` threads,
 // merged by their maxima; then p.out (and p.mass).
 void run_attention(AttnFn fn, const AttnProblem& p, int threads);
+// Several attentions (independent problems: sequences decoded together) as one hand-over to the
+// threads, their tasks spread over all of them; each problem's result as run_attention gives it.
+void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads);
 
 // Computes the output rows [r0, r1) of p (every m). Each ISA's entry; null where the build or
 // the CPU lacks it.

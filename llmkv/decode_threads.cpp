@@ -133,59 +133,93 @@ void run_rows(RowsFn fn, const Problem& p, int threads) {
   }, &ctx);
 }
 
-void run_attention(AttnFn fn, const AttnProblem& p, int threads) {
-  const int64_t G = p.H / p.KH, nk = p.nk, d = p.d;
-  // Key ranges per kv head: enough tasks for the threads when there are fewer kv heads, none
-  // shorter than kMinKeys keys (each range costs a merge).
+void run_attention(AttnFn fn, const AttnProblem& p, int threads) { run_attention_many(fn, &p, 1, threads); }
+
+void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads) {
+  // Key ranges per kv head: enough tasks for the threads when there are fewer kv heads in all,
+  // none shorter than kMinKeys keys (each range costs a merge).
   constexpr int64_t kMinKeys = 256;
-  int64_t splits = 1;
-  if (threads > p.KH) {
-    splits = (threads + p.KH - 1) / p.KH;
-    if (splits > nk / kMinKeys) splits = nk / kMinKeys > 1 ? nk / kMinKeys : 1;
+  int64_t heads = 0;
+  for (int64_t i = 0; i < n; ++i) heads += ps[i].KH;
+  struct Part {
+    int64_t splits, first, G;  // key ranges per kv head; its first task; query heads per kv head
+    int64_t row0, out0;        // its first partial row (task, query head) and output float
+  };
+  std::vector<Part> parts(static_cast<size_t>(n));
+  int64_t tasks = 0, rows = 0, floats = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const AttnProblem& p = ps[i];
+    int64_t splits = 1;
+    if (threads > heads) {
+      splits = (threads + heads - 1) / heads;
+      if (splits > p.nk / kMinKeys) splits = p.nk / kMinKeys > 1 ? p.nk / kMinKeys : 1;
+    }
+    const int64_t G = p.H / p.KH;
+    parts[i] = {splits, tasks, G, rows, floats};
+    tasks += p.KH * splits;
+    rows += p.KH * splits * G;
+    floats += p.KH * splits * G * p.d;
   }
-  const int64_t tasks = p.KH * splits;
-  std::vector<float> m(tasks * G, -__builtin_inff()), l(tasks * G, 0.f), o(tasks * G * d, 0.f);
+  std::vector<float> m(rows, -__builtin_inff()), l(rows, 0.f), o(floats, 0.f);
+  std::vector<int64_t> owner(tasks);  // task -> its problem (each problem's tasks consecutive)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < ps[i].KH * parts[i].splits; ++k) owner[parts[i].first + k] = i;
   struct Ctx {
     AttnFn fn;
-    const AttnProblem* p;
-    int64_t splits, tasks, G, d;
+    const AttnProblem* ps;
+    const Part* parts;
+    const int64_t* owner;
+    int64_t tasks;
     float *m, *l, *o;
-  } ctx{fn, &p, splits, tasks, G, d, m.data(), l.data(), o.data()};
+  } ctx{fn, ps, parts.data(), owner.data(), tasks, m.data(), l.data(), o.data()};
   const int team = threads < tasks ? threads : static_cast<int>(tasks);
-  Team::get().run(team, [](const void* c, int t, int n) {
+  Team::get().run(team, [](const void* c, int t, int nt) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    for (int64_t k = t; k < x.tasks; k += n) {
-      const int64_t h = k / x.splits, s = k % x.splits, nk = x.p->nk;
-      const int64_t j0 = nk * s / x.splits, j1 = nk * (s + 1) / x.splits;
-      if (j1 > j0) x.fn(*x.p, h, j0, j1, x.m + k * x.G, x.l + k * x.G, x.o + k * x.G * x.d);
+    for (int64_t k = t; k < x.tasks; k += nt) {
+      const Part& pt = x.parts[x.owner[k]];
+      const AttnProblem& p = x.ps[x.owner[k]];
+      const int64_t local = k - pt.first, h = local / pt.splits, s = local % pt.splits;
+      const int64_t j0 = p.nk * s / pt.splits, j1 = p.nk * (s + 1) / pt.splits;
+      if (j1 > j0)
+        x.fn(p, h, j0, j1, x.m + pt.row0 + local * pt.G, x.l + pt.row0 + local * pt.G,
+             x.o + pt.out0 + local * pt.G * p.d);
     }
   }, &ctx);
-  // Merge the ranges: rescale each by e^(its max - the head's max).
-  std::vector<float> coef(splits);
-  for (int64_t h = 0; h < p.KH; ++h) {
-    for (int64_t g = 0; g < G; ++g) {
-      float mx = -__builtin_inff();
-      for (int64_t s = 0; s < splits; ++s) mx = m[(h * splits + s) * G + g] > mx ? m[(h * splits + s) * G + g] : mx;
-      float total = 0.f;
-      for (int64_t s = 0; s < splits; ++s) {
-        const int64_t t = h * splits + s;
-        coef[s] = l[t * G + g] > 0.f ? __builtin_expf(m[t * G + g] - mx) : 0.f;
-        total += l[t * G + g] * coef[s];
-      }
-      float* out = p.out + (h * G + g) * d;
-      for (int64_t i = 0; i < d; ++i) out[i] = 0.f;
-      for (int64_t s = 0; s < splits; ++s) {
-        const float c = coef[s] / total;
-        const float* os = &o[((h * splits + s) * G + g) * d];
-        for (int64_t i = 0; i < d; ++i) out[i] += os[i] * c;
-        coef[s] = c;
-      }
-      if (p.mass) {
-        float* mass = p.mass + h * nk;
-        const float* e = p.scratch + (h * G + g) * nk;
+  // Merge each problem's ranges: rescale each by e^(its max - the head's max).
+  for (int64_t i = 0; i < n; ++i) {
+    const AttnProblem& p = ps[i];
+    const int64_t splits = parts[i].splits, G = parts[i].G, nk = p.nk, d = p.d;
+    const float* mi = m.data() + parts[i].row0;
+    const float* li = l.data() + parts[i].row0;
+    const float* oi = o.data() + parts[i].out0;
+    float coef[64];
+    std::vector<float> coef_big(splits > 64 ? splits : 0);
+    float* cf = splits > 64 ? coef_big.data() : coef;
+    for (int64_t h = 0; h < p.KH; ++h) {
+      for (int64_t g = 0; g < G; ++g) {
+        float mx = -__builtin_inff();
+        for (int64_t s = 0; s < splits; ++s) mx = mi[(h * splits + s) * G + g] > mx ? mi[(h * splits + s) * G + g] : mx;
+        float total = 0.f;
         for (int64_t s = 0; s < splits; ++s) {
-          const int64_t j0 = nk * s / splits, j1 = nk * (s + 1) / splits;
-          for (int64_t j = j0; j < j1; ++j) mass[j] = (g == 0 ? 0.f : mass[j]) + e[j] * coef[s];
+          const int64_t t = h * splits + s;
+          cf[s] = li[t * G + g] > 0.f ? __builtin_expf(mi[t * G + g] - mx) : 0.f;
+          total += li[t * G + g] * cf[s];
+        }
+        float* out = p.out + (h * G + g) * d;
+        for (int64_t e = 0; e < d; ++e) out[e] = 0.f;
+        for (int64_t s = 0; s < splits; ++s) {
+          const float c = cf[s] / total;
+          const float* os = &oi[((h * splits + s) * G + g) * d];
+          for (int64_t e = 0; e < d; ++e) out[e] += os[e] * c;
+          cf[s] = c;
+        }
+        if (p.mass) {
+          float* mass = p.mass + h * nk;
+          const float* ex = p.scratch + (h * G + g) * nk;
+          for (int64_t s = 0; s < splits; ++s) {
+            const int64_t j0 = nk * s / splits, j1 = nk * (s + 1) / splits;
+            for (int64_t j = j0; j < j1; ++j) mass[j] = (g == 0 ? 0.f : mass[j]) + ex[j] * cf[s];
+          }
         }
       }
     }

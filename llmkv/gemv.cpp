@@ -279,4 +279,28 @@ std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at
   return {out.to(q.scalar_type()).view({H, 1, d}), mass};
 }
 
+bool decode_kernels_on() { return gemv_path() != GemvPath::Libtorch; }
+
+void decode_attention_slots(const std::vector<DecodeSlot>& slots, int64_t H, int64_t KH, int64_t d) {
+  std::vector<gemv::AttnProblem> ps(slots.size());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    gemv::AttnProblem& p = ps[i];
+    p.kind = gemv::WeightKind::F32;
+    p.q = slots[i].q;
+    p.k = slots[i].k;
+    p.v = slots[i].v;
+    p.head_stride = slots[i].head_stride;
+    p.logw = slots[i].logw;
+    p.H = H;
+    p.KH = KH;
+    p.nk = slots[i].nk;
+    p.d = d;
+    p.scale = scale;
+    p.out = slots[i].out;
+    p.scratch = slots[i].scratch;
+  }
+  gemv::run_attention_many(attn_for(gemv_path()), ps.data(), static_cast<int64_t>(ps.size()), at::get_num_threads());
+}
+
 }  // namespace wm::llm

@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace wm::llm {
 
@@ -60,5 +62,23 @@ at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bi
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 std::pair<at::Tensor, at::Tensor> decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                    const at::Tensor& logw, bool capture_mass);
+
+// The batched decode step's attention (LlmModel::step_batch): one query token per sequence over
+// its own float32 K/V rows, all sequences in one hand-over to the decode kernels' threads.
+// Sequence i: q [H, d], k and v rows of kv head h at k + h * head_stride ([nk, d] each), logw
+// [nk], out [H, d], scratch [H, nk].
+struct DecodeSlot {
+  const float* q;
+  const void* k;
+  const void* v;
+  int64_t head_stride;
+  const float* logw;
+  int64_t nk;
+  float* out;
+  float* scratch;
+};
+// Whether the decode kernels run (not the libtorch path, --decode-kernels libtorch).
+bool decode_kernels_on();
+void decode_attention_slots(const std::vector<DecodeSlot>& slots, int64_t H, int64_t KH, int64_t d);
 
 }  // namespace wm::llm

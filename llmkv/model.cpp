@@ -5,7 +5,9 @@
 #include <ATen/record_function.h>
 #include <torch/nn/init.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "runtime/error.h"
@@ -364,7 +366,7 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
     }
     if (opt.append) {
       RECORD_USER_SCOPE("wm.llm.window");
-      window.append(opt.region, segment, l, p.k, p.v, pos_window);
+      window.commit_staged(opt.region, segment, l, n, pos_window);
     }
     x = finish(l, x, wdt == mdt ? ar.out : ar.out.to(mdt));
   }
@@ -402,8 +404,57 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
   AttentionOptions ao;
   ao.capture_mass = opt.capture_mass;
   ao.mass_queries = opt.mass_queries;
+  // The fast path (a small model's step is otherwise mostly per-sequence tensor bookkeeping):
+  // float32 on the CPU, the decode kernels on, no per-head log-weights, no key mass asked. Each
+  // sequence's new K/V rows are written straight into its window, every attention runs in one
+  // hand-over to the kernels' threads, and the positions are committed after.
+  bool raw = dev.is_cpu() && mdt == at::kFloat && decode_kernels_on() && !opt.capture_mass && opt.append;
+  for (int64_t b = 0; b < B && raw; ++b) raw = windows[b]->spec().dtype == at::kFloat;
+  const int64_t H = cfg_.num_attention_heads, KH = cfg_.num_key_value_heads, d = cfg_.head_dim;
+  std::vector<int64_t> pos_rows;
+  if (raw) {
+    const int64_t axes = windows[0]->spec().rope.n_axes();
+    pos_rows.assign(static_cast<size_t>(B * axes), 0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t a = 0; a < axes; ++a) pos_rows[b * axes + a] = pos_cpu[b].item<int64_t>();
+  }
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, B, d], k/v [KH, B, d]: token b is sequence b's
+    bool raw_layer = raw;
+    for (int64_t b = 0; b < B && raw_layer; ++b) raw_layer = !windows[b]->has_head_logw(l);
+    if (raw_layer) {
+      RECORD_USER_SCOPE("wm.llm.attention");
+      const at::Tensor qt = p.q.transpose(0, 1).contiguous();  // [B, H, d]
+      const at::Tensor kc = p.k.contiguous(), vc = p.v.contiguous();  // [KH, B, d]
+      const float *qp = qt.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+      std::vector<DecodeSlot> slots(static_cast<size_t>(B));
+      int64_t nk_max = 0;
+      std::vector<KvWindow::RawStage> st(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) {
+        st[b] = windows[b]->stage_raw(l, 1);
+        for (int64_t h = 0; h < KH; ++h) {
+          std::memcpy(static_cast<float*>(st[b].k) + h * st[b].head_stride + st[b].n * d, kp + (h * B + b) * d,
+                      sizeof(float) * d);
+          std::memcpy(static_cast<float*>(st[b].v) + h * st[b].head_stride + st[b].n * d, vp + (h * B + b) * d,
+                      sizeof(float) * d);
+        }
+        nk_max = std::max(nk_max, st[b].n + 1);
+      }
+      at::Tensor out = at::empty({B, H, d}, at::kFloat), scratch = at::empty({B, H, nk_max}, at::kFloat);
+      for (int64_t b = 0; b < B; ++b)
+        slots[b] = {qp + b * H * d,      st[b].k,       st[b].v,
+                    st[b].head_stride,   st[b].logw,    st[b].n + 1,
+                    out.data_ptr<float>() + b * H * d, scratch.data_ptr<float>() + b * H * nk_max};
+      decode_attention_slots(slots, H, KH, d);
+      const int64_t axes = static_cast<int64_t>(pos_rows.size()) / B;
+      for (int64_t b = 0; b < B; ++b) {
+        if (opt.capture_query)
+          res[b].query.push_back(p.q.narrow(1, b, 1).select(1, 0).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
+        windows[b]->commit_staged(opt.region, segment, l, 1, pos_rows.data() + b * axes);
+      }
+      x = finish(l, x, out.transpose(0, 1));
+      continue;
+    }
     std::vector<at::Tensor> outs;
     outs.reserve(B);
     for (int64_t b = 0; b < B; ++b) {
@@ -427,7 +478,7 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
       }
       if (opt.append) {
         RECORD_USER_SCOPE("wm.llm.window");
-        w.append(opt.region, segment, l, kb, vb, pos_cpu.narrow(0, b, 1).unsqueeze(1));
+        w.commit_staged(opt.region, segment, l, 1, pos_cpu.narrow(0, b, 1).unsqueeze(1));
       }
       outs.push_back(ar.out.scalar_type() == mdt ? ar.out : ar.out.to(mdt));
     }

@@ -1,6 +1,7 @@
 #include "runtime/window.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "runtime/error.h"
 #include "runtime/rope.h"
@@ -125,6 +126,48 @@ void KvWindow::append(const std::string& region, const std::string& id, int l, c
   const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id);
   insert_at(l, at, k, v, pos.to(at::kCPU, at::kLong), logw);
   layout_.grow(l, id, n);
+}
+
+void KvWindow::commit_staged(const std::string& region, const std::string& id, int l, int64_t c,
+                             const at::Tensor& pos) {
+  WM_CHECK(pos.dim() == 2 && pos.size(0) == c && pos.size(1) == spec_.rope.n_axes(), "segment '", id, "' layer ", l,
+           ": positions must be [", c, ", ", spec_.rope.n_axes(), "], got ", pos.sizes());
+  const at::Tensor p = pos.to(at::kCPU, at::kLong).contiguous();
+  commit_staged(region, id, l, c, p.data_ptr<int64_t>());
+}
+
+void KvWindow::commit_staged(const std::string& region, const std::string& id, int l, int64_t c,
+                             const int64_t* pos) {
+  const int r = layout_.region(region);
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  const int64_t used = layout_.size(l);
+  WM_CHECK(c > 0 && used + c <= cap_[l], "commit_staged: ", c, " tokens were not staged in layer ", l);
+  auto [rr, idx] = layout_.find(id);
+  if (rr < 0) {
+    layout_.add_segment(r, id);
+    info_[id] = Info{};
+  } else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
+  const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id), axes = spec_.rope.n_axes();
+  if (at == used) {
+    // stage() wrote K and V there and zeroed the log-weights.
+    std::memcpy(pos_[l].data_ptr<int64_t>() + at * axes, pos, sizeof(int64_t) * c * axes);
+  } else {
+    // The staged rows move in among the others (insert_at shifts what follows them first).
+    insert_at(l, at, k_[l].narrow(1, used, c).clone(), v_[l].narrow(1, used, c).clone(),
+              at::from_blob(const_cast<int64_t*>(pos), {c, axes}, at::kLong).clone(), at::Tensor());
+  }
+  layout_.grow(l, id, c);
+}
+
+KvWindow::RawStage KvWindow::stage_raw(int l, int64_t c) {
+  WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
+  WM_CHECK(!hlogw_[l].defined(), "stage_raw: layer ", l, " has per-head log-weights");
+  WM_CHECK(spec_.device.is_cpu(), "stage_raw: the window is on ", spec_.device);
+  const int64_t n = size(l);
+  ensure(l, n + c, growth_.factor);
+  float* w = logw_[l].data_ptr<float>();
+  for (int64_t i = 0; i < c; ++i) w[n + i] = 0.f;
+  return {k_[l].data_ptr(), v_[l].data_ptr(), cap_[l] * spec_.head_dim, w, n};
 }
 
 void KvWindow::place(const std::string& region, const Block& block, std::optional<Reanchor> re) {

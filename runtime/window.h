@@ -121,6 +121,7 @@ class KvWindow {
   // scores (kHiddenLogw: a token that head does not see); undefined while every head sees every
   // token alike (no per-head selection since the last clear()).
   at::Tensor head_logw(int l) const;
+  bool has_head_logw(int l) const { return hlogw_.at(l).defined(); }
   // The tokens of layer l that kv head h sees: size(l) without per-head selection.
   int64_t visible(int l, int h) const;
   int64_t size(int l) const { return layout_.size(l); }
@@ -138,6 +139,25 @@ class KvWindow {
     at::Tensor head_logw;
   };
   Staged stage(int l, const at::Tensor& k_cur, const at::Tensor& v_cur);
+  // Appends the c tokens the last stage(l, ...) wrote (layer l unchanged since), as append()
+  // would append them: to segment `id` at the end of `region`, positions pos [c, n_axes] on the
+  // CPU, log-weights 0. When the segment ends the layer, as a decode step's does, the staged K/V
+  // are in place already and only the positions are written. Throws as append() does.
+  void commit_staged(const std::string& region, const std::string& id, int l, int64_t c, const at::Tensor& pos);
+  // The same with positions as c * n_axes values.
+  void commit_staged(const std::string& region, const std::string& id, int l, int64_t c, const int64_t* pos);
+  // For a caller that writes the staged tokens itself (the batched decode step, on the CPU):
+  // stages c tokens of layer l as stage() does (growing the layer, their log-weights 0) and says
+  // where they go: kv head h's token j at k (or v) + h * head_stride + j * head_dim elements, in
+  // the spec's dtype. Throws wm::Error for a layer with per-head log-weights or off the CPU.
+  struct RawStage {
+    void* k;
+    void* v;
+    int64_t head_stride;
+    const float* logw;  // [n + c]
+    int64_t n;          // tokens before the staged ones
+  };
+  RawStage stage_raw(int l, int64_t c);
 
   // How many times layer l's buffers were reallocated to grow (a reserve() that grows it
   // included; the constructor's allocation not).

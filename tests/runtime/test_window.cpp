@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -302,6 +303,40 @@ TEST(Window, StagedViewEqualsConcatenation) {
   EXPECT_TRUE(s.v.equal(at::cat({b.layers[0].v, vc}, 1)));
   EXPECT_TRUE(s.logw.equal(at::cat({b.layers[0].logw, at::zeros({3})})));
   EXPECT_EQ(w.size(0), 5);  // staging does not change the window
+}
+
+// Committing staged tokens (stage() or stage_raw() then commit_staged) leaves the window as
+// append() of the same tokens does: at the layer's end, and before a later region's tokens.
+TEST(Window, CommitStagedEqualsAppend) {
+  for (const bool later_region : {false, true}) {
+    KvWindow a(small_spec(1), {"blocks", "recent"}), b(small_spec(1), {"blocks", "recent"});
+    Block blk = test::random_block("x", 1, 2, 5, 12, at::kFloat, 3);
+    a.place(later_region ? "recent" : "blocks", blk);
+    b.place(later_region ? "recent" : "blocks", blk);
+    for (int step = 0; step < 3; ++step) {
+      const at::Tensor kc = at::randn({2, 2, 12}), vc = at::randn({2, 2, 12});
+      const at::Tensor pos = at::full({2, 3}, 40 + step, at::kLong);
+      a.append("blocks", "new", 0, kc, vc, pos);
+      if (step == 1) {
+        // The raw staging: the caller writes the rows.
+        auto r = b.stage_raw(0, 2);
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t j = 0; j < 2; ++j) {
+            std::memcpy(static_cast<float*>(r.k) + h * r.head_stride + (r.n + j) * 12,
+                        kc[h][j].contiguous().data_ptr<float>(), 12 * sizeof(float));
+            std::memcpy(static_cast<float*>(r.v) + h * r.head_stride + (r.n + j) * 12,
+                        vc[h][j].contiguous().data_ptr<float>(), 12 * sizeof(float));
+          }
+      } else {
+        b.stage(0, kc, vc);
+      }
+      b.commit_staged("blocks", "new", 0, 2, pos);
+      ASSERT_TRUE(test::bit_equal(a.k(0), b.k(0))) << later_region << " step " << step;
+      ASSERT_TRUE(test::bit_equal(a.v(0), b.v(0))) << later_region << " step " << step;
+      ASSERT_TRUE(test::bit_equal(a.logw(0), b.logw(0))) << later_region << " step " << step;
+      ASSERT_TRUE(a.pos(0).equal(b.pos(0))) << later_region << " step " << step;
+    }
+  }
 }
 
 TEST(Window, GrowthIsStaggeredAcrossLayers) {
