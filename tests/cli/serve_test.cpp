@@ -2,7 +2,9 @@
 // continued over three requests against the same conversation run in one session in-process;
 // concurrent requests each answered as when run alone (continuous batching mixes nothing up);
 // the bad inputs (400 naming the field, 404, 401, 413, 429 with Retry-After); a client that
-// leaves mid-stream; SIGTERM. Skipped, with the reason, when wm_serve or cpp-httplib is absent.
+// leaves mid-stream; SIGTERM; the state folder: a session continued after a restart, a damaged
+// session file, idle sessions leaving memory for it, evoke's bank across a restart, kill -9
+// during the load test. Skipped, with the reason, when wm_serve or cpp-httplib is absent.
 #include <gtest/gtest.h>
 
 #ifdef WM_HAVE_HTTPLIB
