@@ -44,6 +44,7 @@ ServeEngine::ServeEngine(LlmModel model, Tokenizer tokenizer, at::Device device,
     files_ = std::make_unique<SessionFiles>(opt_.state_dir, [this](const std::string& m) { warn(m); });
     for (const auto& [id, st] : files_->found()) {
       Held& h = held_[id];
+      h.incarnation = ++incarnations_;
       h.stored = true;
       h.position = st.next_position;
       h.turns = st.note.value("turns", int64_t{0});
@@ -96,6 +97,7 @@ void ServeEngine::writer_loop() {
       } catch (const std::exception& e) {
         warn(str_cat("session '", op.id, "': its file could not be removed: ", e.what()));
       }
+      for (auto& w : op.erased) w->set_value();
     } else {
       bool ok = false;
       size_t bytes = 0;
@@ -110,7 +112,7 @@ void ServeEngine::writer_loop() {
       {
         std::lock_guard<std::mutex> lk(mu_);
         auto it = held_.find(op.id);
-        if (it != held_.end()) {
+        if (it != held_.end() && it->second.incarnation == op.incarnation) {
           --it->second.saving;
           it->second.stored = ok;
         }
@@ -147,23 +149,31 @@ std::future<ServeResult> ServeEngine::submit(ServeRequest req) {
 }
 
 bool ServeEngine::erase_session(const std::string& id) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = held_.find(id);
-  if (it == held_.end()) return false;
-  if (it->second.busy) {
-    it->second.doomed = true;  // ends, file and all, when its request does (release)
-    return true;
+  std::future<void> done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = held_.find(id);
+    if (it == held_.end()) return false;
+    if (it->second.busy) {
+      it->second.doomed = true;  // ends, file and all, when its request does (release)
+      auto w = std::make_shared<std::promise<void>>();
+      done = w->get_future();
+      it->second.erase_waiters.push_back(std::move(w));
+    } else {
+      const bool on_file = it->second.stored || it->second.saving > 0;
+      held_.erase(it);
+      lru_.remove(id);
+      if (!on_file) return true;
+      // After any write of it still waiting; the caller hears once the file is gone.
+      FileOp op;
+      op.id = id;
+      op.erase = true;
+      op.erased.push_back(std::make_shared<std::promise<void>>());
+      done = op.erased.back()->get_future();
+      queue_file_op(std::move(op));
+    }
   }
-  const bool on_file = it->second.stored || it->second.saving > 0;
-  held_.erase(it);
-  lru_.remove(id);
-  if (on_file) {
-    // After any write of it still waiting.
-    FileOp op;
-    op.id = id;
-    op.erase = true;
-    queue_file_op(std::move(op));
-  }
+  done.wait();
   return true;
 }
 
@@ -239,6 +249,7 @@ std::array<size_t, kTiers> ServeEngine::bank_bytes() const {
 
 ServeEngine::Held& ServeEngine::held_session(const std::string& id) {
   auto [it, fresh] = held_.try_emplace(id);
+  if (fresh) it->second.incarnation = ++incarnations_;
   if (!fresh) lru_.remove(id);
   lru_.push_back(id);
   return it->second;
@@ -346,7 +357,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
 
 void ServeEngine::release(Held* h, LlmSession* s) {
   if (h == nullptr) return;
-  std::vector<std::string> gone;  // ended sessions whose files go too
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<std::promise<void>>>>> gone;  // ended, files to remove
   {
     std::lock_guard<std::mutex> lk(mu_);
     h->busy = false;
@@ -361,7 +372,10 @@ void ServeEngine::release(Held* h, LlmSession* s) {
     // Ended while in use.
     for (auto it = held_.begin(); it != held_.end();)
       if (it->second.doomed && !it->second.busy) {
-        if (it->second.stored || it->second.saving > 0) gone.push_back(it->first);
+        if (it->second.stored || it->second.saving > 0)
+          gone.push_back({it->first, std::move(it->second.erase_waiters)});
+        else
+          for (auto& w : it->second.erase_waiters) w->set_value();
         lru_.remove(it->first);
         it = held_.erase(it);
       } else {
@@ -369,10 +383,11 @@ void ServeEngine::release(Held* h, LlmSession* s) {
       }
     trim();
   }
-  for (const auto& id : gone) {
+  for (auto& [id, waiters] : gone) {
     FileOp op;
     op.id = id;
     op.erase = true;
+    op.erased = std::move(waiters);  // the DELETEs waiting hear once the file is gone
     queue_file_op(std::move(op));
   }
 }
@@ -441,6 +456,7 @@ void ServeEngine::finish(Running& r) {
       if (!r.held->doomed) {
         try {
           save_op.id = r.job->req.session;
+          save_op.incarnation = r.held->incarnation;
           save_op.snap = s.snapshot();  // copies: the session goes on while the writer writes
           save_op.note = {{"turns", r.held->turns}, {"note", r.held->note}};
           ++r.held->saving;

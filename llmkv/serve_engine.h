@@ -113,7 +113,8 @@ class ServeEngine {
   // requests wait already, wm::Error once the engine stops.
   std::future<ServeResult> submit(ServeRequest req);
   // Ends named session `id`: true if it was there. A session a request is using ends when that
-  // request does.
+  // request does; either way this returns once it has ended and its file is gone from the state
+  // folder.
   bool erase_session(const std::string& id);
   bool has_session(const std::string& id) const;
   // The position the named session's next token takes (0 for a new or unknown one), as of the
@@ -148,6 +149,8 @@ class ServeEngine {
     bool busy = false, doomed = false;
     bool stored = false;  // a file in the state folder holds its state as of its last request
     int saving = 0;       // its snapshots waiting to be written (it stays in memory meanwhile)
+    uint64_t incarnation = 0;  // which session of this name (one ended and made anew is another)
+    std::vector<std::shared_ptr<std::promise<void>>> erase_waiters;  // DELETEs of it while busy
     size_t kv_bytes = 0;  // its window's K/V and its bank's blocks in memory (device and host)
     std::array<size_t, kTiers> bank_bytes{};  // its bank's, per tier
     int64_t position = 0, turns = 0;
@@ -175,11 +178,13 @@ class ServeEngine {
   // for its snapshot's write.
   struct FileOp {
     std::string id;
+    uint64_t incarnation = 0;  // the Held's it was taken of
     bool erase = false;
     SessionSnapshot snap;
     nlohmann::json note;
     std::unique_ptr<Job> job;  // answered once written (null for an erase)
     ServeResult result;
+    std::vector<std::shared_ptr<std::promise<void>>> erased;  // DELETEs waiting for this erase
   };
   void writer_loop();
   void queue_file_op(FileOp op);
@@ -208,6 +213,7 @@ class ServeEngine {
   std::deque<FileOp> w_queue_;
   bool w_stop_ = false;
   int64_t pending_writes_ = 0;  // answers waiting for their session's write (under mu_)
+  uint64_t incarnations_ = 0;   // Held::incarnation's source (under mu_)
   std::thread writer_;
   bool stopping_ = false;
   std::thread thread_;
