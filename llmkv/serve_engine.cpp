@@ -202,11 +202,27 @@ int64_t ServeEngine::session_position(const std::string& id) const {
   return it == held_.end() || it->second.doomed ? 0 : it->second.position;
 }
 
-void ServeEngine::drain() {
+void ServeEngine::drain(double seconds) {
   std::unique_lock<std::mutex> lk(mu_);
   stopping_ = true;
   cv_.notify_all();
-  idle_cv_.wait(lk, [&] { return queue_.empty() && active_ == 0 && pending_writes_ == 0; });
+  auto idle = [&] { return queue_.empty() && active_ == 0 && pending_writes_ == 0; };
+  if (seconds < 0 || idle_cv_.wait_for(lk, std::chrono::duration<double>(seconds), idle)) {
+    idle_cv_.wait(lk, idle);
+    return;
+  }
+  // Out of time: what waits is refused, what runs ends at the next step.
+  for (auto& j : queue_) {
+    ServeResult r;
+    r.error = "the server stopped before this request ran";
+    r.stopped = true;
+    ++counters_.failed;
+    j->done.set_value(std::move(r));
+  }
+  queue_.clear();
+  cut_ = true;
+  cv_.notify_all();
+  idle_cv_.wait(lk, idle);
 }
 
 ServeCounters ServeEngine::counters() const {
@@ -515,6 +531,8 @@ void ServeEngine::loop() {
         it = queue_.erase(it);
       }
       active_ = static_cast<int64_t>(running_.size() + admit.size());
+      if (cut_)
+        for (auto& r : running_) r->cancelled = true;
     }
     for (auto& j : admit) start_job(std::move(j));
     std::vector<Decoding*> live;

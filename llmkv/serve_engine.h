@@ -78,6 +78,7 @@ struct ServeRequest {
 struct ServeResult {
   Generation generation;  // stop_reason "cancelled" when the listener left
   std::string error;      // non-empty: the request failed before generating (the reason)
+  bool stopped = false;   // with error: the engine stopped before it ran (HTTP 503)
 };
 
 // submit() when the queue is full: the caller answers "try later" (HTTP 429).
@@ -129,8 +130,10 @@ class ServeEngine {
     nlohmann::json note;    // ServeRequest::note's last (null before any)
   };
   std::optional<SessionInfo> session_info(const std::string& id) const;
-  // Stops taking requests; those queued and running finish. Returns when they have.
-  void drain();
+  // Stops taking requests; those queued and running finish, and their sessions' files are
+  // written. Returns when they have. With a time limit (seconds >= 0), what is still queued then
+  // is answered "stopped" and what runs ends as cancelled (its session saved as far as it got).
+  void drain(double seconds = -1);
 
   static const std::vector<double>& ttft_bounds();   // seconds
   static const std::vector<double>& token_bounds();  // seconds between tokens
@@ -216,6 +219,7 @@ class ServeEngine {
   uint64_t incarnations_ = 0;   // Held::incarnation's source (under mu_)
   std::thread writer_;
   bool stopping_ = false;
+  bool cut_ = false;  // drain's time is up: running generations end now
   std::thread thread_;
 };
 

