@@ -477,7 +477,9 @@ void ServeEngine::finish(Running& r) {
           save_op.note = {{"turns", r.held->turns}, {"note", r.held->note}};
           ++r.held->saving;
         } catch (const std::exception& e) {
+          // Its file, if any, holds an older state: the session stays in memory (trim).
           save_op.id.clear();
+          r.held->stored = false;
           warn(str_cat("session '", r.job->req.session, "' could not be saved: ", e.what()));
           ++counters_.save_failed;
         }
