@@ -194,8 +194,27 @@ void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float*
   const int64_t G = p.H / p.KH, d = p.d, nk = p.nk, dv = d / V::L * V::L;
   const int64_t base = h * p.head_stride;
   constexpr int kMaxG = 16;
-  // Scores, kv row by kv row: each key read once for the group's query heads.
-  for (int64_t g0 = 0; g0 < G; g0 += kMaxG) {
+  // Small heads (a group's queries and its outputs fit in registers, no tail): the queries are
+  // loaded once and the outputs accumulated in registers, key by key.
+  constexpr int kRegs = 16;
+  const bool small = dv == d && G * (d / V::L) <= kRegs;
+  if (small) {
+    const int64_t C = d / V::L;
+    typename V::reg qr[kRegs];
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c) qr[g * C + c] = V::loadx(p.q + (h * G + g) * d + c * V::L);
+    for (int64_t j = j0; j < j1; ++j) {
+      typename V::reg kr[kRegs];
+      for (int64_t c = 0; c < C; ++c) kr[c] = V::template w<K>(p.k, base + j * d + c * V::L);
+      for (int64_t g = 0; g < G; ++g) {
+        typename V::reg acc = V::mul(kr[0], qr[g * C]);
+        for (int64_t c = 1; c < C; ++c) acc = V::fma(kr[c], qr[g * C + c], acc);
+        p.scratch[(h * G + g) * nk + j] =
+            V::sum(acc) * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
+      }
+    }
+  }
+  for (int64_t g0 = 0; g0 < G && !small; g0 += kMaxG) {
     const int64_t gn = G - g0 < kMaxG ? G - g0 : kMaxG;
     const float* q0 = p.q + (h * G + g0) * d;
     for (int64_t j = j0; j < j1; ++j) {
@@ -237,6 +256,22 @@ void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float*
     l[g] = sum;
   }
   // Values: o[g] = sum_j e[g, j] v_j, each value row read once.
+  if (small) {
+    const int64_t C = d / V::L;
+    typename V::reg acc[kRegs];
+    for (int64_t r = 0; r < G * C; ++r) acc[r] = V::zero();
+    for (int64_t j = j0; j < j1; ++j) {
+      typename V::reg vr[kRegs];
+      for (int64_t c = 0; c < C; ++c) vr[c] = V::template w<K>(p.v, base + j * d + c * V::L);
+      for (int64_t g = 0; g < G; ++g) {
+        const typename V::reg e = V::set1(p.scratch[(h * G + g) * nk + j]);
+        for (int64_t c = 0; c < C; ++c) acc[g * C + c] = V::fma(e, vr[c], acc[g * C + c]);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c) V::store(o + g * d + c * V::L, acc[g * C + c]);
+    return;
+  }
   for (int64_t g = 0; g < G * d; ++g) o[g] = 0.f;
   for (int64_t j = j0; j < j1; ++j) {
     for (int64_t i = 0; i < dv; i += V::L) {

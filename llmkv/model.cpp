@@ -415,8 +415,10 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
   if (raw) {
     const int64_t axes = windows[0]->spec().rope.n_axes();
     pos_rows.assign(static_cast<size_t>(B * axes), 0);
+    const at::Tensor pc = pos_cpu.contiguous();
+    const int64_t* pv = pc.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t a = 0; a < axes; ++a) pos_rows[b * axes + a] = pos_cpu[b].item<int64_t>();
+      for (int64_t a = 0; a < axes; ++a) pos_rows[b * axes + a] = pv[b];
   }
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, B, d], k/v [KH, B, d]: token b is sequence b's
