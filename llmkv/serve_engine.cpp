@@ -494,13 +494,17 @@ void ServeEngine::finish(Running& r) {
     --active_;  // its slot is free before the client hears the answer (and sends the next request)
     if (!save_op.id.empty()) ++pending_writes_;
   }
-  release(r.held, r.held ? r.held->session.get() : nullptr);
   if (!save_op.id.empty()) {
+    // Queued before release(): an end of the session that release() queues (a DELETE that came
+    // while this request ran) must come after this write, not before it.
+    LlmSession* held_session = r.held->session.get();
     save_op.job = std::move(r.job);
     save_op.result = std::move(res);
     queue_file_op(std::move(save_op));
+    release(r.held, held_session);
     return;
   }
+  release(r.held, r.held ? r.held->session.get() : nullptr);
   r.job->done.set_value(std::move(res));
 }
 

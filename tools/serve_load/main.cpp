@@ -328,7 +328,12 @@ int main(int argc, char** argv) {
             auto d = c.Delete("/v1/sessions/" + session, auth(o));
             history.clear();
             turns = 0;
-            if (d && (d->status == 200 || d->status == 404)) record.add({{"s", session}, {"ev", "deleted"}});
+            if (d && (d->status == 200 || d->status == 404)) {
+              record.add({{"s", session}, {"ev", "deleted"}});
+            } else if (record.on()) {
+              per[ci].push_back(std::move(out));
+              break;  // the server is gone with the delete in flight
+            }
           }
           per[ci].push_back(std::move(out));
           if (lost && record.on()) break;  // the server is gone
