@@ -688,7 +688,8 @@ int main(int argc, char** argv) {
       if (o.embedder_dir.empty() && (o.memory.relevance.empty() || o.memory.relevance == "embedding"))
         o.embedder_dir = find_minilm();
       // Without an embedder: the message's queries against the blocks' keys. Hidden-state cosines
-      // brought no banked turn back in the chat of tests/cli/serve_test.cpp (attention: 3 of 8).
+      // brought back no banked turn in a chat of six facts and a question at a 64-token budget
+      // (8 banked), attention 3 (11 banked): tools/README.md#wm_serve.
       if (o.memory.relevance.empty()) o.memory.relevance = o.embedder_dir.empty() ? "attention" : "embedding";
       if (o.memory.relevance == "embedding") {
         if (o.embedder_dir.empty())
