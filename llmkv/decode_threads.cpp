@@ -146,7 +146,7 @@ void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads
     int64_t row0, out0;        // its first partial row (task, query head) and output float
   };
   std::vector<Part> parts(static_cast<size_t>(n));
-  int64_t tasks = 0, rows = 0, floats = 0;
+  int64_t tasks = 0, rows = 0, floats = 0, most_splits = 1;
   for (int64_t i = 0; i < n; ++i) {
     const AttnProblem& p = ps[i];
     int64_t splits = 1;
@@ -156,6 +156,7 @@ void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads
     }
     const int64_t G = p.H / p.KH;
     parts[i] = {splits, tasks, G, rows, floats};
+    most_splits = splits > most_splits ? splits : most_splits;
     tasks += p.KH * splits;
     rows += p.KH * splits * G;
     floats += p.KH * splits * G * p.d;
@@ -186,15 +187,14 @@ void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads
     }
   }, &ctx);
   // Merge each problem's ranges: rescale each by e^(its max - the head's max).
+  std::vector<float> coef(most_splits);
+  float* cf = coef.data();
   for (int64_t i = 0; i < n; ++i) {
     const AttnProblem& p = ps[i];
     const int64_t splits = parts[i].splits, G = parts[i].G, nk = p.nk, d = p.d;
     const float* mi = m.data() + parts[i].row0;
     const float* li = l.data() + parts[i].row0;
     const float* oi = o.data() + parts[i].out0;
-    float coef[64];
-    std::vector<float> coef_big(splits > 64 ? splits : 0);
-    float* cf = splits > 64 ? coef_big.data() : coef;
     for (int64_t h = 0; h < p.KH; ++h) {
       for (int64_t g = 0; g < G; ++g) {
         float mx = -__builtin_inff();

@@ -409,17 +409,10 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
   // sequence's new K/V rows are written straight into its window, every attention runs in one
   // hand-over to the kernels' threads, and the positions are committed after.
   bool raw = dev.is_cpu() && mdt == at::kFloat && decode_kernels_on() && !opt.capture_mass && opt.append;
-  for (int64_t b = 0; b < B && raw; ++b) raw = windows[b]->spec().dtype == at::kFloat;
+  for (int64_t b = 0; b < B && raw; ++b)
+    raw = windows[b]->spec().dtype == at::kFloat && windows[b]->spec().rope.n_axes() == 1;
   const int64_t H = cfg_.num_attention_heads, KH = cfg_.num_key_value_heads, d = cfg_.head_dim;
-  std::vector<int64_t> pos_rows;
-  if (raw) {
-    const int64_t axes = windows[0]->spec().rope.n_axes();
-    pos_rows.assign(static_cast<size_t>(B * axes), 0);
-    const at::Tensor pc = pos_cpu.contiguous();
-    const int64_t* pv = pc.data_ptr<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t a = 0; a < axes; ++a) pos_rows[b * axes + a] = pv[b];
-  }
+  const at::Tensor pos_rows = pos_cpu.contiguous();  // [B]: sequence b's one position
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, B, d], k/v [KH, B, d]: token b is sequence b's
     bool raw_layer = raw;
@@ -448,11 +441,10 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
                     st[b].head_stride,   st[b].logw,    st[b].n + 1,
                     out.data_ptr<float>() + b * H * d, scratch.data_ptr<float>() + b * H * nk_max};
       decode_attention_slots(slots, H, KH, d);
-      const int64_t axes = static_cast<int64_t>(pos_rows.size()) / B;
       for (int64_t b = 0; b < B; ++b) {
         if (opt.capture_query)
           res[b].query.push_back(p.q.narrow(1, b, 1).select(1, 0).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
-        windows[b]->commit_staged(opt.region, segment, l, 1, pos_rows.data() + b * axes);
+        windows[b]->commit_staged(opt.region, segment, l, 1, pos_rows.data_ptr<int64_t>() + b);
       }
       x = finish(l, x, out.transpose(0, 1));
       continue;

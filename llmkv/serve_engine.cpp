@@ -356,7 +356,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
       ++counters_.failed;
       --active_;  // its slot is free before anyone hears of the failure
     }
-    release(r->held, s);
+    release(sid, r->held, s);
     r->job->done.set_value(std::move(res));
     return;
   }
@@ -371,9 +371,9 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   running_.push_back(std::move(r));
 }
 
-void ServeEngine::release(Held* h, LlmSession* s) {
+void ServeEngine::release(const std::string& id, Held* h, LlmSession* s) {
   if (h == nullptr) return;
-  std::vector<std::pair<std::string, std::vector<std::shared_ptr<std::promise<void>>>>> gone;  // ended, files to remove
+  FileOp end;  // id set: the session ended while in use, its file to remove
   {
     std::lock_guard<std::mutex> lk(mu_);
     h->busy = false;
@@ -385,27 +385,21 @@ void ServeEngine::release(Held* h, LlmSession* s) {
                     h->bank_bytes[static_cast<int>(Tier::Host)];
     }
     h->position = s != nullptr ? s->next_position() : 0;
-    // Ended while in use.
-    for (auto it = held_.begin(); it != held_.end();)
-      if (it->second.doomed && !it->second.busy) {
-        if (it->second.stored || it->second.saving > 0)
-          gone.push_back({it->first, std::move(it->second.erase_waiters)});
-        else
-          for (auto& w : it->second.erase_waiters) w->set_value();
-        lru_.remove(it->first);
-        it = held_.erase(it);
+    if (h->doomed) {
+      // Ended while in use: the DELETEs waiting hear once its file is gone (or at once without one).
+      if (h->stored || h->saving > 0) {
+        end.id = id;
+        end.erase = true;
+        end.erased = std::move(h->erase_waiters);
       } else {
-        ++it;
+        for (auto& w : h->erase_waiters) w->set_value();
       }
+      lru_.remove(id);
+      held_.erase(id);
+    }
     trim();
   }
-  for (auto& [id, waiters] : gone) {
-    FileOp op;
-    op.id = id;
-    op.erase = true;
-    op.erased = std::move(waiters);  // the DELETEs waiting hear once the file is gone
-    queue_file_op(std::move(op));
-  }
+  if (!end.id.empty()) queue_file_op(std::move(end));
 }
 
 void ServeEngine::trim() {
@@ -498,13 +492,14 @@ void ServeEngine::finish(Running& r) {
     // Queued before release(): an end of the session that release() queues (a DELETE that came
     // while this request ran) must come after this write, not before it.
     LlmSession* held_session = r.held->session.get();
+    const std::string id = r.job->req.session;
     save_op.job = std::move(r.job);
     save_op.result = std::move(res);
     queue_file_op(std::move(save_op));
-    release(r.held, held_session);
+    release(id, r.held, held_session);
     return;
   }
-  release(r.held, r.held ? r.held->session.get() : nullptr);
+  release(r.job->req.session, r.held, r.held ? r.held->session.get() : nullptr);
   r.job->done.set_value(std::move(res));
 }
 

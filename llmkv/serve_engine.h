@@ -176,7 +176,9 @@ class ServeEngine {
   void loop();
   void start_job(std::unique_ptr<Job> job);
   void finish(Running& r);
-  void release(Held* h, LlmSession* s);
+  // Request over: named session `id` (its Held h, null for a one-shot request) is free again, or
+  // ends if a DELETE came meanwhile.
+  void release(const std::string& id, Held* h, LlmSession* s);
   // A named session's snapshot or end for the writer thread, in order; a request's answer waits
   // for its snapshot's write.
   struct FileOp {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -185,12 +186,12 @@ SessionFiles::SessionFiles(std::string dir, std::function<void(const std::string
   if (dropped) write_index();
   // Files no index names: a session's first write cut short before its index, or a temporary.
   int orphans = 0;
+  std::set<std::string> named;
+  for (const auto& [n, f] : index_) named.insert(f);
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {
     const std::string f = e.path().filename().string();
     if (f == kIndex) continue;
-    bool named = false;
-    for (const auto& [n, g] : index_) named = named || g == f;
-    if (!named && (f.rfind("s-", 0) == 0 || f.size() > 4 && f.compare(f.size() - 4, 4, ".tmp") == 0)) {
+    if (!named.count(f) && (f.rfind("s-", 0) == 0 || f.size() > 4 && f.compare(f.size() - 4, 4, ".tmp") == 0)) {
       std::error_code rm;
       std::filesystem::remove(e.path(), rm);
       ++orphans;

@@ -106,9 +106,18 @@ void KvWindow::erase_at(int l, int64_t at, int64_t n) {
   if (hlogw_[l].defined()) hlogw_[l].narrow(1, at, tail).copy_(hlogw_[l].narrow(1, at + n, tail).clone());
 }
 
+int64_t KvWindow::segment_end(const std::string& region, const std::string& id, int l) {
+  const int r = layout_.region(region);
+  auto [rr, idx] = layout_.find(id);
+  if (rr < 0) {
+    layout_.add_segment(r, id);
+    info_[id] = Info{};
+  } else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
+  return layout_.segment_begin(l, id) + layout_.segment_len(l, id);
+}
+
 void KvWindow::append(const std::string& region, const std::string& id, int l, const at::Tensor& k,
                       const at::Tensor& v, const at::Tensor& pos, const at::Tensor& logw) {
-  const int r = layout_.region(region);
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   WM_CHECK(k.dim() == 3 && k.size(0) == spec_.n_kv_heads && k.size(2) == spec_.head_dim, "segment '", id,
            "' layer ", l, ": K must be [", spec_.n_kv_heads, ", n, ", spec_.head_dim, "], got ", k.sizes());
@@ -118,12 +127,7 @@ void KvWindow::append(const std::string& region, const std::string& id, int l, c
            l, ": positions must be [", n, ", ", spec_.rope.n_axes(), "], got ", pos.sizes());
   WM_CHECK(!logw.defined() || (logw.dim() == 1 && logw.size(0) == n), "segment '", id, "' layer ", l,
            ": log-weights must be [", n, "], got ", logw.sizes());
-  auto [rr, idx] = layout_.find(id);
-  if (rr < 0) {
-    layout_.add_segment(r, id);
-    info_[id] = Info{};
-  } else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
-  const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id);
+  const int64_t at = segment_end(region, id, l);
   insert_at(l, at, k, v, pos.to(at::kCPU, at::kLong), logw);
   layout_.grow(l, id, n);
 }
@@ -138,16 +142,10 @@ void KvWindow::commit_staged(const std::string& region, const std::string& id, i
 
 void KvWindow::commit_staged(const std::string& region, const std::string& id, int l, int64_t c,
                              const int64_t* pos) {
-  const int r = layout_.region(region);
   WM_CHECK(l >= 0 && l < spec_.n_layers, "layer ", l, " out of range [0, ", spec_.n_layers, ")");
   const int64_t used = layout_.size(l);
   WM_CHECK(c > 0 && used + c <= cap_[l], "commit_staged: ", c, " tokens were not staged in layer ", l);
-  auto [rr, idx] = layout_.find(id);
-  if (rr < 0) {
-    layout_.add_segment(r, id);
-    info_[id] = Info{};
-  } else WM_CHECK(rr == r, "segment '", id, "' is in region '", layout_.region_names()[rr], "', not '", region, "'");
-  const int64_t at = layout_.segment_begin(l, id) + layout_.segment_len(l, id), axes = spec_.rope.n_axes();
+  const int64_t at = segment_end(region, id, l), axes = spec_.rope.n_axes();
   if (at == used) {
     // stage() wrote K and V there and zeroed the log-weights.
     std::memcpy(pos_[l].data_ptr<int64_t>() + at * axes, pos, sizeof(int64_t) * c * axes);

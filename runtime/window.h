@@ -172,6 +172,9 @@ class KvWindow {
   void ensure(int l, int64_t need, double factor);
   // need * factor, staggered by layer (see window.cpp), in granules.
   int64_t staggered_capacity(int l, int64_t need, double factor) const;
+  // Where layer l of segment `id` ends (the segment made, empty, at the end of `region` if new).
+  // Throws wm::Error if `id` sits in another region.
+  int64_t segment_end(const std::string& region, const std::string& id, int l);
   // Throws wm::Error unless idx are distinct tokens of layer l.
   void check_written(int l, const std::vector<int64_t>& idx) const;
   void insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,

@@ -144,6 +144,23 @@ httplib::Headers auth(const Options& o) {
   return h;
 }
 
+// `message` on session `fresh` (empty: one-shot) after replaying `history`'s messages on it;
+// the session ended after.
+Outcome replayed(const Options& o, const std::string& fresh,
+                 const std::vector<std::pair<std::string, std::string>>& history, const std::string& message) {
+  for (const auto& [msg, reply] : history) {
+    Outcome r;
+    send(o, fresh, body_of(o, msg), false, r);
+  }
+  Outcome out;
+  send(o, fresh, body_of(o, message), false, out);
+  if (!fresh.empty()) {
+    httplib::Client c(o.host, o.port);
+    c.Delete("/v1/sessions/" + fresh, auth(o));
+  }
+  return out;
+}
+
 // --verify: each recorded session against what the restarted server holds. Returns the exit
 // status (0: nothing wrong).
 int verify(const Options& o) {
@@ -196,15 +213,9 @@ int verify(const Options& o) {
       ++found;
       // Its K/V: one more turn equals the same turn after a fresh session's replay of the history.
       const std::string probe = "rode 77\nsora 31\nRecall:\nsora";
-      Outcome a, b;
+      Outcome a;
       send(o, id, body_of(o, probe), false, a);
-      const std::string fresh = "verify-" + id;
-      for (const auto& [msg, rep] : s.history) {
-        Outcome r;
-        send(o, fresh, body_of(o, msg), false, r);
-      }
-      send(o, fresh, body_of(o, probe), false, b);
-      c.Delete("/v1/sessions/" + fresh, auth(o));
+      const Outcome b = replayed(o, "verify-" + id, s.history, probe);
       if (a.answered && b.answered && a.text == b.text)
         ++continued;
       else
@@ -374,21 +385,12 @@ int main(int argc, char** argv) {
         if (!replay) continue;
         const std::string fresh =
             out.session.empty() ? "" : wm::str_cat("replay-", run, "-", out.client, "-", out.index);
-        for (const auto& [msg, reply] : out.history) {
-          Outcome r;
-          send(o, fresh, body_of(o, msg), false, r);
-        }
-        Outcome alone;
-        send(o, fresh, body_of(o, out.message), false, alone);
+        const Outcome alone = replayed(o, fresh, out.history, out.message);
         if (alone.text != out.text) {
           ++mixed;
           if (mixed <= 3)
             std::fprintf(stderr, "wm_serve_load: client %d request %d differs alone: '%s' against '%s'\n", out.client,
                          out.index, alone.text.c_str(), out.text.c_str());
-        }
-        if (!fresh.empty()) {
-          httplib::Client c(o.host, o.port);
-          c.Delete("/v1/sessions/" + fresh);
         }
       }
     const int total = o.clients * o.requests;
