@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "dit/conv_ae.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
 
@@ -157,8 +158,21 @@ std::unique_ptr<Codec> make_codec(const DitConfig& cfg, at::Device device) {
     }
     return WanVaeCodec::from_file(cfg.codec.weights, opt);
   }
+  if (cfg.codec.kind == "conv_ae") {
+    const std::string w = str_cat("make_codec: config '", cfg.name, "': codec 'conv_ae'");
+    if (cfg.codec.weights.empty())
+      throw Error(str_cat(w, " needs its weights: set codec.weights to a wm_train_codec output"));
+    auto codec = ConvAeCodec::from_file(cfg.codec.weights, device);
+    if (codec->latent_channels() != cfg.latent_channels || codec->stride() != cfg.codec.stride ||
+        codec->image_height() != cfg.codec.image_height || codec->image_width() != cfg.codec.image_width)
+      throw Error(str_cat(w, ": ", cfg.codec.weights, " has ", codec->latent_channels(), " latent channels, stride ",
+                          codec->stride(), ", frames ", codec->image_height(), "x", codec->image_width(),
+                          "; the config says ", cfg.latent_channels, ", ", cfg.codec.stride, ", ",
+                          cfg.codec.image_height, "x", cfg.codec.image_width));
+    return codec;
+  }
   throw Error(str_cat("make_codec: codec kind '", cfg.codec.kind, "' of config '", cfg.name,
-                      "' is not available in this build (only 'pixel_patch' and 'wan_vae')"));
+                      "' is not available in this build (only 'pixel_patch', 'wan_vae' and 'conv_ae')"));
 }
 
 }  // namespace wm::dit

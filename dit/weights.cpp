@@ -17,7 +17,22 @@ void save_weights(CausalDitImpl& model, const std::string& path,
   for (const auto& p : model.named_parameters(true)) tensors.emplace_back(p.key(), p.value().detach());
   std::map<std::string, std::string> meta = extra_metadata;
   meta["format"] = "wm_dit";
-  meta["config"] = config_to_json(model.config()).dump();
+  DitConfig cfg = model.config();
+  if (cfg.codec.kind == "conv_ae") {
+    // The file carries its codec: the tensors and config of cfg.codec.weights, read whole
+    // before the write (it may be the file being replaced).
+    if (cfg.codec.weights.empty())
+      throw Error(str_cat(path, ": the model's conv_ae codec has no weights file to carry"));
+    SafeTensors src = SafeTensors::open(cfg.codec.weights);
+    auto it = src.metadata().find("codec_config");
+    if (it == src.metadata().end())
+      throw Error(str_cat(cfg.codec.weights, ": no 'codec_config' in the safetensors metadata: not a conv_ae codec"));
+    meta["codec_config"] = it->second;
+    for (const auto& n : src.names())
+      if (n.rfind(kCodecPrefix, 0) == 0) tensors.emplace_back(n, src.get(n).clone());
+    cfg.codec.weights.clear();  // "": this file
+  }
+  meta["config"] = config_to_json(cfg).dump();
   save_safetensors(path, tensors, meta);
 }
 
@@ -28,7 +43,8 @@ void load_parameters(torch::nn::Module& model, const SafeTensors& st, const Load
     return !opt.strip_prefix.empty() && n.rfind(opt.strip_prefix, 0) == 0 ? n.substr(opt.strip_prefix.size()) : n;
   };
   std::map<std::string, std::string> in_file;  // model name -> file name
-  for (const auto& n : st.names()) in_file[file_name(n)] = n;
+  for (const auto& n : st.names())
+    if (opt.ignore_prefix.empty() || n.rfind(opt.ignore_prefix, 0) != 0) in_file[file_name(n)] = n;
 
   auto params = model.named_parameters(true);
   // Check everything before touching the model.
@@ -69,7 +85,9 @@ void load_parameters(torch::nn::Module& model, const SafeTensors& st, const Load
 }
 
 void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt) {
-  load_parameters(model, SafeTensors::open(path), opt, model.config().name);
+  LoadOptions o = opt;
+  if (o.ignore_prefix.empty()) o.ignore_prefix = kCodecPrefix;  // a carried codec is not the DiT's
+  load_parameters(model, SafeTensors::open(path), o, model.config().name);
 }
 
 DitConfig config_from_weights(const std::string& path) {
@@ -82,7 +100,9 @@ DitConfig config_from_weights(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat(path, ": metadata 'config' is not valid JSON: ", e.what()));
   }
-  return config_from_json(j, path + " (metadata config)");
+  DitConfig c = config_from_json(j, path + " (metadata config)");
+  if (c.codec.kind == "conv_ae" && c.codec.weights.empty()) c.codec.weights = path;  // carried in the file
+  return c;
 }
 
 CausalDit load_model(const std::string& path, at::Device device, const LoadOptions& opt) {

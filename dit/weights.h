@@ -14,7 +14,12 @@ namespace wm::dit {
 struct LoadOptions {
   std::string strip_prefix;  // removed from every file name that starts with it ("model.", ...)
   bool strict = true;        // a file tensor the model does not have is an error (else ignored)
+  std::string ignore_prefix; // file tensors whose names start with it are not looked at
+                             // (load_weights: "" means kCodecPrefix)
 };
+
+// Names of a codec's tensors carried in a DiT file (see save_weights).
+inline constexpr const char* kCodecPrefix = "codec.";
 
 // Copies every parameter of `module` from the open file `st` (file names are the module's
 // parameter paths once opt.strip_prefix is removed). Throws wm::Error naming st's file and the
@@ -25,7 +30,10 @@ void load_parameters(torch::nn::Module& module, const SafeTensors& st, const Loa
                      const std::string& what);
 
 // Writes every parameter (float32 or its own dtype, moved to the CPU) and the config JSON.
-// Throws wm::Error on an I/O failure.
+// A model whose codec is "conv_ae" carries it: the codec file's tensors ("codec.*") and its
+// "codec_config" go into the file too, and the stored config's codec.weights is "" (this file;
+// config_from_weights reads it back as the file's path). Throws wm::Error on an I/O failure or
+// a conv_ae codec file that cannot be read.
 void save_weights(CausalDitImpl& model, const std::string& path,
                   const std::map<std::string, std::string>& extra_metadata = {});
 
@@ -34,7 +42,8 @@ void save_weights(CausalDitImpl& model, const std::string& path,
 // one (strict), or a shape mismatch (both shapes named). The model is unchanged on error.
 void load_weights(CausalDitImpl& model, const std::string& path, const LoadOptions& opt = {});
 
-// The config stored in a file's metadata. Throws wm::Error if there is none.
+// The config stored in a file's metadata (a carried conv_ae codec's weights: the file itself).
+// Throws wm::Error if there is none.
 DitConfig config_from_weights(const std::string& path);
 
 // Builds the model a file describes (its stored config), loads it and moves it to device.

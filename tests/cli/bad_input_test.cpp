@@ -180,6 +180,23 @@ TEST_F(BadInput, Train) {
                {{"--out", "/proc/x/run", "--steps", "1", "--threads", "1"}, "/proc/x/run"}});
 }
 
+TEST_F(BadInput, TrainCodec) {
+  const std::string run = "{dir}/run";
+  check_cases("wm_train_codec",
+              {{{"--steps", "0", "--out", run}, "--steps", {run}},
+               {{"--lr", "nan", "--out", run}, "--lr", {run}},
+               {{"--batch", "0", "--out", run}, "--batch", {run}},
+               {{"--latent-noise", "-1", "--out", run}, "--latent-noise", {run}},
+               {{"--widths", "0", "--out", run}, "--widths", {run}},
+               {{"--minutes", "inf", "--out", run}, "--minutes", {run}},
+               {{"--image-size", "36", "--widths", "4", "8", "8", "8", "--steps", "1", "--out", run},
+                "not divisible", {run}},
+               {{"--eval-only", "{dir}/trunc.safetensors", "--resume"}, "--resume"},
+               {{"--eval-only", "{dir}/trunc.safetensors", "--threads", "1"}, "trunc.safetensors"},
+               {{"--eval-only", "{dir}/garbage.safetensors", "--threads", "1"}, "garbage.safetensors"},
+               {{"--out", "/proc/x/run", "--steps", "1", "--threads", "1"}, "/proc/x/run"}});
+}
+
 TEST_F(BadInput, BenchCore) {
   check_cases("wm_bench_core",
               {{{"--tokens", "-5"}, "--tokens"},

@@ -62,5 +62,35 @@ TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNoth
   fs::remove_all(dir, ec);
 }
 
+TEST(TrainResume, CodecStoppedAndResumedEqualsStraightThrough) {
+  const std::string train = program_path("wm_train_codec");
+  if (train.empty()) GTEST_SKIP() << "wm_train_codec is not built";
+  const fs::path dir = fs::temp_directory_path() / ("wm_train_codec_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto run = [&](const std::string& out, int steps, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {train, "--out", (dir / out).string(), "--steps", std::to_string(steps),
+                                     "--seed", "4", "--batch", "3", "--frames-per-scene", "2", "--widths", "4",
+                                     "8", "--channels", "2", "--image-size", "32", "--eval-every", "0",
+                                     "--eval-frames", "2", "--ckpt-every", "1", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const RunResult r = run_program(argv, dir, fs::path(WM_SOURCE_DIR), 300);
+    EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
+  };
+  run("straight", 4, {});
+  run("pieces", 2, {});
+  run("pieces", 4, {"--resume"});
+  for (const char* f : {"codec.safetensors", "last.safetensors"}) {
+    const std::string want = read_text(dir / "straight" / f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
+  }
+  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace wm::testing

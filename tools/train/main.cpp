@@ -303,7 +303,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]")
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   auto* init_opt = app.add_option("--init", a.init,
-                                  "start from these weights (e.g. the shipped model) instead of a fresh initialisation")
+                                  "start from these weights (e.g. the shipped model) instead of a fresh initialisation; tensors whose "
+                                  "shape differs (another codec's patch embedding and head) start fresh")
                        ->check(CLI::ExistingFile);
   app.add_option("--eval-only", a.eval_only,
                  "no training: run the memory probe (--eval-samples unseen revisits) on this model file")
@@ -360,17 +361,41 @@ struct TrainState {
   double wall_before = 0;  // seconds trained before this process (a resumed run)
 };
 
-// --init: the weights of another model; a head trained for another prediction starts from zero.
+// --init: the weights of another model. Tensors of the same name and shape are copied; the
+// others (another codec's patch embedding and head, say) keep their fresh initialisation and are
+// named on stderr. A head trained for another prediction starts from zero.
 void load_init_weights(const Args& a, const wm::dit::DitConfig& cfg, wm::dit::CausalDit& model) {
-  wm::dit::load_weights(*model, a.init);
-  std::cerr << "wm_train: starting from " << a.init << "\n";
-  const wm::dit::Prediction from = wm::dit::config_from_weights(a.init).prediction;
-  if (from != cfg.prediction) {
+  const wm::dit::DitConfig from_cfg = wm::dit::config_from_weights(a.init);
+  wm::dit::CausalDit from(from_cfg);
+  wm::dit::load_weights(*from, a.init);
+  const auto src = from->named_parameters(true);
+  int copied = 0;
+  std::vector<std::string> fresh;
+  {
+    at::NoGradGuard ng;
+    for (auto& p : model->named_parameters(true)) {
+      const at::Tensor* t = src.find(p.key());
+      if (t && t->sizes() == p.value().sizes()) {
+        p.value().copy_(*t);
+        ++copied;
+      } else {
+        fresh.push_back(p.key());
+      }
+    }
+  }
+  if (copied == 0) throw wm::Error(wm::str_cat("--init: ", a.init, " has no tensor of the shape ", a.config, " gives it"));
+  std::cerr << "wm_train: starting from " << a.init << " (" << copied << " tensors)\n";
+  if (!fresh.empty()) {
+    std::cerr << "wm_train: " << fresh.size() << " tensors differ in shape and start fresh:";
+    for (const auto& n : fresh) std::cerr << " " << n;
+    std::cerr << "\n";
+  }
+  if (from_cfg.prediction != cfg.prediction) {
     // The head's output changes meaning: start it from zero, as a fresh model does.
     at::NoGradGuard ng;
     for (auto& p : model->head->head->parameters()) p.zero_();
-    std::cerr << "wm_train: " << a.init << " predicts " << wm::dit::prediction_name(from) << ", " << a.config << " "
-              << wm::dit::prediction_name(cfg.prediction) << ": head.head starts from zero\n";
+    std::cerr << "wm_train: " << a.init << " predicts " << wm::dit::prediction_name(from_cfg.prediction) << ", "
+              << a.config << " " << wm::dit::prediction_name(cfg.prediction) << ": head.head starts from zero\n";
   }
 }
 
