@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/cli/program_runner.h"
+#include "tools/media/png.h"
 
 namespace wm::testing {
 namespace {
@@ -122,12 +123,35 @@ TEST_F(BadInput, Render) {
                {{"--seed", "-5", "-o", out}, "--seed", {out}},
                {{"--index", "x", "-o", out}, "--index", {out}},
                {{"--png-dir", "/proc/x", "--max-seconds", "1", "--threads", "1", "-o", out}, "/proc/x", {out}},
+               {{"--tile", "/proc/x/t.png", "--max-seconds", "1", "--threads", "1", "-o", out}, "/proc/x/t.png", {out}},
+               {{"--tile-every", "0", "-o", out}, "--tile-every", {out}},
                {{"-o", "/proc/x/out.mp4", "--max-seconds", "1", "--threads", "1"}, "/proc/x/out.mp4"},
                {{"--model", "{dir}/trunc.safetensors", "--threads", "1", "-o", out}, "trunc.safetensors", {out}},
                {{"--model", "{dir}/garbage.safetensors", "--threads", "1", "-o", out}, "garbage.safetensors", {out}},
                {{"--suite", "{dir}/trunc.json", "--threads", "1", "-o", out}, "trunc.json", {out}},
                {{"--index", "9999", "--threads", "1", "-o", out}, "--index", {out}},
                {{"--policy", "bogus", "--threads", "1", "-o", out}, "bogus", {out}}});
+}
+
+// The contact sheet: every 4th frame of a 1-second rollout beside its ground truth, two to a
+// row, 2-pixel black gaps.
+TEST_F(BadInput, RenderTileHasItsCells) {
+  const std::string exe = program_path("wm_render");
+  if (exe.empty()) GTEST_SKIP() << "wm_render is not built (looked in " << build_dir() << ")";
+  const RunResult r = run_program({exe, "--seed", "1", "--max-seconds", "1", "--upscale", "1", "--side-by-side",
+                                   "--tile", (dir_ / "t.png").string(), "--tile-every", "4", "--tile-columns", "2",
+                                   "--threads", "1", "-o", (dir_ / "o.mp4").string()},
+                                  dir_, src_, 120);
+  ASSERT_TRUE(r.exited && r.code == 0) << r.err;
+  const Image t = media::read_image((dir_ / "t.png").string());
+  // 15 frames (5 chunks of 3): cells at frames 0, 4, 8, 12; each 128 x 64 (model | truth)
+  ASSERT_EQ(t.width, 2 * 128 + 2);
+  ASSERT_EQ(t.height, 2 * 64 + 2);
+  for (int y = 0; y < t.height; ++y)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(t.pixel(128, y)[c], 0) << "gap column at row " << y;
+  int lit = 0;
+  for (int x = 64; x < 128; ++x) lit += t.pixel(x, 70)[0] + t.pixel(x, 70)[1] + t.pixel(x, 70)[2] > 0;
+  EXPECT_GT(lit, 32) << "the truth half of cell 3 is black";
 }
 
 TEST_F(BadInput, RenderWorld) {

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 
@@ -12,6 +15,7 @@
 #include "runtime/error.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
+#include "tools/cli/output_file.h"
 #include "tools/cli/output_folder.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/validators.h"
@@ -52,6 +56,8 @@ struct Options {
   wm::rollout::RolloutOptions ro;
   std::string out = "rollout.mp4";
   std::string png_dir;
+  std::string tile;
+  int tile_every = 60, tile_columns = 4;
   int upscale = 6, fps = 16, max_seconds = 0, threads = 0;
   double context_t = 0;
   bool side_by_side = false, strip = false, no_prompt = false;
@@ -79,6 +85,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("-o,--out", o.out,
                  "output MP4 (written whole or not at all: a failed run leaves nothing under this name)");
   app.add_option("--png-dir", o.png_dir, "also write every output frame as PNG here (moved in when the run succeeds)");
+  app.add_option("--tile", o.tile,
+                 "also write a PNG contact sheet of every --tile-every'th output frame (frame 0 first), "
+                 "--tile-columns to a row, in time order");
+  app.add_option("--tile-every", o.tile_every, "frames between the tile's cells")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tile-columns", o.tile_columns, "cells per row of the tile")->check(CLI::Range(1, 64));
   app.add_option("--upscale", o.upscale, "integer nearest-neighbour upscale")->check(CLI::Range(1, 32));
   app.add_option("--fps", o.fps, "frame rate of the MP4")->check(CLI::Range(1, 240));
   app.add_option("--max-seconds", o.max_seconds, "render only the first N seconds (0: all)")
@@ -105,6 +116,8 @@ bool is_mg2_run(const Options& o) {
 int run_mg2(const Options& o, const CLI::App& app) {
   if (app.count("--bank-host-mib") || app.count("--kv-store") || app.count("--spill-dir"))
     throw wm::Error("--bank-host-mib, --spill-dir and --kv-store are for the embedded model's path, not Matrix-Game-2.0's");
+  if (app.count("--tile") || app.count("--png-dir"))
+    throw wm::Error("--tile and --png-dir are for the embedded model's path, not Matrix-Game-2.0's");
   wm::render::Mg2RenderOptions mg2 = o.mg2;
   mg2.model = o.model_path;
   mg2.out = app.count("--out") ? o.out : "";
@@ -169,21 +182,50 @@ struct Outputs {
   wm::media::Mp4Writer writer;
   std::unique_ptr<wm::cli::OutputFolder> png_folder;
   std::unique_ptr<wm::media::PngSequenceWriter> pngs;
+  std::unique_ptr<wm::cli::OutputPath> tile_file;
+  std::vector<wm::Image> cells;  // the tile's frames
+  int tile_every = 0, tile_columns = 1, written = 0;
 
   Outputs(const Options& o, const Layout& l) : writer(o.out, l.W, l.H, o.fps, 1) {
     if (!o.png_dir.empty()) {
       png_folder = std::make_unique<wm::cli::OutputFolder>(o.png_dir);
       pngs = std::make_unique<wm::media::PngSequenceWriter>(png_folder->staging());
     }
+    if (!o.tile.empty()) {
+      tile_file = std::make_unique<wm::cli::OutputPath>(o.tile);
+      // Found out now, not after the rollout: can the folder take the file?
+      if (!std::ofstream(tile_file->tmp(), std::ios::binary))
+        throw wm::Error(wm::str_cat("--tile: cannot write ", o.tile, ": ", std::strerror(errno)));
+      tile_every = o.tile_every;
+      tile_columns = o.tile_columns;
+    }
   }
   void write(const wm::Image& canvas) {
     writer.write(canvas);
     if (pngs) pngs->write(canvas);
+    if (tile_file && written % tile_every == 0) cells.push_back(canvas);
+    ++written;
+  }
+  // The contact sheet: cells in rows of tile_columns, 2 pixels of black between them.
+  void write_tile() {
+    const int gap = 2, cw = cells[0].width, ch = cells[0].height;
+    const int cols = std::min<int>(tile_columns, static_cast<int>(cells.size()));
+    const int rows = (static_cast<int>(cells.size()) + cols - 1) / cols;
+    wm::Image sheet(cols * cw + (cols - 1) * gap, rows * ch + (rows - 1) * gap);
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const int x0 = static_cast<int>(i % cols) * (cw + gap), y0 = static_cast<int>(i / cols) * (ch + gap);
+      for (int y = 0; y < ch; ++y)
+        std::copy_n(cells[i].rgb.begin() + static_cast<size_t>(y) * cw * 3, cw * 3,
+                    sheet.rgb.begin() + (static_cast<size_t>(y0 + y) * sheet.width + x0) * 3);
+    }
+    wm::media::write_png(tile_file->tmp(), sheet);
   }
   // Every output complete before any takes its final name.
   void commit() {
     writer.finish();
+    if (tile_file && !cells.empty()) write_tile();
     if (png_folder) png_folder->commit();
+    if (tile_file && !cells.empty()) tile_file->commit();
     writer.close();
   }
 };

@@ -35,6 +35,7 @@
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/validators.h"
+#include "tools/train/run_log.h"
 #include "tools/media/metrics.h"
 #include "tools/train/data.h"
 #include "tools/world/rng.h"
@@ -74,13 +75,6 @@ struct Args {
   std::string init;       // start from these weights
   std::string eval_only;  // no training: probe this model file
 };
-
-std::string fmt_duration(double s) {
-  char b[32];
-  const int h = static_cast<int>(s / 3600), m = static_cast<int>(std::fmod(s, 3600) / 60);
-  std::snprintf(b, sizeof b, "%dh%02dm", h, m);
-  return b;
-}
 
 // Frames [a, b) of a per-frame tensor.
 at::Tensor frames(const at::Tensor& t, int64_t a, int64_t b) { return t.narrow(0, a, b - a); }
@@ -433,19 +427,6 @@ TrainState start_state(const Args& a, const wm::dit::DitConfig& cfg, const RunFi
   return st;
 }
 
-// The run's log, appended to; a run killed mid-line left a partial last line: start on a new one.
-std::ofstream open_log(const std::string& path) {
-  bool torn = false;
-  if (fs::exists(path) && fs::file_size(path) > 0) {
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(-1, std::ios::end);
-    torn = in.get() != '\n';
-  }
-  std::ofstream log(path, std::ios::app);
-  if (torn) log << "\n";
-  return log;
-}
-
 // Writes the checkpoint (weights, EMA weights, optimizer, state), each file whole.
 void save_checkpoint(const Args& a, TrainState& st, const RunFiles& files, double wall_seconds, bool final_save) {
   std::map<std::string, std::string> meta = {{"step", std::to_string(st.step)}, {"trainer", "wm_train"}};
@@ -459,12 +440,6 @@ void save_checkpoint(const Args& a, TrainState& st, const RunFiles& files, doubl
                                {"wall_seconds", wall_seconds}}
                     .dump(2);
   f.commit();
-}
-
-// Peak rate after a linear warm-up, then cosine decay to 10% of it.
-double learning_rate(const Args& a, int64_t step) {
-  const double progress = static_cast<double>(step) / std::max<int64_t>(1, a.steps);
-  return step < a.warmup ? a.lr * (step + 1) / a.warmup : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
 struct StepResult {
@@ -505,7 +480,7 @@ StepResult train_step(const Args& a, TrainState& st, const wm::dit::DitConfig& c
   st.opt->zero_grad();
   loss.backward();
   torch::nn::utils::clip_grad_norm_(st.model->parameters(), 1.0);
-  out.lr = learning_rate(a, st.step);
+  out.lr = wm::train::cosine_learning_rate(a.lr, a.warmup, a.steps, st.step);
   for (auto& g : st.opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(out.lr);
   st.opt->step();
   {
@@ -548,7 +523,7 @@ void train(const Args& a, const Samplers& samplers, at::Device dev) {
   }
   const RunFiles files(a.out);
   TrainState st = start_state(a, cfg, files, dev);
-  std::ofstream log = open_log(files.log);
+  std::ofstream log = wm::train::open_log(files.log);
   int64_t nparams = 0;
   for (auto& p : st.model->parameters()) nparams += p.numel();
   std::cerr << "wm_train: " << cfg.name << ", " << nparams << " parameters, " << wm::describe_device(dev) << ", steps "
@@ -575,8 +550,8 @@ void train(const Args& a, const Samplers& samplers, at::Device dev) {
     status.show(step == a.steps,
                 "[%lld/%lld] loss %.4f  %.2f steps/s (samples %.0f ms, training pass %.0f ms)  elapsed %s  eta %s",
                 static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema, rate, 1e3 * data_s / ema_n,
-                1e3 * model_s / ema_n, fmt_duration(el).c_str(),
-                fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
+                1e3 * model_s / ema_n, wm::train::fmt_duration(el).c_str(),
+                wm::train::fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
     log << nlohmann::json{{"step", step}, {"loss", r.loss}, {"lr", r.lr}, {"t", el}}.dump() << "\n";
     const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
     if (step % a.ckpt_every == 0 || step == a.steps || out_of_time)

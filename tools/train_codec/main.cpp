@@ -30,6 +30,7 @@
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/validators.h"
+#include "tools/train/run_log.h"
 #include "tools/media/metrics.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/rng.h"
@@ -63,12 +64,6 @@ struct Args {
   std::string device = "auto";
   std::string eval_only;
 };
-
-std::string fmt_duration(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(std::fmod(s, 3600) / 60));
-  return b;
-}
 
 // n frames [n, H, W, 3] uint8: frames_per_scene frames at random times of each of
 // ceil(n / frames_per_scene) trajectories in fresh scenes, all drawn from `seed`.
@@ -141,23 +136,6 @@ struct RunFiles {
         log(out + "/log.jsonl") {}
 };
 
-std::ofstream open_log(const std::string& path) {
-  bool torn = false;
-  if (fs::exists(path) && fs::file_size(path) > 0) {
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(-1, std::ios::end);
-    torn = in.get() != '\n';
-  }
-  std::ofstream log(path, std::ios::app);
-  if (torn) log << "\n";
-  return log;
-}
-
-double learning_rate(const Args& a, int64_t step) {
-  const double progress = static_cast<double>(step) / std::max<int64_t>(1, a.steps);
-  return step < a.warmup ? a.lr * (step + 1) / a.warmup : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
-}
-
 wm::dit::ConvAeConfig codec_config(const Args& a) {
   wm::dit::ConvAeConfig c;
   c.latent_channels = a.latent_channels;
@@ -223,7 +201,7 @@ void train(const Args& a, at::Device dev) {
     for (size_t i = 0; i < s.size(); ++i) d[i].copy_(s[i]);
   }
   for (auto& p : ema->parameters()) p.set_requires_grad(false);
-  std::ofstream log = open_log(files.log);
+  std::ofstream log = wm::train::open_log(files.log);
   int64_t nparams = 0;
   for (auto& p : model->parameters()) nparams += p.numel();
   std::cerr << "wm_train_codec: " << cfg.latent_channels << " latent channels, stride " << cfg.stride() << ", "
@@ -276,7 +254,7 @@ void train(const Args& a, at::Device dev) {
     opt.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    const double lr = learning_rate(a, step);
+    const double lr = wm::train::cosine_learning_rate(a.lr, a.warmup, a.steps, step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     opt.step();
     {
@@ -300,7 +278,7 @@ void train(const Args& a, at::Device dev) {
                 "eta %s",
                 static_cast<long long>(step), static_cast<long long>(a.steps), loss_ema,
                 10 * std::log10(4.0 / std::max(loss_ema, 1e-12)), rate, 1e3 * data_s / n, 1e3 * model_s / n,
-                fmt_duration(el).c_str(), fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
+                wm::train::fmt_duration(el).c_str(), wm::train::fmt_duration((a.steps - step) / std::max(rate, 1e-9)).c_str());
     log << nlohmann::json{{"step", step}, {"loss", l}, {"lr", lr}, {"t", el}}.dump() << "\n";
     const bool out_of_time = a.minutes > 0 && el > a.minutes * 60;
     if (step % a.ckpt_every == 0 || step == a.steps || out_of_time)
