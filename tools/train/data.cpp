@@ -111,7 +111,8 @@ Sample make_sample(uint64_t seed, const dit::DitConfig& cfg, const dit::Codec& c
       actions.push_back(ep.actions[f]);
       fidx.push_back(f);
     }
-  s.latents = codec.encode_images(frames, at::kCPU);
+  s.frames = dit::images_to_tensor(frames);
+  s.latents = codec.encode(s.frames, at::kCPU);
   s.frame_index = at::tensor(fidx, at::kLong);
   s.pose = worldkv::pose_tensor(rollout::model_poses(poses));
   s.action = worldkv::action_tensor(rollout::model_actions(actions), cfg.cond.action_dim);

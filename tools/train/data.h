@@ -41,6 +41,7 @@ worldkv::MemoryConfig window_config(const SampleOptions& opt, const dit::DitConf
 // recent chunks, then the target.
 struct Sample {
   at::Tensor latents;      // [S * F, C, h, w] float32, clean
+  at::Tensor frames;       // [S * F, H, W, 3] uint8: the rendered frames the latents encode
   at::Tensor frame_index;  // [S * F] int64, absolute frame index in the trajectory
   at::Tensor pose;         // [S * F, 3]
   at::Tensor action;       // [S * F, 5]
