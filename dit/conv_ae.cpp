@@ -199,8 +199,8 @@ ConvAe load_conv_ae(const std::string& path, at::Device device) {
   };
   for (const auto& p : ae->named_parameters(true)) take(p.key(), p.value());
   for (const auto& b : ae->named_buffers(true)) take(b.key(), b.value());
-  WM_CHECK((ae->latent_std.numel() == 0 || copies.back().second.gt(0).all().item<bool>()), path,
-           ": codec.latent_std must be positive");
+  for (const auto& [dst, v] : copies)
+    if (dst.is_same(ae->latent_std)) WM_CHECK(v.gt(0).all().item<bool>(), path, ": codec.latent_std must be positive");
   {
     at::NoGradGuard ng;
     for (auto& [dst, v] : copies) dst.copy_(v);
