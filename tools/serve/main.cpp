@@ -752,8 +752,11 @@ int main(int argc, char** argv) {
                           o.memory.policy == "evoke" ? ", relevance " + o.memory.relevance + relevance_note : "", ")");
     std::printf("wm_serve: %s on %s, %d threads, %d parallel, policy %s; sessions %s; listening on http://%s:%d\n",
                 o.model_dir.c_str(), wm::describe_device(dev).c_str(), nt, o.parallel, policy.c_str(),
-                o.state_dir.empty() ? "in memory only" : ("saved in " + o.state_dir + " (" +
-                                                          std::to_string(server.engine().sessions()) + " found)").c_str(),
+                o.state_dir.empty()
+                    ? wm::str_cat("in memory only (beyond --max-sessions ", o.max_sessions, " or --session-memory ",
+                                  o.session_memory_mib, " MiB the least recently used idle ones end; --state-dir "
+                                  "keeps them)").c_str()
+                    : ("saved in " + o.state_dir + " (" + std::to_string(server.engine().sessions()) + " found)").c_str(),
                 o.host.c_str(), port);
     std::fflush(stdout);
     svr.listen_after_bind();
