@@ -6,6 +6,16 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/tools/build.sh" "$@"
 cd "${WM_BUILD_DIR:-$root/build}"
 ctest --output-on-failure -j "$(nproc)" --timeout 600
+# ctest runs the binary suite by suite; count the GoogleTest tests and name those that skipped
+# (no CUDA device, the real MiniLM not installed, ...), whose reasons are in the log.
+log="Testing/Temporary/LastTest.log"
+if [ -f "$log" ]; then
+  passed=$(grep -c '^\[       OK \] ' "$log" || true)
+  skipped=$(grep -E '^\[  SKIPPED \] [^ ]+ \([0-9]+ ms\)$' "$log" | sed -E 's/^\[  SKIPPED \] ([^ ]+) .*/\1/' | sort -u || true)
+  n_skipped=$(printf '%s' "$skipped" | grep -c . || true)
+  echo "GoogleTest: $passed tests passed, $n_skipped skipped (reasons: $PWD/$log)"
+  if [ -n "$skipped" ]; then printf '  skipped: %s\n' $skipped; fi
+fi
 fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
 if [ "$fuzz_seconds" != "0" ]; then
   bash "$root/tools/fuzz.sh" "$fuzz_seconds"

@@ -153,13 +153,6 @@ void write_summary_json(const ViewerSummary& s, const std::string& path) {
 
 namespace {
 
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double v = -1;
-  if (f >> v) return v;
-  return -1;
-}
-
 std::optional<Control> movement_control(SDL_Scancode sc) {
   switch (sc) {
     case SDL_SCANCODE_W: case SDL_SCANCODE_UP: return Control::Forward;

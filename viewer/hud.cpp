@@ -2,19 +2,27 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 
 #include "viewer/palette.h"
 
 namespace wm::viewer {
 
-namespace {
-
 std::string fmt(const char* f, double a) {
   char b[64];
   std::snprintf(b, sizeof b, f, a);
   return b;
 }
+
+double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double v = -1;
+  if (f >> v) return v;
+  return -1;
+}
+
+namespace {
 
 void fill(SDL_Renderer* r, const SDL_Rect& rc, SDL_Color c) {
   palette::set_color(r, c);

@@ -44,6 +44,11 @@ void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area);
 // The same with another key list (lines of text).
 void draw_help(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const std::string& text);
 
+// One number through a printf format ("%.1f"), for the panels' text.
+std::string fmt(const char* f, double a);
+// The machine's 1-minute load average (/proc/loadavg), -1 where it cannot be read: the viewers'
+// summaries record it beside their frame rates.
+double load_average();
 // "1.23 MB", "512 B", ... for byte counts.
 std::string format_bytes(size_t bytes);
 // The chunk number of "chunk:42" (-1 when the id is not of that form).

@@ -103,13 +103,6 @@ world::Pose to_world_pose(const worldkv::Pose& p) {
   return world::Pose{p.x, p.y, p.yaw / worldkv::kRadiansPerDegree, p.pitch / worldkv::kRadiansPerDegree};
 }
 
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double v = -1;
-  if (f >> v) return v;
-  return -1;
-}
-
 struct Mg2Frame {
   Image image;
   worldkv::Mg2Input input;

@@ -11,12 +11,6 @@ namespace wm::viewer {
 
 namespace {
 
-std::string fmt(const char* f, double a) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, a);
-  return b;
-}
-
 // Milliseconds as seconds with three significant digits (chunks take 0.1 s on a GPU, minutes
 // on a CPU).
 std::string secs(double ms) {
