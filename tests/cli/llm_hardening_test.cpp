@@ -28,7 +28,9 @@
 #include "tools/cli/output_file.h"
 
 namespace wm::testing {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace llm_hardening_test {
 
 const char* const kTraceMarks[] = {"Exception raised from", "terminate called", "frame #", "what():"};
 
@@ -515,5 +517,5 @@ TEST_F(LlmHardening, FailedRunsRemoveTheFoldersTheyMade) {
   EXPECT_EQ(tree(dir_), (std::vector<std::string>{".child.err", ".child.out", "bad.json"}));
 }
 
-}  // namespace
+}  // namespace llm_hardening_test
 }  // namespace wm::testing

@@ -19,7 +19,9 @@
 #include "runtime/window.h"
 
 namespace wm::llm {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace llm_model_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -577,5 +579,5 @@ TEST(LlmModel, InitWeightsIsSeeded) {
   EXPECT_TRUE(at::equal(a->model->norm->weight, at::ones({c.hidden_size})));
 }
 
-}  // namespace
+}  // namespace llm_model_test
 }  // namespace wm::llm

@@ -17,7 +17,9 @@
 #include "runtime/rope.h"
 
 namespace wm::llm {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace recompute_test {
 
 namespace fs = std::filesystem;
 
@@ -498,5 +500,5 @@ TEST(Recompute, BadInputsAreErrors) {
   EXPECT_THROW(prefill_with_reuse(cache, *cb, make_prompt(), w), Error);
 }
 
-}  // namespace
+}  // namespace recompute_test
 }  // namespace wm::llm

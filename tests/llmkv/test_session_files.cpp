@@ -12,7 +12,9 @@
 #include "runtime/error.h"
 
 namespace wm::llm {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace session_files_test {
 
 namespace fs = std::filesystem;
 
@@ -122,5 +124,5 @@ TEST(SessionFiles, DamagedFilesAreReportedAndNeverUsed) {
   fs::remove_all(d);
 }
 
-}  // namespace
+}  // namespace session_files_test
 }  // namespace wm::llm

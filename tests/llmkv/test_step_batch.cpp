@@ -13,7 +13,9 @@
 #include "runtime/window.h"
 
 namespace wm::llm {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace step_batch_test {
 
 constexpr int64_t kVocab = 61;
 
@@ -161,5 +163,5 @@ TEST(DecodeTogether, EachGenerationEqualsItsSessionAlone) {
   }
 }
 
-}  // namespace
+}  // namespace step_batch_test
 }  // namespace wm::llm

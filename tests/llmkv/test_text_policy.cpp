@@ -14,7 +14,9 @@
 #include "runtime/rope.h"
 
 namespace wm::llm {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace text_policy_test {
 
 constexpr int64_t kVocab = 61;
 
@@ -836,5 +838,5 @@ TEST(TextPolicy, LogProbsAfterChosenTokensMatchThePredictions) {
   EXPECT_THROW(s.predict(ids, {static_cast<int64_t>(ids.size())}), Error);  // past the ids
 }
 
-}  // namespace
+}  // namespace text_policy_test
 }  // namespace wm::llm

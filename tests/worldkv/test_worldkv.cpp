@@ -14,7 +14,9 @@
 #include "synthetic.h"
 
 namespace wm::worldkv {
-namespace {
+// Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
+// have the same names (kVocab, positions(), ...).
+namespace worldkv_test {
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -343,5 +345,5 @@ TEST(WorldKvMemory, BadConfigAndOrderAreRejected) {
   EXPECT_THROW(parse_policy("lru"), Error);
 }
 
-}  // namespace
+}  // namespace worldkv_test
 }  // namespace wm::worldkv
