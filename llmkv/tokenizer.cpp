@@ -115,34 +115,7 @@ struct Segment {
   int32_t token = -1;
 };
 
-[[noreturn]] void corrupt(const std::string& origin, const std::string& what) {
-  throw CorruptData(str_cat(origin, ": ", what));
-}
-[[noreturn]] void unsupported(const std::string& origin, const std::string& what) {
-  throw Error(str_cat(origin, ": ", what));
-}
-
-const json& field(const json& obj, const char* key, const std::string& where, const std::string& origin) {
-  if (!obj.is_object()) corrupt(origin, str_cat(where, " is not a JSON object"));
-  auto it = obj.find(key);
-  if (it == obj.end()) corrupt(origin, str_cat(where, " lacks the field \"", key, "\""));
-  return *it;
-}
-
-bool opt_bool(const json& obj, const char* key, bool dflt, const std::string& where, const std::string& origin) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return dflt;
-  if (!it->is_boolean()) corrupt(origin, str_cat(where, ".", key, " is not a boolean"));
-  return it->get<bool>();
-}
-
-std::string type_of(const json& obj, const std::string& where, const std::string& origin) {
-  const json& t = field(obj, "type", where, origin);
-  if (!t.is_string()) corrupt(origin, str_cat(where, ".type is not a string"));
-  return t.get<std::string>();
-}
-
-std::string quoted(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
+using namespace json_fields;
 
 }  // namespace
 

@@ -22,43 +22,7 @@ namespace {
 constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max() - 1;
 constexpr char32_t kReplacement = 0xFFFD;
 
-[[noreturn]] void corrupt(const std::string& origin, const std::string& what) {
-  throw CorruptData(str_cat(origin, ": ", what));
-}
-[[noreturn]] void unsupported(const std::string& origin, const std::string& what) {
-  throw Error(str_cat(origin, ": ", what));
-}
-
-std::string quoted(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
-
-const json& field(const json& obj, const char* key, const std::string& where, const std::string& origin) {
-  if (!obj.is_object()) corrupt(origin, str_cat(where, " is not a JSON object"));
-  auto it = obj.find(key);
-  if (it == obj.end()) corrupt(origin, str_cat(where, " lacks the field \"", key, "\""));
-  return *it;
-}
-
-bool opt_bool(const json& obj, const char* key, bool dflt, const std::string& where, const std::string& origin) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return dflt;
-  if (!it->is_boolean()) corrupt(origin, str_cat(where, ".", key, " is not a boolean"));
-  return it->get<bool>();
-}
-
-int64_t int_in(const json& v, int64_t lo, int64_t hi, const std::string& where, const std::string& origin) {
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    corrupt(origin, str_cat(where, " is not an integer in [", lo, ", ", hi, "]: ", v.dump()));
-  return v.get<int64_t>();
-}
-
-std::string string_of(const json& v, const std::string& where, const std::string& origin) {
-  if (!v.is_string()) corrupt(origin, str_cat(where, " is not a string"));
-  return v.get<std::string>();
-}
-
-std::string type_of(const json& obj, const std::string& where, const std::string& origin) {
-  return string_of(field(obj, "type", where, origin), str_cat(where, ".type"), origin);
-}
+using namespace json_fields;
 
 // The code points of s; bytes that are not valid UTF-8 become U+FFFD, one per byte.
 std::u32string decode_utf8(std::string_view s) {
