@@ -38,7 +38,11 @@ FrameCond FrameCond::slice(int64_t begin, int64_t n) const {
     if (!x.defined()) return x;
     return x.narrow(x.dim() - 2, begin, n);
   };
-  return {sl(pose), sl(action)};
+  auto sl_ref = [&](const at::Tensor& x) {
+    if (!x.defined()) return x;
+    return x.narrow(x.dim() - 4, begin, n);
+  };
+  return {sl(pose), sl(action), sl_ref(reference)};
 }
 
 int64_t n_camera_features(const CondConfig& c) { return 4 * c.pos_bands + 2 * c.yaw_harmonics; }
@@ -96,6 +100,37 @@ at::Tensor ray_features(const at::Tensor& pose, const CondConfig& c, int64_t gri
   }
   WM_CHECK(!parts.empty(), "no camera features: pos_bands and yaw_harmonics are both 0");
   return at::cat(parts, -1).to(at::kFloat);
+}
+
+at::Tensor warp_reference(const at::Tensor& src, double src_yaw_deg, const at::Tensor& yaw_deg, const CondConfig& c) {
+  WM_CHECK(src.defined() && src.dim() == 3, "reference source must be [C, h, w], got ",
+           src.defined() ? src.sizes() : at::IntArrayRef{});
+  WM_CHECK(yaw_deg.defined() && yaw_deg.dim() == 1, "target yaws must be [F], got ",
+           yaw_deg.defined() ? yaw_deg.sizes() : at::IntArrayRef{});
+  WM_CHECK(std::isfinite(src_yaw_deg), "reference yaw is not finite");
+  WM_CHECK(c.hfov_deg > 0 && c.hfov_deg < 180, "hfov_deg must be in (0, 180), got ", c.hfov_deg);
+  const int64_t C = src.size(0), h = src.size(1), w = src.size(2), F = yaw_deg.size(0);
+  const double tan_half = std::tan(c.hfov_deg * M_PI / 360.0);
+  at::Tensor offsets = column_yaw_offsets_deg(c, w);                                    // [w]
+  at::Tensor delta = yaw_deg.to(at::kCPU, at::kDouble) - src_yaw_deg;                   // [F]
+  at::Tensor rel = delta.unsqueeze(1) + offsets.unsqueeze(0);                           // [F, w] degrees
+  rel = at::remainder(rel + 180.0, 360.0) - 180.0;                                      // (-180, 180]
+  at::Tensor u = (at::tan(rel * (M_PI / 180.0)) / tan_half + 1.0) * (w / 2.0) - 0.5;    // source column
+  at::Tensor covered = (rel.abs() < 90.0).logical_and(u >= -0.5).logical_and(u <= w - 0.5);
+  at::Tensor uc = u.clamp(0.0, static_cast<double>(w - 1));
+  at::Tensor lo = uc.floor().clamp_max(static_cast<double>(std::max<int64_t>(w - 2, 0)));
+  at::Tensor frac = (uc - lo).to(at::kFloat);
+  at::Tensor lo_i = lo.to(at::kLong), hi_i = (lo_i + 1).clamp_max(w - 1);
+  const auto dev = src.device();
+  at::Tensor s = src.to(at::kFloat);
+  at::Tensor mask = covered.to(at::kFloat);                                             // [F, w]
+  // [C, h, F, w] gathers of the two source columns per target column.
+  at::Tensor a = s.index_select(2, lo_i.flatten().to(dev)).view({C, h, F, w});
+  at::Tensor b = s.index_select(2, hi_i.flatten().to(dev)).view({C, h, F, w});
+  at::Tensor fr = frac.to(dev).view({1, 1, F, w}), mk = mask.to(dev).view({1, 1, F, w});
+  at::Tensor warped = ((a * (1 - fr) + b * fr) * mk).permute({2, 0, 1, 3});            // [F, C, h, w]
+  at::Tensor mplane = mk.view({F, 1, 1, w}).expand({F, 1, h, w});
+  return at::cat({warped, mplane}, 1).contiguous();
 }
 
 }  // namespace wm::dit

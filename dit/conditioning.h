@@ -20,6 +20,10 @@ namespace wm::dit {
 struct FrameCond {
   at::Tensor pose;    // [F, 3] or [B, F, 3] float: x, y, yaw_deg
   at::Tensor action;  // [F, action_dim] or [B, F, action_dim] float
+  at::Tensor reference;  // [F, C + 1, h, w] or [B, F, C + 1, h, w] float (CondConfig::warp_reference):
+                         // per frame, the last clean frame before its chunk turned to the frame's
+                         // yaw (warp_reference), then the coverage mask; undefined means zeros (no
+                         // reference: context chunks, the refill pass)
 
   // The frames [begin, begin + n) of every batch entry (a view; undefined stays undefined).
   FrameCond slice(int64_t begin, int64_t n) const;
@@ -47,5 +51,16 @@ at::Tensor apply_yaw_rope(const at::Tensor& x, const at::Tensor& yaw_deg, int64_
 // World yaw (degrees) of the ray through each patch column, [grid_w] float64, relative to the
 // camera's yaw: atan((2 (j + 0.5) / grid_w - 1) * tan(hfov / 2)).
 at::Tensor column_yaw_offsets_deg(const CondConfig& c, int64_t grid_w);
+
+// The reference frames of CondConfig::warp_reference: the latent frame src [C, h, w] seen at yaw
+// src_yaw_deg, turned to each target yaw yaw_deg [F] as a pure rotation of the camera (the
+// raycaster's columns are evenly spaced in tan(ray angle), its rows do not depend on yaw).
+// Target column j looks at src_yaw + delta + offset_j (column_yaw_offsets_deg over the latent
+// width, delta = target yaw - src_yaw), which source column u = w / 2 * (1 + tan(delta + offset_j)
+// / tan(hfov / 2)) - 0.5 sees; its values are interpolated linearly between the two nearest source
+// columns. Columns whose ray the source does not see (u outside [-0.5, w - 0.5], or facing away)
+// are zero with mask 0. Returns [F, C + 1, h, w] float32 on src's device: the warped latents,
+// then the mask (1 where covered). Translation is not modelled: the model learns it.
+at::Tensor warp_reference(const at::Tensor& src, double src_yaw_deg, const at::Tensor& yaw_deg, const CondConfig& c);
 
 }  // namespace wm::dit

@@ -237,6 +237,7 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
     cr.get("yaw_harmonics", c.cond.yaw_harmonics);
     cr.get("hidden", c.cond.hidden);
     cr.get("yaw_rope_pairs", c.cond.yaw_rope_pairs);
+    cr.get("warp_reference", c.cond.warp_reference);
     cr.finish();
   }
   c.codec.image_height = c.latent_height * c.codec.stride;
@@ -309,7 +310,8 @@ nlohmann::json config_to_json(const DitConfig& c) {
                        {"pos_scale", c.cond.pos_scale},
                        {"yaw_harmonics", c.cond.yaw_harmonics},
                        {"hidden", c.cond.hidden},
-                       {"yaw_rope_pairs", c.cond.yaw_rope_pairs}};
+                       {"yaw_rope_pairs", c.cond.yaw_rope_pairs},
+                       {"warp_reference", c.cond.warp_reference}};
   j["codec"] = {{"kind", c.codec.kind},
                 {"stride", c.codec.stride},
                 {"image_size", {c.codec.image_height, c.codec.image_width}}};

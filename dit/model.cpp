@@ -77,7 +77,7 @@ CausalDitImpl::CausalDitImpl(DitConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
   const auto& c = cfg_;
   patch_embedding = register_module(
-      "patch_embedding", nn::Conv3d(nn::Conv3dOptions(c.latent_channels, c.dim, {c.patch_t, c.patch_h, c.patch_w})
+      "patch_embedding", nn::Conv3d(nn::Conv3dOptions(c.input_channels(), c.dim, {c.patch_t, c.patch_h, c.patch_w})
                                         .stride({c.patch_t, c.patch_h, c.patch_w})));
   time_embedding = register_module("time_embedding", mlp(c.freq_dim, c.dim, c.dim));
   time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(c.dim, 6 * c.dim)));
@@ -138,9 +138,27 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
   const auto dt = w0.scalar_type();
   const auto dev = w0.device();
 
-  // Patchify [B, T, C, gh*ph, gw*pw] -> [B, n, C*ph*pw] in Conv3d weight order (C, pt, ph, pw).
-  at::Tensor patches = x.to(dev, dt).reshape({B, T, C, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape(
-      {B, n, C * ph * pw});
+  // The input frames: the latents, and (warp_reference) the reference and its mask after them.
+  at::Tensor xin = x.to(dev, dt);
+  const int64_t Cin = c.input_channels();
+  if (c.cond.warp_reference) {
+    at::Tensor ref;
+    if (cond.reference.defined()) {
+      ref = cond.reference.to(dev, dt);
+      if (ref.dim() == 4) ref = ref.unsqueeze(0);
+      WM_CHECK(ref.dim() == 5 && (ref.size(0) == B || ref.size(0) == 1) && ref.size(1) == T && ref.size(2) == C + 1 &&
+                   ref.size(3) == x.size(3) && ref.size(4) == x.size(4),
+               "reference must be [", T, ", ", C + 1, ", ", x.size(3), ", ", x.size(4), "] or [", B, ", ", T, ", ..], got ",
+               cond.reference.sizes());
+      ref = ref.expand({B, T, C + 1, x.size(3), x.size(4)});
+    } else {
+      ref = at::zeros({B, T, C + 1, x.size(3), x.size(4)}, xin.options());
+    }
+    xin = at::cat({xin, ref}, 2);
+  }
+  // Patchify [B, T, Cin, gh*ph, gw*pw] -> [B, n, Cin*ph*pw] in Conv3d weight order (C, pt, ph, pw).
+  at::Tensor patches = xin.reshape({B, T, Cin, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape(
+      {B, n, Cin * ph * pw});
   at::Tensor h = at::linear(patches, w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
 
   at::Tensor pose;

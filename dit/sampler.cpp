@@ -82,7 +82,10 @@ ChunkResult generate_chunk(CausalDit& model, KvWindow* window, const FrameCond& 
     at::Tensor ctx = r.latents;
     if (cfg.context_t > 0)
       ctx = (1.0 - cfg.context_t) * r.latents + cfg.context_t * seeded_noise(r.latents.sizes(), gen, dev);
-    model->forward_chunk(ctx, at::scalar_tensor(cfg.context_t, at::TensorOptions().dtype(at::kFloat)), cond,
+    // Without the reference: context chunks are made, and trained, without one.
+    FrameCond ctx_cond = cond;
+    ctx_cond.reference = at::Tensor();
+    model->forward_chunk(ctx, at::scalar_tensor(cfg.context_t, at::TensorOptions().dtype(at::kFloat)), ctx_cond,
                          first_frame, window, &r.kv);
   }
   return r;

@@ -76,7 +76,8 @@ struct ChunkResult {
 // Generates one chunk of frames_per_chunk frames at absolute frame first_frame: noise from gen,
 // the sampler's steps through model.forward_chunk with the window as context, then (refill) the
 // t = 0 pass on the clean latents returning its per-layer K/V for the caller to place in the
-// window. cond holds the chunk's frames ([F, 3] pose, [F, A] action). Runs without autograd.
+// window. cond holds the chunk's frames ([F, 3] pose, [F, A] action, and for a warp_reference
+// model the reference, which the refill pass goes without). Runs without autograd.
 ChunkResult generate_chunk(CausalDit& model, KvWindow* window, const FrameCond& cond, int64_t first_frame,
                            const SamplerConfig& cfg, at::Generator& gen);
 

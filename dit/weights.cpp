@@ -112,4 +112,26 @@ CausalDit load_model(const std::string& path, at::Device device, const LoadOptio
   return m;
 }
 
+InitReport init_from(const CausalDitImpl& from, CausalDitImpl& to) {
+  InitReport r;
+  const auto src = from.named_parameters(true);
+  at::NoGradGuard ng;
+  for (auto& p : to.named_parameters(true)) {
+    const at::Tensor* t = src.find(p.key());
+    at::Tensor& dst = p.value();
+    if (t && t->sizes() == dst.sizes()) {
+      dst.copy_(*t);
+      ++r.copied;
+    } else if (t && p.key() == "patch_embedding.weight" && t->dim() == 5 && dst.dim() == 5 && t->size(0) == dst.size(0) &&
+               t->size(1) < dst.size(1) && t->sizes().slice(2) == dst.sizes().slice(2)) {
+      dst.zero_();
+      dst.narrow(1, 0, t->size(1)).copy_(*t);
+      r.widened.push_back(p.key());
+    } else {
+      r.fresh.push_back(p.key());
+    }
+  }
+  return r;
+}
+
 }  // namespace wm::dit

@@ -38,6 +38,12 @@ void WorldSession::reset(uint64_t seed, Policy policy) {
   codec_->reset();  // a new rollout for a streaming decoder
   gen_ = at::detail::createCPUGenerator(seed);
   next_index_ = 0;
+  last_latent_ = at::Tensor();
+}
+
+void WorldSession::keep_last_frame(const at::Tensor& latents, const dit::FrameCond& cond) {
+  last_latent_ = latents[latents.size(0) - 1].clone();
+  last_yaw_deg_ = cond.pose[cond.pose.size(0) - 1][2].item<double>();
 }
 
 void WorldSession::record_memory_size(ChunkOutput& out) const {
@@ -59,8 +65,9 @@ ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::ve
   memory_->prepare(0, poses);
   const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
   std::vector<LayerKv> kv;
-  model_->forward_chunk(codec_->encode_images(frames, device_), at::scalar_tensor(0.0, at::kFloat), cond, 0,
-                        &memory_->window(), &kv);
+  const at::Tensor latents = codec_->encode_images(frames, device_);
+  model_->forward_chunk(latents, at::scalar_tensor(0.0, at::kFloat), cond, 0, &memory_->window(), &kv);
+  keep_last_frame(latents, cond);
   memory_->commit(0, std::move(kv), poses);
   ChunkOutput out;
   out.index = 0;
@@ -86,8 +93,11 @@ ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector
   memory_->prepare(out.index, poses);
   out.memory_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
   if (memory_->policy().banks()) out.retrieved = memory_->region_ids("retrieved");
-  const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
+  dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
+  if (model_->config().cond.warp_reference && last_latent_.defined())
+    cond.reference = dit::warp_reference(last_latent_, last_yaw_deg_, cond.pose.select(1, 2), model_->config().cond);
   dit::ChunkResult r = dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
+  keep_last_frame(r.latents, cond);
   t_mem = Clock::now();
   memory_->commit(out.index, std::move(r.kv), poses);
   out.memory_ms += std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();

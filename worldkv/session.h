@@ -71,6 +71,8 @@ class WorldSession {
   at::Device device() const { return device_; }
 
  private:
+  // Keeps the chunk's last frame and its yaw (cond.pose's last row) for the next reference.
+  void keep_last_frame(const at::Tensor& latents, const dit::FrameCond& cond);
   // Sets out's window and bank sizes from the memory as it is now.
   void record_memory_size(ChunkOutput& out) const;
 
@@ -81,6 +83,10 @@ class WorldSession {
   std::unique_ptr<WorldMemory> memory_;
   at::Generator gen_;
   int64_t next_index_ = 0;
+  // The last frame made (or prompted), latents [C, h, w], and its yaw in degrees: the next
+  // chunk's reference for a warp_reference model.
+  at::Tensor last_latent_;
+  double last_yaw_deg_ = 0;
 };
 
 // Loads a model saved by the trainer (config in its metadata) onto `device`, in eval mode.

@@ -2,15 +2,22 @@
 // conversion of those to the DiT's conditioning tensors.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "dit/config.h"
+#include "dit/codec.h"
+#include "dit/conditioning.h"
 #include "dit/model.h"
+#include "dit/sampler.h"
 #include "runtime/error.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/session.h"
+#include "worldkv/world_memory.h"
 
 namespace wm::worldkv {
 namespace {
@@ -119,6 +126,48 @@ TEST(WorldSession, DeterministicInItsSeedAndSteeredByThePose) {
   int differing = 0;
   for (size_t f = 3; f < first.size(); ++f) differing += turned[f].rgb != first[f].rgb;
   EXPECT_GT(differing, 0);
+}
+
+// A warp_reference model's chunk sees the frame made last (here the prompt's last), turned to
+// the chunk's yaws: the session's chunk is the one made by hand from the same window and that
+// reference, and not the one made without it.
+TEST(WorldSession, AWarpReferenceModelSeesTheLastFrameTurned) {
+  dit::DitConfig c = dit::load_config(std::string(WM_SOURCE_DIR) + "/configs/tiny.json");
+  c.cond.warp_reference = true;
+  dit::CausalDit m(c);
+  m->init_weights(3);
+  m->eval();
+  SessionConfig sc = one_step_config();
+  sc.seed = 6;
+  WorldSession s(m, sc, at::kCPU);
+  std::vector<Image> prompt(3, Image(64, 64));
+  for (int f = 0; f < 3; ++f)
+    for (size_t i = 0; i < prompt[f].rgb.size(); ++i) prompt[f].rgb[i] = static_cast<uint8_t>((i * 7 + f * 31) % 251);
+  const std::vector<Action> acts(3, Action{1, 0, 0.2});
+  const std::vector<Pose> p0 = walk(0, 3, 0.2), p1 = walk(3, 3, 0.2);
+  s.prompt(prompt, p0, acts);
+  const ChunkOutput out = s.next(p1, acts);
+
+  at::NoGradGuard ng;
+  WorldMemory mem(m->kv_spec(at::kCPU), s.config().memory);
+  auto codec = dit::make_codec(c);
+  const at::Tensor lat = codec->encode_images(prompt, at::kCPU);
+  mem.prepare(0, p0);
+  const dit::FrameCond c0 = frame_cond(p0, acts, c.cond, at::kCPU);
+  std::vector<LayerKv> kv;
+  m->forward_chunk(lat, at::scalar_tensor(0.0), c0, 0, &mem.window(), &kv);
+  mem.commit(0, std::move(kv), p0);
+  mem.prepare(1, p1);
+  dit::FrameCond c1 = frame_cond(p1, acts, c.cond, at::kCPU);
+  c1.reference = dit::warp_reference(lat[2], c0.pose[2][2].item<double>(), c1.pose.select(1, 2), c.cond);
+  at::Generator g = at::detail::createCPUGenerator(6);
+  const std::vector<Image> by_hand = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, sc.sampler, g).latents);
+  ASSERT_EQ(out.frames.size(), 3u);
+  for (int f = 0; f < 3; ++f) EXPECT_EQ(out.frames[f].rgb, by_hand[f].rgb) << "frame " << f;
+  c1.reference = at::Tensor();
+  g = at::detail::createCPUGenerator(6);
+  const std::vector<Image> without = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, sc.sampler, g).latents);
+  EXPECT_NE(out.frames[0].rgb, without[0].rgb);
 }
 
 }  // namespace

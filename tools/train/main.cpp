@@ -82,6 +82,7 @@ at::Tensor frames(const at::Tensor& t, int64_t a, int64_t b) { return t.narrow(0
 // The teacher-forcing input for a sample: [S-1 clean chunks ; the last K chunks noisy].
 struct Batch {
   at::Tensor x, t, frame_index, pose, action, bias, target;
+  at::Tensor reference;  // [frames of x, C + 1, h, w] (warp_reference models): zeros on the context
   int64_t noisy_from;  // first frame of the noisy part in x
 };
 
@@ -127,6 +128,21 @@ Batch make_batch(const wm::train::Sample& s, const wm::dit::DitConfig& cfg, int 
   b.bias = wm::dit::chunk_visibility_bias(wm::train::visibility(S, K), cfg.tokens_per_chunk(), dev);
   b.target = noise - src;
   b.noisy_from = C;
+  if (cfg.cond.warp_reference) {
+    // Each noisy chunk's reference: the last frame of the clean chunk before it, as the model fed
+    // it (light noise included), turned to the chunk's yaws, when that frame directly precedes
+    // the chunk (a window's sink or retrieved chunks do not); else none, as at inference the
+    // refill pass and the context chunks have none.
+    const int64_t Ch = x0.size(1), h = x0.size(2), w = x0.size(3);
+    b.reference = at::zeros({C + K * F, Ch + 1, h, w}, x0.options());
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = S - K + k, f0 = c * F;
+      if (c < 1 || s.frame_index[f0 - 1].item<int64_t>() + 1 != s.frame_index[f0].item<int64_t>()) continue;
+      at::Tensor ref = wm::dit::warp_reference(ctx[f0 - 1], s.pose[f0 - 1][2].item<double>(),
+                                               frames(s.pose, f0, f0 + F).select(1, 2), cfg.cond);
+      b.reference.narrow(0, C + k * F, F).copy_(ref);
+    }
+  }
   return b;
 }
 
@@ -134,7 +150,7 @@ at::Tensor forward(wm::dit::CausalDit& model, const Batch& b) {
   wm::dit::SequenceOptions so;
   so.frame_index = b.frame_index;
   so.attn_bias = b.bias;
-  wm::dit::FrameCond cond{b.pose, b.action};
+  wm::dit::FrameCond cond{b.pose, b.action, b.reference};
   return model->forward_sequence(b.x, b.t, cond, so);
 }
 
@@ -363,26 +379,16 @@ void load_init_weights(const Args& a, const wm::dit::DitConfig& cfg, wm::dit::Ca
   const wm::dit::DitConfig from_cfg = wm::dit::config_from_weights(a.init);
   wm::dit::CausalDit from(from_cfg);
   wm::dit::load_weights(*from, a.init);
-  const auto src = from->named_parameters(true);
-  int copied = 0;
-  std::vector<std::string> fresh;
-  {
-    at::NoGradGuard ng;
-    for (auto& p : model->named_parameters(true)) {
-      const at::Tensor* t = src.find(p.key());
-      if (t && t->sizes() == p.value().sizes()) {
-        p.value().copy_(*t);
-        ++copied;
-      } else {
-        fresh.push_back(p.key());
-      }
-    }
-  }
-  if (copied == 0) throw wm::Error(wm::str_cat("--init: ", a.init, " has no tensor of the shape ", a.config, " gives it"));
-  std::cerr << "wm_train: starting from " << a.init << " (" << copied << " tensors)\n";
-  if (!fresh.empty()) {
-    std::cerr << "wm_train: " << fresh.size() << " tensors differ in shape and start fresh:";
-    for (const auto& n : fresh) std::cerr << " " << n;
+  from->to(model->patch_embedding->weight.device());
+  const wm::dit::InitReport rep = wm::dit::init_from(*from, *model);
+  if (rep.copied == 0)
+    throw wm::Error(wm::str_cat("--init: ", a.init, " has no tensor of the shape ", a.config, " gives it"));
+  std::cerr << "wm_train: starting from " << a.init << " (" << rep.copied << " tensors)\n";
+  for (const auto& n : rep.widened)
+    std::cerr << "wm_train: " << n << " reads more input channels here (the warp reference): the added ones start at zero\n";
+  if (!rep.fresh.empty()) {
+    std::cerr << "wm_train: " << rep.fresh.size() << " tensors differ in shape and start fresh:";
+    for (const auto& n : rep.fresh) std::cerr << " " << n;
     std::cerr << "\n";
   }
   if (from_cfg.prediction != cfg.prediction) {
