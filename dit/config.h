@@ -45,10 +45,9 @@ struct CondConfig {
   int yaw_rope_pairs = 0;     // > 0: an extra rotary on q and k over the world yaw of each token's
                               // ray, pair m (m = 1..) turning by m * yaw, on the channels just
                               // after the (t, h, w) RoPE (which must leave 2 * pairs free)
-  bool warp_reference = false;  // the chunk being denoised also sees, channel-stacked on its
-                                // latents, the last clean frame before it turned by each frame's
-                                // yaw change, with a coverage mask (FrameCond::reference): the
-                                // patch embedding takes 2 * latent_channels + 1 channels
+  bool warp_reference = false;  // the chunk being denoised also sees the last clean frame before
+                                // it turned by each frame's yaw change, with a coverage mask
+                                // (FrameCond::reference), through reference_embedding
 };
 
 // Smallest t the x0 head divides by when it turns its output into a velocity (clean context
@@ -91,9 +90,6 @@ struct DitConfig {
   int tokens_per_frame() const { return grid_h() * grid_w(); }
   int tokens_per_chunk() const { return tokens_per_frame() * frames_per_chunk; }
   int patch_dim() const { return latent_channels * patch_t * patch_h * patch_w; }
-  // Channels per frame the patch embedding reads: the latents, and with cond.warp_reference the
-  // warped reference frame and its coverage mask after them.
-  int input_channels() const { return cond.warp_reference ? 2 * latent_channels + 1 : latent_channels; }
 
   // Throws wm::Error naming the field on any inconsistency (dim % n_heads, patch vs latent size,
   // RoPE split that does not fit head_dim, ...).

@@ -77,7 +77,7 @@ CausalDitImpl::CausalDitImpl(DitConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
   const auto& c = cfg_;
   patch_embedding = register_module(
-      "patch_embedding", nn::Conv3d(nn::Conv3dOptions(c.input_channels(), c.dim, {c.patch_t, c.patch_h, c.patch_w})
+      "patch_embedding", nn::Conv3d(nn::Conv3dOptions(c.latent_channels, c.dim, {c.patch_t, c.patch_h, c.patch_w})
                                         .stride({c.patch_t, c.patch_h, c.patch_w})));
   time_embedding = register_module("time_embedding", mlp(c.freq_dim, c.dim, c.dim));
   time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(c.dim, 6 * c.dim)));
@@ -87,6 +87,10 @@ CausalDitImpl::CausalDitImpl(DitConfig cfg) : cfg_(std::move(cfg)) {
   if (c.cond.action_dim > 0)
     action_embedding = register_module("action_embedding", mlp(c.cond.action_dim, hidden, c.dim));
   if (c.cond.ray_embedding) ray_embedding = register_module("ray_embedding", mlp(nf, hidden, c.dim));
+  if (c.cond.warp_reference)
+    reference_embedding = register_module(
+        "reference_embedding",
+        nn::Linear(nn::LinearOptions((c.latent_channels + 1) * c.patch_t * c.patch_h * c.patch_w, c.dim).bias(false)));
   blocks = register_module("blocks", nn::ModuleList());
   for (int l = 0; l < c.n_layers; ++l) blocks->push_back(DitBlock(c));
   head = register_module("head", Head(c));
@@ -138,28 +142,21 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
   const auto dt = w0.scalar_type();
   const auto dev = w0.device();
 
-  // The input frames: the latents, and (warp_reference) the reference and its mask after them.
-  at::Tensor xin = x.to(dev, dt);
-  const int64_t Cin = c.input_channels();
-  if (c.cond.warp_reference) {
-    at::Tensor ref;
-    if (cond.reference.defined()) {
-      ref = cond.reference.to(dev, dt);
-      if (ref.dim() == 4) ref = ref.unsqueeze(0);
-      WM_CHECK(ref.dim() == 5 && (ref.size(0) == B || ref.size(0) == 1) && ref.size(1) == T && ref.size(2) == C + 1 &&
-                   ref.size(3) == x.size(3) && ref.size(4) == x.size(4),
-               "reference must be [", T, ", ", C + 1, ", ", x.size(3), ", ", x.size(4), "] or [", B, ", ", T, ", ..], got ",
-               cond.reference.sizes());
-      ref = ref.expand({B, T, C + 1, x.size(3), x.size(4)});
-    } else {
-      ref = at::zeros({B, T, C + 1, x.size(3), x.size(4)}, xin.options());
-    }
-    xin = at::cat({xin, ref}, 2);
+  // Patchify [B, T, C, gh*ph, gw*pw] -> [B, n, C*ph*pw] in Conv3d weight order (C, pt, ph, pw).
+  auto patchify = [&](const at::Tensor& z, int64_t ch) {
+    return z.reshape({B, T, ch, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape({B, n, ch * ph * pw});
+  };
+  at::Tensor h = at::linear(patchify(x.to(dev, dt), C), w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
+  if (c.cond.warp_reference && cond.reference.defined()) {
+    // The reference frames and their mask, patchified alike, through their own embedding.
+    at::Tensor ref = cond.reference.to(dev, dt);
+    if (ref.dim() == 4) ref = ref.unsqueeze(0);
+    WM_CHECK(ref.dim() == 5 && (ref.size(0) == B || ref.size(0) == 1) && ref.size(1) == T && ref.size(2) == C + 1 &&
+                 ref.size(3) == x.size(3) && ref.size(4) == x.size(4),
+             "reference must be [", T, ", ", C + 1, ", ", x.size(3), ", ", x.size(4), "] or [", B, ", ", T, ", ..], got ",
+             cond.reference.sizes());
+    h = h + reference_embedding->forward(patchify(ref.expand({B, T, C + 1, x.size(3), x.size(4)}), C + 1));
   }
-  // Patchify [B, T, Cin, gh*ph, gw*pw] -> [B, n, Cin*ph*pw] in Conv3d weight order (C, pt, ph, pw).
-  at::Tensor patches = xin.reshape({B, T, Cin, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape(
-      {B, n, Cin * ph * pw});
-  at::Tensor h = at::linear(patches, w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
 
   at::Tensor pose;
   const int64_t yaw_pairs = c.cond.yaw_rope_pairs;
@@ -335,7 +332,8 @@ void CausalDitImpl::init_weights(uint64_t seed, bool zero_head) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     const bool cond_embed = name.rfind("time_embedding.", 0) == 0 || name.rfind("pose_embedding.", 0) == 0 ||
                             name.rfind("action_embedding.", 0) == 0 || name.rfind("ray_embedding.", 0) == 0;
-    const bool cond_out = cond_embed && name.find(".2.") != std::string::npos && name.rfind("time_", 0) != 0;
+    const bool cond_out = (cond_embed && name.find(".2.") != std::string::npos && name.rfind("time_", 0) != 0) ||
+                          name.rfind("reference_embedding.", 0) == 0;
     if (name.find("modulation") != std::string::npos) {
       normal(p, 1.0 / std::sqrt(double(cfg_.dim)));
     } else if (name.find("norm_") != std::string::npos) {

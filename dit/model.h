@@ -6,7 +6,9 @@
 // Submodule names mirror Wan checkpoint keys: patch_embedding, time_embedding.{0,2},
 // time_projection.1, blocks.N.{self_attn.{q,k,v,o,norm_q,norm_k}, ffn.{0,2}, modulation},
 // head.{head, modulation}. Additions of this project: pose_embedding.{0,2},
-// action_embedding.{0,2}, ray_embedding.{0,2}. Wan's cross-attention (text) is absent.
+// action_embedding.{0,2}, ray_embedding.{0,2}, reference_embedding (cond.warp_reference: the
+// reference frame's patches, embedded like the latents' and added to their tokens). Wan's
+// cross-attention (text) is absent.
 //
 // Block (as Wan, per-frame modulation as CausVid / Self-Forcing):
 //   e0 = time_projection(e) [.., 6, dim], m = blocks.N.modulation + e0 (per frame)
@@ -122,6 +124,7 @@ class CausalDitImpl : public torch::nn::Module {
   torch::nn::Conv3d patch_embedding{nullptr};  // weight [dim, C, pt, ph, pw]
   torch::nn::Sequential time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::Sequential pose_embedding{nullptr}, action_embedding{nullptr}, ray_embedding{nullptr};
+  torch::nn::Linear reference_embedding{nullptr};  // warp_reference: (C + 1) * pt * ph * pw -> dim, no bias
   torch::nn::ModuleList blocks{nullptr};
   Head head{nullptr};
 

@@ -122,11 +122,6 @@ InitReport init_from(const CausalDitImpl& from, CausalDitImpl& to) {
     if (t && t->sizes() == dst.sizes()) {
       dst.copy_(*t);
       ++r.copied;
-    } else if (t && p.key() == "patch_embedding.weight" && t->dim() == 5 && dst.dim() == 5 && t->size(0) == dst.size(0) &&
-               t->size(1) < dst.size(1) && t->sizes().slice(2) == dst.sizes().slice(2)) {
-      dst.zero_();
-      dst.narrow(1, 0, t->size(1)).copy_(*t);
-      r.widened.push_back(p.key());
     } else {
       r.fresh.push_back(p.key());
     }

@@ -49,16 +49,13 @@ DitConfig config_from_weights(const std::string& path);
 
 // What init_from copied.
 struct InitReport {
-  int copied = 0;                   // tensors of the same name and shape, copied whole
-  std::vector<std::string> widened; // the patch embedding, copied into its first input channels
-                                    // (the added ones, a warp reference's, start at zero)
-  std::vector<std::string> fresh;   // left as they were (no tensor of that name, or another shape)
+  int copied = 0;                  // tensors of the same name and shape
+  std::vector<std::string> fresh;  // left as they were (no tensor of that name, or another shape)
 };
 
-// Starts `to` from another model's parameters: tensors of the same name and shape are copied;
-// a patch embedding that reads more input channels than `from`'s (cond.warp_reference added) takes
-// `from`'s weights in its first channels and zeros in the rest, so that it computes what `from`
-// did whatever the reference holds; the rest is left as it is. Both models on one device.
+// Starts `to` from another model's parameters: tensors of the same name and shape are copied, the
+// rest is left as it is (a reference_embedding that init_weights(.., zero_head) zeroed keeps the
+// model computing what `from` did). Both models on one device.
 InitReport init_from(const CausalDitImpl& from, CausalDitImpl& to);
 
 // Builds the model a file describes (its stored config), loads it and moves it to device.

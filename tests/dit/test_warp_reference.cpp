@@ -93,18 +93,18 @@ nlohmann::json small_config(bool warp) {
 }
 
 // A model with the reference started from one without it computes what that one did, whatever
-// the reference holds; once its added weights move, the reference reaches the output.
+// the reference holds; once its reference embedding moves, the reference reaches the output.
 TEST(WarpReference, ModelStartedFromOneWithoutItKeepsItsOutput) {
   at::NoGradGuard ng;
   CausalDit base(config_from_json(small_config(false), "base"));
   base->init_weights(4);
   CausalDit warp(config_from_json(small_config(true), "warp"));
-  warp->init_weights(9);
-  ASSERT_EQ(warp->patch_embedding->weight.sizes(), at::IntArrayRef({32, 25, 1, 2, 2}));
+  warp->init_weights(9, /*zero_head=*/true);  // as wm_train starts: reference_embedding at zero
+  ASSERT_EQ(warp->reference_embedding->weight.sizes(), at::IntArrayRef({32, 13 * 4}));
+  EXPECT_EQ(warp->reference_embedding->weight.abs().max().item<float>(), 0.0f);
   const InitReport rep = init_from(*base, *warp);
-  EXPECT_EQ(rep.widened, std::vector<std::string>{"patch_embedding.weight"});
-  EXPECT_TRUE(rep.fresh.empty());
-  EXPECT_EQ(rep.copied, static_cast<int>(warp->parameters().size()) - 1);
+  EXPECT_EQ(rep.fresh, std::vector<std::string>{"reference_embedding.weight"});
+  EXPECT_EQ(rep.copied, static_cast<int>(base->parameters().size()));
 
   at::Generator g = at::detail::createCPUGenerator(2);
   at::Tensor x = at::randn({3, 12, 4, 4}, g);
@@ -116,7 +116,7 @@ TEST(WarpReference, ModelStartedFromOneWithoutItKeepsItsOutput) {
   // No reference is a zero one.
   FrameCond none{cond.pose, cond.action};
   FrameCond zeros{cond.pose, cond.action, at::zeros({3, 13, 4, 4})};
-  warp->patch_embedding->weight.narrow(1, 12, 13).normal_(0, 0.1, g);
+  warp->reference_embedding->weight.normal_(0, 0.1, g);
   EXPECT_TRUE(at::allclose(warp->forward_chunk(x, t, none, 0, nullptr), warp->forward_chunk(x, t, zeros, 0, nullptr)));
   EXPECT_GT((warp->forward_chunk(x, t, cond, 0, nullptr) - want).abs().max().item<double>(), 1e-3);
   // A reference of the wrong shape is an error.

@@ -69,6 +69,7 @@ struct Args {
   double self_ctx_prob = 0.0;
   double compress_prob = 0.0;
   double compress_keep = 0.25;
+  double reference_lr = 10.0;
   int self_ctx_chunks = 2;
   std::vector<double> self_ctx_timesteps{1.0, 0.5};
   std::vector<double> timesteps{1.0, 0.75, 0.5, 0.25};  // the probe's sampler
@@ -311,6 +312,9 @@ void add_options(CLI::App& app, Args& a) {
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   app.add_option("--compress-keep", a.compress_keep, "the fraction of non-anchor tokens they keep")
       ->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--reference-lr", a.reference_lr,
+                 "a warp_reference model's reference_embedding learns at this multiple of --lr (it starts at zero)")
+      ->check(wm::cli::FiniteRange(0.0, 1000.0));
   app.add_option("--timesteps", a.timesteps, "the memory probe's sampler timesteps, descending in (0, 1]")
       ->check(wm::cli::FiniteRange(0.0, 1.0));
   auto* init_opt = app.add_option("--init", a.init,
@@ -368,6 +372,7 @@ struct RunFiles {
 struct TrainState {
   wm::dit::CausalDit model, ema;
   std::unique_ptr<torch::optim::AdamW> opt;
+  std::vector<double> lr_mult;  // per parameter group: its learning rate over the schedule's
   int64_t step = 0;
   double wall_before = 0;  // seconds trained before this process (a resumed run)
 };
@@ -384,10 +389,8 @@ void load_init_weights(const Args& a, const wm::dit::DitConfig& cfg, wm::dit::Ca
   if (rep.copied == 0)
     throw wm::Error(wm::str_cat("--init: ", a.init, " has no tensor of the shape ", a.config, " gives it"));
   std::cerr << "wm_train: starting from " << a.init << " (" << rep.copied << " tensors)\n";
-  for (const auto& n : rep.widened)
-    std::cerr << "wm_train: " << n << " reads more input channels here (the warp reference): the added ones start at zero\n";
   if (!rep.fresh.empty()) {
-    std::cerr << "wm_train: " << rep.fresh.size() << " tensors differ in shape and start fresh:";
+    std::cerr << "wm_train: " << rep.fresh.size() << " tensors are not in it (or in another shape) and start fresh:";
     for (const auto& n : rep.fresh) std::cerr << " " << n;
     std::cerr << "\n";
   }
@@ -409,8 +412,20 @@ TrainState start_state(const Args& a, const wm::dit::DitConfig& cfg, const RunFi
   st.model->to(dev);
   st.ema = wm::dit::CausalDit(cfg);
   st.ema->to(dev);
-  st.opt = std::make_unique<torch::optim::AdamW>(
-      st.model->parameters(), torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  // One parameter group, and a second one for a warp_reference model's reference_embedding: it
+  // starts at zero and learns at --reference-lr times the rate.
+  const auto opts = torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.01);
+  std::vector<at::Tensor> body, reference;
+  for (auto& p : st.model->named_parameters(true))
+    (p.key().rfind("reference_embedding.", 0) == 0 ? reference : body).push_back(p.value());
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(body, std::make_unique<torch::optim::AdamWOptions>(opts));
+  st.lr_mult = {1.0};
+  if (!reference.empty()) {
+    groups.emplace_back(reference, std::make_unique<torch::optim::AdamWOptions>(opts));
+    st.lr_mult.push_back(a.reference_lr);
+  }
+  st.opt = std::make_unique<torch::optim::AdamW>(std::move(groups), opts);
   if (a.resume && fs::exists(files.last) && fs::exists(files.state)) {
     wm::dit::load_weights(*st.model, files.last);
     wm::dit::load_weights(*st.ema, files.last_ema);
@@ -488,7 +503,8 @@ StepResult train_step(const Args& a, TrainState& st, const wm::dit::DitConfig& c
   loss.backward();
   torch::nn::utils::clip_grad_norm_(st.model->parameters(), 1.0);
   out.lr = wm::train::cosine_learning_rate(a.lr, a.warmup, a.steps, st.step);
-  for (auto& g : st.opt->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(out.lr);
+  for (size_t i = 0; i < st.opt->param_groups().size(); ++i)
+    static_cast<torch::optim::AdamWOptions&>(st.opt->param_groups()[i].options()).lr(out.lr * st.lr_mult.at(i));
   st.opt->step();
   {
     at::NoGradGuard ng;
