@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
 
 namespace wm::testing {
@@ -58,6 +59,42 @@ TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNoth
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
   EXPECT_EQ(losses(dir / "threads" / "log.jsonl"), want);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// A warp_reference model (two parameter groups: the body and reference_embedding, which starts
+// at zero from --init and learns at --reference-lr) resumes exactly too, and its reference
+// embedding moves.
+TEST(TrainResume, WarpReferenceModelFromInitResumesExactly) {
+  const std::string train = program_path("wm_train");
+  if (train.empty()) GTEST_SKIP() << "wm_train is not built (it needs the media libraries)";
+  const fs::path dir = fs::temp_directory_path() / ("wm_train_resume_warp_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path src(WM_SOURCE_DIR);
+  auto run = [&](const std::string& out, int steps, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {train, "--config", "configs/tiny-ae-warp.json", "--out", (dir / out).string(),
+                                     "--steps", std::to_string(steps), "--seed", "4", "--eval-every", "0",
+                                     "--eval-samples", "1", "--ckpt-every", "1", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const RunResult r = run_program(argv, dir, src, 300);
+    EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
+  };
+  const std::string init = "assets/models/tiny-ae/model.safetensors";
+  run("straight", 3, {"--init", init});
+  run("pieces", 1, {"--init", init});
+  run("pieces", 3, {"--resume"});
+  for (const char* f : {"model.safetensors", "last.safetensors"}) {
+    const std::string want = read_text(dir / "straight" / f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
+  }
+  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
+  const at::Tensor ref = SafeTensors::open((dir / "straight" / "last.safetensors").string()).get("reference_embedding.weight");
+  EXPECT_GT(ref.abs().max().item<float>(), 0.0f);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
