@@ -3,7 +3,8 @@
 // poses and actions it is given, over the window the world memory assembles. Per chunk:
 // memory.prepare -> sampler (N steps over the window) -> refill K/V -> memory.commit -> decode.
 // The generation is the model's alone: nothing of the past frames or the ground truth is copied
-// into the output. This is what programs and the viewer drive; poses and actions are in the
+// into the output (a warp_reference model reads the last frame made, turned to the new yaws, as
+// an input: dit/README.md). This is what programs and the viewer drive; poses and actions are in the
 // model's terms (worldkv/pose.h, worldkv/action.h), so a source of camera motion with its own
 // types (a test world, a game engine) converts at its edge.
 #include <ATen/ATen.h>
