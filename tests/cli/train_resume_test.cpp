@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,19 @@ std::vector<std::string> losses(const fs::path& log) {
     out.push_back(line.substr(at, line.find(',', at) - at));
   }
   return out;
+}
+
+// The run in dir/pieces (stopped and resumed) ended as dir/straight did: the same bytes in each of
+// `files` and the same `steps` losses.
+void expect_pieces_equal_straight(const fs::path& dir, std::initializer_list<const char*> files, size_t steps) {
+  for (const char* f : files) {
+    const std::string want = read_text(dir / "straight" / f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
+  }
+  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
+  ASSERT_EQ(want.size(), steps);
+  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
 }
 
 TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNothing) {
@@ -85,14 +99,7 @@ TEST(TrainResume, WarpReferenceModelFromInitResumesExactly) {
   run("straight", 3, {"--init", init});
   run("pieces", 1, {"--init", init});
   run("pieces", 3, {"--resume"});
-  for (const char* f : {"model.safetensors", "last.safetensors"}) {
-    const std::string want = read_text(dir / "straight" / f);
-    ASSERT_FALSE(want.empty()) << f;
-    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
-  }
-  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
-  ASSERT_EQ(want.size(), 3u);
-  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
+  expect_pieces_equal_straight(dir, {"model.safetensors", "last.safetensors"}, 3);
   const at::Tensor ref = SafeTensors::open((dir / "straight" / "last.safetensors").string()).get("reference_embedding.weight");
   EXPECT_GT(ref.abs().max().item<float>(), 0.0f);
   std::error_code ec;
@@ -117,14 +124,7 @@ TEST(TrainResume, CodecStoppedAndResumedEqualsStraightThrough) {
   run("straight", 4, {});
   run("pieces", 2, {});
   run("pieces", 4, {"--resume"});
-  for (const char* f : {"codec.safetensors", "last.safetensors"}) {
-    const std::string want = read_text(dir / "straight" / f);
-    ASSERT_FALSE(want.empty()) << f;
-    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
-  }
-  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
-  ASSERT_EQ(want.size(), 4u);
-  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
+  expect_pieces_equal_straight(dir, {"codec.safetensors", "last.safetensors"}, 4);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
