@@ -42,6 +42,7 @@ void WorldSession::reset(uint64_t seed, Policy policy) {
 }
 
 void WorldSession::keep_last_frame(const at::Tensor& latents, const dit::FrameCond& cond) {
+  if (!model_->config().cond.warp_reference) return;  // only such a model reads it
   last_latent_ = latents[latents.size(0) - 1].clone();
   last_yaw_deg_ = cond.pose[cond.pose.size(0) - 1][2].item<double>();
 }

@@ -72,7 +72,8 @@ class WorldSession {
   at::Device device() const { return device_; }
 
  private:
-  // Keeps the chunk's last frame and its yaw (cond.pose's last row) for the next reference.
+  // Keeps the chunk's last frame and its yaw (cond.pose's last row) for the next reference
+  // (warp_reference models; a no-op for the others).
   void keep_last_frame(const at::Tensor& latents, const dit::FrameCond& cond);
   // Sets out's window and bank sizes from the memory as it is now.
   void record_memory_size(ChunkOutput& out) const;

@@ -341,7 +341,9 @@ TEST(ViewerMg2, RollingWindowHoldsTheFramesUpstreamKeeps) {
 
 // ---------------------------------------------------------------- the program under X
 
-namespace {
+// A named namespace, not an anonymous one: in a unity batch the fixture would otherwise be a
+// base of the tests with internal linkage (-Wsubobject-linkage).
+namespace viewer_test {
 
 std::string find_in_path(const std::string& name) {
   const char* path = std::getenv("PATH");
@@ -540,7 +542,9 @@ size_t count_color(const wm::Image& img, const SDL_Rect& r, SDL_Color c) {
   return n;
 }
 
-}  // namespace
+}  // namespace viewer_test
+
+using namespace viewer_test;
 
 TEST_F(ViewerProgram, InjectedInputSteersAndScreenshotShowsFrameAndHud) {
   const fs::path shot = dir_ / "shot.png";
