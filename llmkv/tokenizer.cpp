@@ -23,7 +23,9 @@ namespace wm::llm {
 
 using nlohmann::json;
 
-namespace {
+// Named, not anonymous: Tokenizer::Impl holds some of these types, and in a unity batch a class
+// with a field of an anonymous-namespace type warns (-Wsubobject-linkage).
+namespace tokenizer_detail {
 
 constexpr int32_t kMaxId = std::numeric_limits<int32_t>::max() - 1;
 
@@ -117,7 +119,9 @@ struct Segment {
 
 using namespace json_fields;
 
-}  // namespace
+}  // namespace tokenizer_detail
+
+using namespace tokenizer_detail;
 
 struct Tokenizer::Impl {
   std::string origin;
