@@ -159,6 +159,9 @@ void DitConfig::validate() const {
               [&] { return std::string("pos_bands, yaw_harmonics and hidden must be >= 0"); });
   field_check(!cond.ray_embedding || cond.pos_bands + cond.yaw_harmonics > 0, w, "conditioning.ray_embedding",
               [&] { return std::string("needs pos_bands or yaw_harmonics > 0"); });
+  field_check(!cond.reference_residual || (cond.warp_reference && prediction == Prediction::X0), w,
+              "conditioning.reference_residual",
+              [&] { return std::string("needs warp_reference and prediction \"x0\""); });
   field_check(cond.yaw_rope_pairs >= 0 && rope.rotated_channels() + 2 * cond.yaw_rope_pairs <= head_dim, w,
               "conditioning.yaw_rope_pairs", [&] {
                 return str_cat(cond.yaw_rope_pairs, " pairs do not fit: the (t, h, w) RoPE rotates ",
@@ -238,6 +241,7 @@ DitConfig config_from_json(const nlohmann::json& j, const std::string& where) {
     cr.get("hidden", c.cond.hidden);
     cr.get("yaw_rope_pairs", c.cond.yaw_rope_pairs);
     cr.get("warp_reference", c.cond.warp_reference);
+    cr.get("reference_residual", c.cond.reference_residual);
     cr.finish();
   }
   c.codec.image_height = c.latent_height * c.codec.stride;
@@ -312,6 +316,7 @@ nlohmann::json config_to_json(const DitConfig& c) {
                        {"hidden", c.cond.hidden},
                        {"yaw_rope_pairs", c.cond.yaw_rope_pairs},
                        {"warp_reference", c.cond.warp_reference}};
+  if (c.cond.reference_residual) j["conditioning"]["reference_residual"] = true;
   j["codec"] = {{"kind", c.codec.kind},
                 {"stride", c.codec.stride},
                 {"image_size", {c.codec.image_height, c.codec.image_width}}};

@@ -48,6 +48,10 @@ struct CondConfig {
   bool warp_reference = false;  // the chunk being denoised also sees the last clean frame before
                                 // it turned by each frame's yaw change, with a coverage mask
                                 // (FrameCond::reference), through reference_embedding
+  bool reference_residual = false;  // warp_reference and an x0 head: the head draws the difference
+                                    // from the turned frame where the reference sees (x0 = head +
+                                    // reference latents, which are zero where it does not), so a
+                                    // head at zero redraws the last frame turned
 };
 
 // Smallest t the x0 head divides by when it turns its output into a velocity (clean context

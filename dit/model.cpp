@@ -147,9 +147,10 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
     return z.reshape({B, T, ch, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape({B, n, ch * ph * pw});
   };
   at::Tensor h = at::linear(patchify(x.to(dev, dt), C), w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
+  at::Tensor ref;  // [B or 1, T, C + 1, h, w] when given
   if (c.cond.warp_reference && cond.reference.defined()) {
     // The reference frames and their mask, patchified alike, through their own embedding.
-    at::Tensor ref = cond.reference.to(dev, dt);
+    ref = cond.reference.to(dev, dt);
     if (ref.dim() == 4) ref = ref.unsqueeze(0);
     WM_CHECK(ref.dim() == 5 && (ref.size(0) == B || ref.size(0) == 1) && ref.size(1) == T && ref.size(2) == C + 1 &&
                  ref.size(3) == x.size(3) && ref.size(4) == x.size(4),
@@ -227,6 +228,8 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
   at::Tensor out = head->head->forward(y);  // [B, n, ph*pw*C]
   out = out.view({B, T, gh, gw, ph, pw, C}).permute({0, 1, 6, 2, 4, 3, 5}).reshape({B, T, C, gh * ph, gw * pw});
   if (c.prediction == Prediction::V) return out;
+  // A reference_residual head draws the difference from the turned frame (zero where unseen).
+  if (c.cond.reference_residual && ref.defined()) out = out.to(at::kFloat) + ref.narrow(2, 0, C).to(at::kFloat);
   // x0 head: the velocity that takes x_t to that x0, v = (x_t - x0) / t.
   at::Tensor tt = t.to(at::kFloat).clamp_min(kMinPredictionT).view({B, T, 1, 1, 1});
   return (x.to(at::kFloat) - out.to(at::kFloat)) / tt;

@@ -124,5 +124,48 @@ TEST(WarpReference, ModelStartedFromOneWithoutItKeepsItsOutput) {
   EXPECT_THROW(warp->forward_chunk(x, t, bad, 0, nullptr), Error);
 }
 
+// A reference_residual model's x0 is its head's output plus the reference latents: with the head
+// at zero (as wm_train starts it) it redraws the turned frame exactly, zero where that is unseen,
+// and without a reference its x0 is the head's alone.
+TEST(WarpReference, ResidualHeadAtZeroRedrawsTheTurnedFrame) {
+  at::NoGradGuard ng;
+  nlohmann::json j = small_config(true);
+  j["prediction"] = "x0";
+  j["conditioning"]["reference_residual"] = true;
+  const DitConfig cfg = config_from_json(j, "residual");
+  EXPECT_TRUE(config_from_json(config_to_json(cfg), "round trip").cond.reference_residual);
+  CausalDit m(cfg);
+  m->init_weights(5, /*zero_head=*/true);
+  at::Generator g = at::detail::createCPUGenerator(6);
+  at::Tensor x = at::randn({3, 12, 4, 4}, g);
+  FrameCond cond{at::randn({3, 3}, g), at::randn({3, 5}, g), at::randn({3, 13, 4, 4}, g)};
+  cond.reference.narrow(1, 12, 1).fill_(1.0);
+  const at::Tensor t = at::tensor({0.25f, 0.5f, 1.0f});
+  auto x0_of = [&](const at::Tensor& v) { return x - t.view({3, 1, 1, 1}) * v; };
+  at::Tensor x0 = x0_of(m->forward_chunk(x, t, cond, 0, nullptr));
+  EXPECT_LT((x0 - cond.reference.narrow(1, 0, 12)).abs().max().item<double>(), 1e-5);
+  EXPECT_LT(x0_of(m->forward_chunk(x, t, FrameCond{cond.pose, cond.action}, 0, nullptr)).abs().max().item<double>(),
+            1e-5);
+  // Once the head moves, x0 is the head's output plus the reference, whatever the reference.
+  m->head->head->weight.normal_(0, 0.1, g);
+  const at::Tensor head_only = x0_of(m->forward_chunk(x, t, FrameCond{cond.pose, cond.action}, 0, nullptr));
+  m->reference_embedding->weight.zero_();  // the head then sees the same tokens with or without it
+  x0 = x0_of(m->forward_chunk(x, t, cond, 0, nullptr));
+  EXPECT_LT((x0 - head_only - cond.reference.narrow(1, 0, 12)).abs().max().item<double>(), 1e-4);
+}
+
+// reference_residual needs the reference and an x0 head.
+TEST(WarpReference, ResidualWithoutReferenceOrX0HeadIsAnError) {
+  nlohmann::json j = small_config(false);
+  j["prediction"] = "x0";
+  j["conditioning"]["reference_residual"] = true;
+  EXPECT_THROW(config_from_json(j, "no reference"), Error);
+  j["conditioning"]["warp_reference"] = true;
+  j["prediction"] = "v";
+  EXPECT_THROW(config_from_json(j, "v head"), Error);
+  j["prediction"] = "x0";
+  EXPECT_NO_THROW(config_from_json(j, "fine"));
+}
+
 }  // namespace test_warp_reference
 }  // namespace wm::dit

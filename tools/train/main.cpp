@@ -219,6 +219,7 @@ void self_context(wm::dit::CausalDit& model, wm::train::Sample& s, int n, uint64
 
 struct EvalResult {
   double psnr_full = 0, psnr_nomem = 0, psnr_repeat = 0;
+  double psnr_warp = 0;  // warp_reference models: the last context frame turned, repeated where it does not see
   int n = 0;
 };
 
@@ -242,6 +243,19 @@ EvalResult evaluate(wm::dit::CausalDit& model, wm::dit::Codec& codec, int n, uin
     std::vector<wm::Image> last = wm::dit::tensor_to_images(s.frames.narrow(0, T - F - 1, 1));
     auto full = predict_target(model, codec, s, true, 1000 + k, sc, dev);
     auto nomem = predict_target(model, codec, s, false, 1000 + k, sc, dev);
+    std::vector<wm::Image> turned;
+    if (model->config().cond.warp_reference) {
+      // The last context frame's latents turned to each target frame's yaw (what a
+      // reference_residual model draws when its head outputs zero), its own columns where the
+      // turn leaves them unseen.
+      const int64_t C = s.latents.size(1);
+      at::Tensor src = s.latents[T - F - 1];
+      at::Tensor ref = wm::dit::warp_reference(src, s.pose[T - F - 1][2].item<double>(),
+                                               s.pose.narrow(0, T - F, F).select(1, 2), model->config().cond);
+      at::Tensor mask = ref.narrow(1, C, 1);
+      codec.reset();
+      turned = codec.decode_images(ref.narrow(1, 0, C) + (1 - mask) * src.unsqueeze(0));
+    }
     // Capped as in the revisit benchmark (wm::media::kPsnrCap): a camera standing still makes the
     // repeated frame identical to the truth (infinite PSNR).
     const auto psnr = wm::media::capped_psnr;
@@ -249,6 +263,7 @@ EvalResult evaluate(wm::dit::CausalDit& model, wm::dit::Codec& codec, int n, uin
       r.psnr_full += psnr(full[f], truth[f]) / F;
       r.psnr_nomem += psnr(nomem[f], truth[f]) / F;
       r.psnr_repeat += psnr(last[0], truth[f]) / F;
+      if (!turned.empty()) r.psnr_warp += psnr(turned[f], truth[f]) / F;
     }
     ++r.n;
   }
@@ -256,6 +271,7 @@ EvalResult evaluate(wm::dit::CausalDit& model, wm::dit::Codec& codec, int n, uin
     r.psnr_full /= r.n;
     r.psnr_nomem /= r.n;
     r.psnr_repeat /= r.n;
+    r.psnr_warp /= r.n;
   }
   if (was_training) model->train();
   return r;
@@ -354,6 +370,8 @@ void run_probe_only(const Args& a, const Samplers& samplers, at::Device dev) {
               "  full window (sink, retrieved, recent) %.2f dB\n  sink + recent only            %.2f dB\n"
               "  repeat the last context frame      %.2f dB\n",
               a.eval_only.c_str(), r.n, wm::media::kPsnrCap, r.psnr_full, r.psnr_nomem, r.psnr_repeat);
+  if (m->config().cond.warp_reference)
+    std::printf("  turn the last context frame (warp)  %.2f dB\n", r.psnr_warp);
 }
 
 // The files of a run folder.
