@@ -119,6 +119,8 @@ TEST_F(BadInput, Render) {
                {{"--context-t", "nan", "-o", out}, "--context-t", {out}},
                {{"--context-t", "abc", "-o", out}, "--context-t", {out}},
                {{"--upscale", "0", "-o", out}, "--upscale", {out}},
+               {{"--shift", "0", "-o", out}, "--shift", {out}},
+               {{"--shift", "nan", "-o", out}, "--shift", {out}},
                {{"--threads", "-1", "-o", out}, "--threads", {out}},
                {{"--seed", "-5", "-o", out}, "--seed", {out}},
                {{"--index", "x", "-o", out}, "--index", {out}},

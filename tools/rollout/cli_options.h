@@ -30,6 +30,7 @@ struct RolloutOptions {
   bool fill_by_tokens = false;
   std::string merge = "merge";
   int steps = 4;
+  double shift = 1.0;
   bool renoise = false;
   double bank_host_mib = 0;
   std::string bank_tier = "disk", spill_dir;
@@ -49,6 +50,11 @@ struct RolloutOptions {
                    "each counts for it and takes the mean of their values), votes (counts only) or drop (WorldKV's rule)")
         ->check(CLI::IsMember({"drop", "votes", "merge"}));
     app.add_option("--steps", steps, "sampler steps")->check(CLI::Range(1, 50));
+    app.add_option("--shift", shift,
+                   "timestep shift of the sampler's steps, t -> s t / (1 + (s - 1) t): below 1 moves them toward "
+                   "t = 0 (the last step starts nearer the clean frame), above 1 toward t = 1")
+        ->capture_default_str()
+        ->check(wm::cli::FiniteRange(0.05, 20.0));
     app.add_flag("--renoise", renoise, "stochastic sampler: each step predicts x0 and re-noises it with fresh noise");
     app.add_option("--bank-host-mib", bank_host_mib,
                    "the bank's budget in host memory (MiB), beyond which its least recently used chunks go to "
@@ -104,7 +110,7 @@ struct RolloutOptions {
   // The options as JSON fields (what a results file records of the run).
   nlohmann::json to_json() const {
     return {{"placement", placement}, {"keep_ratio", keep_ratio}, {"per_frame", per_frame},
-            {"fill_by_tokens", fill_by_tokens}, {"merge", merge}, {"steps", steps}, {"renoise", renoise},
+            {"fill_by_tokens", fill_by_tokens}, {"merge", merge}, {"steps", steps}, {"shift", shift}, {"renoise", renoise},
             {"bank_host_mib", bank_host_mib}, {"bank_tier", bank_tier}, {"kv_store", kv_store.url}};
   }
 
@@ -116,6 +122,7 @@ struct RolloutOptions {
     sc.memory.fill_by_tokens = fill_by_tokens;
     sc.memory.compression.merge = worldkv::parse_merge_mode(merge);
     sc.sampler = dit::sampler_with_steps(steps);
+    sc.sampler.shift = shift;
     sc.sampler.method = renoise ? dit::SamplingMethod::Renoise : dit::SamplingMethod::Euler;
   }
 };
