@@ -421,8 +421,8 @@ class Server {
       return;
     }
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    auto chunk = [=](const json& choice) {
-      json c = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", name_}, {"choices", {choice}}};
+    auto chunk = [id, chunk_object, created, model = name_, sid](const json& choice) {
+      json c = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model}, {"choices", {choice}}};
       if (!sid.empty()) c["session_id"] = sid;
       return c;
     };
