@@ -141,4 +141,30 @@ size_t utf8_complete_prefix(std::string_view s) {
   return n;
 }
 
+std::string utf8_valid(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t len;
+    if (utf8_decode_at(s, i, len)) {
+      out.append(s.data() + i, len);
+      i += len;
+      continue;
+    }
+    // An ill-formed sequence: its maximal subpart (the lead and the continuation bytes that fit
+    // it) becomes one U+FFFD, as Python's errors="replace" and the Unicode standard's practice do.
+    unsigned char lo, hi;
+    const int n = lead_length(static_cast<unsigned char>(s[i]), lo, hi);
+    size_t j = i + 1;
+    if (n >= 2 && j < s.size() && static_cast<unsigned char>(s[j]) >= lo && static_cast<unsigned char>(s[j]) <= hi) {
+      ++j;
+      while (j < i + static_cast<size_t>(n) && j < s.size() && is_cont(static_cast<unsigned char>(s[j]))) ++j;
+    }
+    out += "\xEF\xBF\xBD";
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace wm::llm

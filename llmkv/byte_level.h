@@ -40,4 +40,9 @@ std::optional<char32_t> utf8_decode_at(std::string_view s, size_t i, size_t& len
 // the prefix and holds back the rest never holds back more than 3 bytes.
 size_t utf8_complete_prefix(std::string_view s);
 
+// `s` as valid UTF-8: each ill-formed sequence (a stray continuation byte, 0xFF, an overlong or
+// surrogate sequence, a character cut short) is replaced by U+FFFD, one per maximal subpart.
+// Valid input comes back unchanged. Never throws.
+std::string utf8_valid(std::string_view s);
+
 }  // namespace wm::llm

@@ -13,6 +13,27 @@ void count(std::vector<int64_t>& buckets, const std::vector<double>& bounds, dou
   for (size_t i = 0; i < bounds.size(); ++i)
     if (v <= bounds[i]) ++buckets[i];
 }
+
+// What a session keeps of its last request for a retry with the same idempotency key.
+nlohmann::json replay_json(const std::string& key, const Generation& g) {
+  return {{"key", key},
+          {"text", g.text},
+          {"stop_reason", g.stop_reason},
+          {"prompt_tokens", g.stats.prompt_tokens},
+          {"new_tokens", g.stats.new_tokens}};
+}
+void replay_from(const nlohmann::json& j, std::string* key, Generation* g) {
+  if (!j.is_object()) return;
+  try {
+    *key = j.at("key").get<std::string>();
+    g->text = j.at("text").get<std::string>();
+    g->stop_reason = j.at("stop_reason").get<std::string>();
+    g->stats.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
+    g->stats.new_tokens = j.at("new_tokens").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    key->clear();  // a note of another shape: no replay, the request runs
+  }
+}
 }  // namespace
 
 void ServeOptions::validate() const {
@@ -49,6 +70,7 @@ ServeEngine::ServeEngine(LlmModel model, Tokenizer tokenizer, at::Device device,
       h.position = st.next_position;
       h.turns = st.note.value("turns", int64_t{0});
       h.note = st.note.contains("note") ? st.note["note"] : nlohmann::json();
+      if (st.note.contains("replay")) replay_from(st.note["replay"], &h.last_key, &h.last);
       lru_.push_back(id);
     }
   }
@@ -116,6 +138,7 @@ void ServeEngine::writer_loop() {
           --it->second.saving;
           it->second.stored = ok;
         }
+        op.result.saved = ok;
         if (ok) {
           ++counters_.saves;
           counters_.save_bytes += static_cast<int64_t>(bytes);
@@ -280,14 +303,30 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   std::string load_error;
   if (!sid.empty()) {
     bool load = false;
+    std::optional<ServeResult> replay;
     {
       std::lock_guard<std::mutex> lk(mu_);
       r->held = &held_.at(sid);  // made and marked busy when admitted
-      load = !r->held->session && r->held->stored;
-      if (!r->held->session)
-        r->held->session = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
-      s = r->held->session.get();
-      r->turn = r->held->turns;
+      const std::string& key = r->job->req.idempotency_key;
+      if (!key.empty() && key == r->held->last_key) {
+        // A retry of the request that ended last: its answer again, nothing fed or generated.
+        replay.emplace();
+        replay->generation = r->held->last;
+        replay->replayed = true;
+        ++counters_.replayed;
+        --active_;
+      } else {
+        load = !r->held->session && r->held->stored;
+        if (!r->held->session)
+          r->held->session = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
+        s = r->held->session.get();
+        r->turn = r->held->turns;
+      }
+    }
+    if (replay) {
+      release(sid, r->held, r->held->session.get());
+      r->job->done.set_value(std::move(*replay));
+      return;
     }
     if (load) {
       // Back from the folder. A file damaged since the folder was opened is reported; the
@@ -315,6 +354,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
         r->held->turns = 0;
         r->held->position = 0;
         r->held->note = nullptr;
+        r->held->last_key.clear();
       }
     }
   } else {
@@ -325,9 +365,22 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   auto on_text = [rp](const std::string& t) {
     if (!rp->cancelled && rp->job->req.on_text && !rp->job->req.on_text(t)) rp->cancelled = true;
   };
+  bool too_long = false;
   try {
     if (!load_error.empty()) throw Error(load_error);
     const ServeRequest& req = r->job->req;
+    // The context's reach, checked here where the session is this request's alone (a check when
+    // the request came would let concurrent requests of one session each pass it).
+    int64_t fresh = static_cast<int64_t>(req.prompt.size());
+    for (const auto& b : req.blocks) fresh += static_cast<int64_t>(b.tokens.size());
+    const int64_t limit = model_->config().max_position_embeddings;
+    const int64_t reach = s->next_position() + fresh + req.gen.max_new_tokens;
+    if (reach > limit) {
+      too_long = true;
+      throw Error(str_cat("the context would reach ", reach, " tokens (the session's ", s->next_position(),
+                          ", the prompt's ", fresh, " and max_tokens ", req.gen.max_new_tokens,
+                          "), beyond the model's ", limit));
+    }
     r->evictions0 = s->policy().evictions();
     r->recoveries0 = s->policy().recoveries();
     std::vector<int64_t> prompt;
@@ -351,9 +404,11 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   } catch (const std::exception& e) {
     ServeResult res;
     res.error = e.what();
+    res.bad_request = too_long;
     {
       std::lock_guard<std::mutex> lk(mu_);
       ++counters_.failed;
+      if (too_long) ++counters_.too_long;
       --active_;  // its slot is free before anyone hears of the failure
     }
     release(sid, r->held, s);
@@ -384,7 +439,7 @@ void ServeEngine::release(const std::string& id, Held* h, LlmSession* s) {
       h->kv_bytes = s->window().bytes_used() + h->bank_bytes[static_cast<int>(Tier::Device)] +
                     h->bank_bytes[static_cast<int>(Tier::Host)];
     }
-    h->position = s != nullptr ? s->next_position() : 0;
+    if (s != nullptr) h->position = s->next_position();  // else not in memory: as its file holds it
     if (h->doomed) {
       // Ended while in use: the DELETEs waiting hear once its file is gone (or at once without one).
       if (h->stored || h->saving > 0) {
@@ -407,12 +462,12 @@ void ServeEngine::trim() {
   size_t bytes = 0;
   for (const auto& [id, h] : held_)
     if (h.session) ++loaded, bytes += h.kv_bytes;
+  std::vector<std::string> lost;  // ended although a folder is there: their state could not be saved
   for (auto it = lru_.begin();
        it != lru_.end() && (loaded > static_cast<int64_t>(opt_.max_sessions) || bytes > opt_.session_memory);) {
     auto h = held_.find(*it);
-    // With a folder a session leaves memory only once its file holds it (a failed save keeps it).
-    if (h == held_.end() || h->second.busy || !h->second.session || h->second.saving > 0 ||
-        (files_ && !h->second.stored)) {
+    // A session in use, or whose write is under way, stays (the write decides what comes next).
+    if (h == held_.end() || h->second.busy || !h->second.session || h->second.saving > 0) {
       ++it;
       continue;
     }
@@ -426,10 +481,22 @@ void ServeEngine::trim() {
       ++counters_.unloaded;
       ++it;
     } else {
+      // No folder, or its last save failed (a full or read-only disk): the limits hold all the
+      // same, and the session ends. Its answers said so (ServeResult::saved).
+      if (files_) lost.push_back(*it);
       held_.erase(h);
       it = lru_.erase(it);
       ++counters_.ended;
     }
+  }
+  for (const auto& id : lost) {
+    warn(str_cat("session '", id, "' ended: its state could not be saved to ", opt_.state_dir,
+                 " and the memory limits are reached"));
+    // A file of an older state of it would bring back a conversation that is not the client's.
+    FileOp op;
+    op.id = id;
+    op.erase = true;
+    queue_file_op(std::move(op));
   }
 }
 
@@ -439,6 +506,7 @@ void ServeEngine::finish(Running& r) {
   ServeResult res;
   res.generation = r.decoding->finish();
   res.generation.stats.prompt_tokens += r.block_tokens;
+  if (r.interrupted && res.generation.stop_reason == "cancelled") res.generation.stop_reason = "interrupted";
   {
     const LlmSession& s = r.decoding->session();
     std::lock_guard<std::mutex> lk(mu_);
@@ -460,6 +528,11 @@ void ServeEngine::finish(Running& r) {
       ++r.held->turns;
       if (r.job->req.note) r.held->note = r.job->req.note(res.generation, r.held->note);
       r.held->position = s.next_position();
+      r.held->last_key = r.job->req.idempotency_key;
+      r.held->last = Generation();
+      r.held->last.text = res.generation.text;
+      r.held->last.stop_reason = res.generation.stop_reason;
+      r.held->last.stats = res.generation.stats;
     }
     if (files_) {
       std::lock_guard<std::mutex> lk(mu_);
@@ -469,11 +542,13 @@ void ServeEngine::finish(Running& r) {
           save_op.incarnation = r.held->incarnation;
           save_op.snap = s.snapshot();  // copies: the session goes on while the writer writes
           save_op.note = {{"turns", r.held->turns}, {"note", r.held->note}};
+          if (!r.held->last_key.empty()) save_op.note["replay"] = replay_json(r.held->last_key, r.held->last);
           ++r.held->saving;
         } catch (const std::exception& e) {
           // Its file, if any, holds an older state: the session stays in memory (trim).
           save_op.id.clear();
           r.held->stored = false;
+          res.saved = false;
           warn(str_cat("session '", r.job->req.session, "' could not be saved: ", e.what()));
           ++counters_.save_failed;
         }
@@ -533,7 +608,7 @@ void ServeEngine::loop() {
       }
       active_ = static_cast<int64_t>(running_.size() + admit.size());
       if (cut_)
-        for (auto& r : running_) r->cancelled = true;
+        for (auto& r : running_) r->cancelled = r->interrupted = true;
     }
     for (auto& j : admit) start_job(std::move(j));
     std::vector<Decoding*> live;

@@ -45,9 +45,14 @@ struct ServeOptions {
   int queue_limit = 16;       // requests waiting for a slot; beyond, submit() refuses (ServeBusy)
   size_t max_sessions = 256;  // named sessions in memory; beyond, the least recently used idle one leaves
   // K/V bytes the idle named sessions may hold in memory; beyond, the least recently used leave
-  // it. Leaving is to the state folder when there is one; without one the session ends.
+  // it. Leaving is to the state folder when there is one; without one, or when the session's last
+  // save failed (a full or read-only disk: its answer said so, ServeResult::saved), it ends. The
+  // limits hold whatever the disk does.
   size_t session_memory = size_t{1} << 30;
   std::string state_dir;      // where sessions are saved (see above); empty: in memory only
+  // Bytes the state folder's session files may take (0: no limit). Beyond, the least recently
+  // used saved sessions that are neither in use nor in memory end (their files removed).
+  size_t state_max_bytes = 0;
   SessionOptions session;     // every session's: memory policy and budget, prefill chunk
   // Warnings: a damaged session file, a save that failed. Default: standard error.
   std::function<void(const std::string&)> log;
@@ -70,15 +75,27 @@ struct ServeRequest {
   // generated and the note before (null for a new session): what the program keeps of the
   // conversation beside its K/V. Saved with the session; called on the engine's thread.
   std::function<nlohmann::json(const Generation&, const nlohmann::json& before)> note;
-  // The text as it becomes final, on the engine's thread. Returning false says nobody listens
-  // any more: the generation ends at the next step ("cancelled") and frees its slot.
+  // The text as it becomes final (valid UTF-8), on the engine's thread. Returning false says
+  // nobody listens any more: the generation ends at the next step ("cancelled") and frees its slot.
   std::function<bool(const std::string&)> on_text;
+  // A named session's request that may be sent again (a client retrying after a lost answer):
+  // when the session's last request ended with the same key, it is not fed again; its answer
+  // comes back as it was (ServeResult::replayed), on_text not called. Empty: none.
+  std::string idempotency_key;
 };
 
 struct ServeResult {
-  Generation generation;  // stop_reason "cancelled" when the listener left
-  std::string error;      // non-empty: the request failed before generating (the reason)
-  bool stopped = false;   // with error: the engine stopped before it ran (HTTP 503)
+  // stop_reason "cancelled" when the listener left, "interrupted" when drain()'s time limit cut
+  // it (its session keeps what was generated).
+  Generation generation;
+  std::string error;          // non-empty: the request failed before generating (the reason)
+  bool stopped = false;       // with error: the engine stopped before it ran (HTTP 503)
+  bool bad_request = false;   // with error: the request cannot run as asked (HTTP 400): its
+                              // context would pass the model's positions
+  bool saved = true;          // false: its session's state could not be written to the state
+                              // folder (it stays in memory while the limits allow; see trim)
+  bool replayed = false;      // the answer of the session's last request, whose idempotency key
+                              // this one repeated (nothing was fed or generated)
 };
 
 // submit() when the queue is full: the caller answers "try later" (HTTP 429).
@@ -95,7 +112,10 @@ struct ServeCounters {
   int64_t loads = 0, load_failed = 0;  // sessions brought back from the folder; found damaged
   int64_t unloaded = 0;                // idle sessions that left memory for the folder
   int64_t evictions = 0, recoveries = 0;  // blocks the sessions' policies banked and brought back
-  int64_t ended = 0;                   // idle sessions ended beyond the limits (no folder)
+  int64_t ended = 0;                   // idle sessions ended beyond the limits (no folder, or
+                                       // their state could not be saved)
+  int64_t replayed = 0;                // requests answered from their idempotency key
+  int64_t too_long = 0;                // requests refused: their context would pass the model's positions
   std::vector<int64_t> ttft_buckets, token_buckets;  // counts at or below each bound (cumulative)
   double ttft_sum = 0, token_sum = 0;
   int64_t ttft_count = 0, token_count = 0;
@@ -158,6 +178,8 @@ class ServeEngine {
     std::array<size_t, kTiers> bank_bytes{};  // its bank's, per tier
     int64_t position = 0, turns = 0;
     nlohmann::json note;
+    std::string last_key;  // the idempotency key of its last request, and that request's answer
+    Generation last;
   };
   struct Job {
     ServeRequest req;
@@ -169,6 +191,7 @@ class ServeEngine {
     std::unique_ptr<LlmSession> oneshot;  // a request without a session
     std::unique_ptr<Decoding> decoding;
     bool cancelled = false;
+    bool interrupted = false;  // cut by drain's time limit
     int64_t turn = 0, block_tokens = 0;  // the session's turn this is; tokens fed as blocks
     int64_t evictions0 = 0, recoveries0 = 0;  // its session's policy's counts when it started
     std::chrono::steady_clock::time_point t0, t_last;

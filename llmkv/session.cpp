@@ -363,7 +363,7 @@ Decoding::Decoding(LlmSession& s, const GenerateOptions& opt, TextCallback on_te
         return so;
       }()),
       stops_(opt.stop_strings),
-      stream_(s.tokenizer()) {
+      stream_(s.tokenizer(), false, /*valid_utf8=*/true) {
   // Ids the model has but the tokenizer lacks (padding rows of a larger embedding) are never drawn.
   n_text_ = std::min<int64_t>(s.tokenizer().vocab_size(), s.model().config().vocab_size);
   g_.stop_reason = "max_tokens";

@@ -63,7 +63,8 @@ struct GenerationStats {
 
 struct Generation {
   std::vector<int64_t> tokens;  // generated, the stop token included when one ended it
-  std::string text;             // decoded, cut before a stop string, without a stop token
+  std::string text;             // decoded, cut before a stop string, without a stop token; valid UTF-8
+                                // (bytes that form no character, and one cut short, as U+FFFD)
   std::string stop_reason;      // "stop_token", "stop_string" or "max_tokens"
   at::Tensor prompt_logits;     // [vocab] float32 (CPU) at the prompt's last position
   GenerationStats stats;

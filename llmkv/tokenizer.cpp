@@ -816,8 +816,8 @@ const std::string& Tokenizer::origin() const { return impl_->origin; }
 
 // ---- streaming ----
 
-StreamDecoder::StreamDecoder(Tokenizer tokenizer, bool skip_special)
-    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {}
+StreamDecoder::StreamDecoder(Tokenizer tokenizer, bool skip_special, bool valid_utf8)
+    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special), valid_utf8_(valid_utf8) {}
 
 std::string StreamDecoder::push(int64_t id) {
   std::string bytes = tokenizer_.decode({id}, skip_special_);
@@ -825,13 +825,13 @@ std::string StreamDecoder::push(int64_t id) {
   const size_t n = utf8_complete_prefix(pending_);
   std::string out = pending_.substr(0, n);
   pending_.erase(0, n);
-  return out;
+  return valid_utf8_ ? utf8_valid(out) : out;
 }
 
 std::string StreamDecoder::flush() {
   std::string out;
   out.swap(pending_);
-  return out;
+  return valid_utf8_ ? utf8_valid(out) : out;
 }
 
 }  // namespace wm::llm

@@ -136,9 +136,12 @@ class Tokenizer {
 // bytes that now form complete UTF-8 characters and holds back the start of a character that the
 // next tokens may complete (at most 3 bytes). Bytes that can never become valid UTF-8 are passed
 // on as they come, so the concatenation of all push results and flush equals decode(all ids).
+// With `valid_utf8`, every piece is valid UTF-8 instead: bytes that can never become a character
+// and an unfinished character at flush() come out as U+FFFD (utf8_valid), so a piece can go into
+// JSON or onto a terminal as it is.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false);
+  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false, bool valid_utf8 = false);
   // The text completed by token `id` (possibly empty). Throws as Tokenizer::decode on a bad id,
   // leaving the held-back bytes as they were.
   std::string push(int64_t id);
@@ -150,6 +153,7 @@ class StreamDecoder {
  private:
   Tokenizer tokenizer_;
   bool skip_special_;
+  bool valid_utf8_;
   std::string pending_;
 };
 
