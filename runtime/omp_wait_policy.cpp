@@ -1,0 +1,78 @@
+// OpenMP's wait policy for every program that links wm_runtime, chosen before the OpenMP runtime
+// starts.
+//
+// libtorch and OpenBLAS run their parallel regions on libgomp's threads, and libgomp's default
+// wait policy spins (GOMP_SPINCOUNT's 300,000 rounds) at the end of every region before it sleeps.
+// On a machine whose cores are all busy that spinning takes the core from the thread the region
+// waits for, and a chunk of the world model takes many times longer (tools/README.md, "On a
+// shared machine"). OMP_WAIT_POLICY=passive makes the threads sleep at once.
+//
+// libgomp reads its environment in its constructor, which runs before main and before any
+// constructor of the executable's own, and it offers no call to change the policy afterwards.
+// The earliest code of an executable is its .preinit_array, which glibc runs before the shared
+// libraries' constructors; but libc's environment is not set up yet there (libc's own
+// initialisation sets `environ` from the stack afterwards, so a setenv there is lost). So the
+// function below, run from .preinit_array, re-executes the program (/proc/self/exe, the same
+// argv) with OMP_WAIT_POLICY=passive added to its environment: before any library has started,
+// at the cost of loading the executable's libraries twice (some milliseconds), no constructor
+// twice. It does nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that
+// is their choice, and the variable set by the first start keeps the second from starting a
+// third), when /proc/self/exe cannot be executed (the program then goes on with libgomp's
+// default), when the program was started through the dynamic loader (/proc/self/exe is the
+// loader then), and outside glibc on Linux.
+//
+// A static library's object file is linked only when something refers to one of its symbols:
+// runtime/CMakeLists.txt names wm_omp_wait_policy_anchor as undefined in the link of every
+// target that links wm_runtime, which pulls this file in. tests/runtime/test_wait_policy.cpp
+// checks the programs and the test binary run passive.
+
+#if defined(__linux__)
+#include <alloca.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>  // defines __GLIBC__ under glibc
+#endif
+
+extern "C" {
+// Referred to by the linker (--undefined) so that this object file is part of every program.
+void wm_omp_wait_policy_anchor() {}
+}
+
+#if defined(__linux__) && defined(__GLIBC__)
+namespace {
+
+bool has_variable(char** envp, const char* name) {
+  const size_t n = strlen(name);
+  for (char** e = envp; *e; ++e)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return true;
+  return false;
+}
+
+// Called by glibc with main's arguments before any shared library's constructor. Only plain
+// system calls and string functions here: malloc, stdio and the environment are not set up yet.
+void passive_wait_policy(int argc, char** argv, char** envp) {
+  if (argc < 1 || argv == nullptr || envp == nullptr) return;
+  if (has_variable(envp, "OMP_WAIT_POLICY") || has_variable(envp, "GOMP_SPINCOUNT")) return;
+  char exe[PATH_MAX];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return;
+  exe[len] = '\0';
+  const char* base = strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  if (strncmp(base, "ld-", 3) == 0 || strncmp(base, "ld.so", 5) == 0) return;  // run by the loader
+  size_t count = 0;
+  while (envp[count]) ++count;
+  char** env = static_cast<char**>(alloca((count + 2) * sizeof(char*)));
+  static char passive[] = "OMP_WAIT_POLICY=passive";
+  env[0] = passive;
+  for (size_t i = 0; i < count; ++i) env[i + 1] = envp[i];
+  env[count + 1] = nullptr;
+  execve("/proc/self/exe", argv, env);
+  // Not reached unless execve failed: go on as started.
+}
+
+}  // namespace
+
+__attribute__((used, section(".preinit_array"))) static void (*wm_omp_wait_policy_preinit)(int, char**, char**) =
+    passive_wait_policy;
+#endif
