@@ -23,7 +23,8 @@
 #include "tools/media/png.h"
 
 namespace wm::dit {
-namespace {
+// Named, not anonymous: in the unity build this file may share a unit with test_wan_vae.cpp.
+namespace clip_vision_test {
 
 std::string fixture(const std::string& name) {
   return std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/clip/" + name;
@@ -250,5 +251,5 @@ TEST(ClipVisionTest, RejectsBadInput) {
   EXPECT_THROW(ClipVision::random(c, 7), Error);
 }
 
-}  // namespace
+}  // namespace clip_vision_test
 }  // namespace wm::dit

@@ -18,7 +18,9 @@
 #include "runtime/safetensors.h"
 
 namespace wm::dit {
-namespace {
+// Named, not anonymous: in the unity build this file may share a unit with test_clip_vision.cpp,
+// whose helpers have the same names (fixture, expected, rel_err).
+namespace wan_vae_test {
 
 std::string fixture(const std::string& name) {
   return std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/wan_vae/" + name;
@@ -285,5 +287,5 @@ TEST(WanVaeCodecTest, ConfigCarriesWeightsAndDtype) {
   EXPECT_FALSE(config_to_json(config_from_json(j))["codec"].contains("weights"));
 }
 
-}  // namespace
+}  // namespace wan_vae_test
 }  // namespace wm::dit

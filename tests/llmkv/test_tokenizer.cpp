@@ -148,6 +148,18 @@ TEST(TokenizerByteLevel, Utf8CompletePrefix) {
   EXPECT_EQ(utf8_complete_prefix("a\xED\xA0"), 3u);      // a surrogate
 }
 
+TEST(TokenizerByteLevel, Utf8ValidReplacesEachIllFormedSequence) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  EXPECT_EQ(utf8_valid(""), "");
+  EXPECT_EQ(utf8_valid("abc \xE4\xBD\xA0 \xF0\x9F\x98\x80"), "abc \xE4\xBD\xA0 \xF0\x9F\x98\x80");  // valid: as is
+  EXPECT_EQ(utf8_valid("a\xE4\xBD"), "a" + r);            // a character cut short: one replacement
+  EXPECT_EQ(utf8_valid("a\xF0\x9F\x98"), "a" + r);
+  EXPECT_EQ(utf8_valid("a\x80\x80" "b"), "a" + r + r + "b");  // each stray continuation byte
+  EXPECT_EQ(utf8_valid("\xFF\xC0\xAF"), r + r + r);      // never a lead; an overlong lead and its byte
+  EXPECT_EQ(utf8_valid("\xED\xA0\x80x"), r + r + r + "x");  // a surrogate: E0..EF's second byte out of range
+  EXPECT_EQ(utf8_valid("\xE4\xBDx\xE4\xBD\xA0"), r + "x\xE4\xBD\xA0");
+}
+
 TEST(TokenizerRegex, SplitsAsGpt2AndQwen2) {
   std::vector<std::string_view> out;
   split_pieces(SplitRegex(kGpt2SplitPattern), SplitBehavior::Isolated, false, "I'm  here 123abc!!", out);
@@ -371,6 +383,20 @@ TEST(TokenizerStream, HoldsBackASplitCharacter) {
   EXPECT_EQ(sd.flush(), "\xE4");
   EXPECT_EQ(sd.pending(), 0u);
   EXPECT_THROW(sd.push(q.vocab_size()), Error);
+}
+
+TEST(TokenizerStream, ValidUtf8ModeReplacesWhatCanNeverBeACharacter) {
+  const Tokenizer q = fixture("qwen2_style");
+  auto id = [&](const char* bytes) { return *q.token_to_id(bytes_to_byte_level(bytes)); };
+  StreamDecoder sd(q, false, /*valid_utf8=*/true);
+  EXPECT_EQ(sd.push(id("\xE4")), "");  // held back: more bytes may complete it
+  EXPECT_EQ(sd.push(id("\xBD")), "");
+  EXPECT_EQ(sd.push(id("\xA0")), "\xE4\xBD\xA0");
+  EXPECT_EQ(sd.push(id("\xFF")), "\xEF\xBF\xBD");  // can never start a character
+  EXPECT_EQ(sd.push(id("\xF0")), "");
+  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");  // cut short by the end of the generation
+  StreamDecoder raw(q);
+  EXPECT_EQ(raw.push(id("\xFF")), "\xFF");  // the raw mode keeps decode()'s bytes
 }
 
 TEST(TokenizerStream, ConcatenationEqualsDecode) {
