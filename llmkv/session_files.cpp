@@ -1,15 +1,21 @@
 #include "llmkv/session_files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <fstream>
+#include <random>
 #include <set>
-#include <sstream>
+#include <string_view>
+#include <cstdint>
 
 #include "runtime/error.h"
 #include "runtime/hash.h"
@@ -17,11 +23,20 @@
 
 namespace wm::llm {
 
-namespace {
+// The file-local helpers, in a namespace of their own: the unity build puts this file in one unit
+// with others whose file-local names are the same.
+namespace session_files_impl {
 
-constexpr const char kMagic[] = "WMSESS2\n";
-constexpr size_t kMagicLen = sizeof kMagic - 1;
+constexpr const char kMagic2[] = "WMSESS2\n";
+constexpr const char kMagic3[] = "WMSESS3\n";
+constexpr size_t kMagicLen = 8;
 constexpr const char kIndex[] = "index.json";
+constexpr const char kLock[] = ".wmsess.lock";
+constexpr size_t kRecordHead = 20;  // tag, length, the two's XXH64
+constexpr size_t kRecordOver = 28;  // head and the payload's XXH64
+
+using Piece = SessionFiles::Piece;
+using Layout = SessionFiles::Layout;
 
 void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -32,59 +47,315 @@ uint64_t get_u64(const std::string& s, size_t at) {
   return v;
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text(int e) { return std::strerror(e); }
 
-// Writes `bytes` to `path` whole or not at all: a temporary file, flushed to the disk, renamed
-// over `path`, the folder flushed after.
-void write_whole(const std::string& dir, const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str_cat("cannot write '", tmp, "': ", errno_text()));
+bool is_hex16(const std::string& s, size_t at) {
+  if (s.size() < at + 16) return false;
+  for (size_t i = at; i < at + 16; ++i)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+  return true;
+}
+// "s-" + 16 lowercase hex + ".wmsess", exactly.
+bool is_session_file(const std::string& f) {
+  return f.size() == 2 + 16 + 7 && f.compare(0, 2, "s-") == 0 && is_hex16(f, 2) && f.compare(18, 7, ".wmsess") == 0;
+}
+// One of the folder's own names + ".tmp-" + 16 lowercase hex, exactly.
+bool is_own_temporary(const std::string& f) {
+  const size_t n = f.size();
+  if (n < 5 + 16 || !is_hex16(f, n - 16) || f.compare(n - 21, 5, ".tmp-") != 0) return false;
+  const std::string target = f.substr(0, n - 21);
+  return target == kIndex || is_session_file(target);
+}
+
+std::string random_hex() {
+  static std::mt19937_64 gen{std::random_device{}() ^ (static_cast<uint64_t>(::getpid()) << 32) ^
+                             static_cast<uint64_t>(std::time(nullptr))};
+  return hex64(gen());
+}
+
+void write_all(int fd, const char* p, size_t n, uint64_t at, const std::string& what) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw Error(str_cat("cannot write ", what, ": ", errno_text(w < 0 ? errno : ENOSPC)));
+    p += w;
+    n -= static_cast<size_t>(w);
+    at += static_cast<uint64_t>(w);
+  }
+}
+
+// Reads a file of the folder whole, never through a symbolic link, a regular file only.
+// Throws wm::CorruptData for a link or a file of another kind, wm::Error when it cannot be read
+// (errno_out set to the reason; 0 for damage).
+std::string read_file_at(int dirfd, const std::string& f, const std::string& where, int* errno_out = nullptr) {
+  if (errno_out) *errno_out = 0;
+  const int fd = ::openat(dirfd, f.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ELOOP) throw CorruptData(str_cat(where, ": a symbolic link, not a file of the folder (not followed)"));
+    if (errno_out) *errno_out = e;
+    throw Error(str_cat(where, ": cannot open: ", errno_text(e)));
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    if (errno_out) *errno_out = errno;
+    throw Error(str_cat(where, ": cannot stat: ", errno_text(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) throw CorruptData(str_cat(where, ": not a regular file"));
+  std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, &out[done], out.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(str_cat("cannot write '", tmp, "': ", why));
+    if (n < 0) {
+      if (errno_out) *errno_out = errno;
+      throw Error(str_cat(where, ": cannot read: ", errno_text(errno)));
     }
+    if (n == 0) break;  // shrank meanwhile: what there is
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(str_cat("cannot flush '", tmp, "' to the disk: ", why));
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(str_cat("cannot rename '", tmp, "' to '", path, "': ", why));
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  out.resize(done);
+  return out;
 }
 
-std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat("cannot read '", path, "'"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(str_cat("cannot read '", path, "'"));
-  return ss.str();
+// Writes `bytes` as `target` of the folder whole or not at all: a temporary of the folder's own
+// pattern (created exclusively, never through a link), flushed, renamed over `target`, the
+// folder flushed after. Throws wm::Error naming the folder on a failure (the temporary removed).
+void write_whole_at(int dirfd, const std::string& dir, const std::string& target, const std::string& bytes) {
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    tmp = target + ".tmp-" + random_hex();
+    fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) throw Error(str_cat("cannot create a temporary '", tmp, "' in '", dir, "': ", errno_text(errno)));
+  const std::string what = str_cat("'", dir, "/", tmp, "'");
+  try {
+    write_all(fd, bytes.data(), bytes.size(), 0, what);
+    if (::fsync(fd) != 0) throw Error(str_cat("cannot flush ", what, " to the disk: ", errno_text(errno)));
+    if (::close(fd) != 0) {
+      fd = -1;
+      throw Error(str_cat("cannot write ", what, ": ", errno_text(errno)));
+    }
+    fd = -1;
+    if (::renameat(dirfd, tmp.c_str(), dirfd, target.c_str()) != 0)
+      throw Error(str_cat("cannot rename ", what, " to '", target, "': ", errno_text(errno)));
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    throw;
+  }
+  ::fsync(dirfd);
 }
 
-std::string file_of(const std::string& name) { return "s-" + hex64(xxh64(name.data(), name.size())) + ".wmsess"; }
+// A record of format 3.
+void put_record(std::string& out, const char* tag, const std::string& payload, uint64_t* sum = nullptr) {
+  const size_t at = out.size();
+  out.append(tag, 4);
+  put_u64(out, payload.size());
+  put_u64(out, xxh64(out.data() + at, 12));
+  out += payload;
+  const uint64_t s = xxh64(payload.data(), payload.size());
+  put_u64(out, s);
+  if (sum) *sum = s;
+}
 
-}  // namespace
+// A record's head checks out at `at` of `bytes`: its payload's length, or false.
+bool record_at(const std::string& bytes, size_t at, std::string* tag, uint64_t* len) {
+  if (at > bytes.size() || bytes.size() - at < kRecordOver) return false;
+  if (get_u64(bytes, at + 12) != xxh64(bytes.data() + at, 12)) return false;
+  const uint64_t n = get_u64(bytes, at + 4);
+  if (n > bytes.size() - at - kRecordOver) return false;
+  *tag = bytes.substr(at, 4);
+  *len = n;
+  return true;
+}
+
+// A block's metadata alone: what its head BLOB holds.
+Block head_of(const Block& b) {
+  Block h;
+  h.id = b.id;
+  h.meta = b.meta;
+  return h;
+}
+
+// Tokens [from[l], from[l] + n[l]) of every layer of `b`, without metadata.
+Block slice_of(const Block& b, const std::vector<int64_t>& from, const std::vector<int64_t>& n) {
+  Block p;
+  p.id = b.id;
+  p.layers.resize(b.layers.size());
+  for (size_t l = 0; l < b.layers.size(); ++l) {
+    const LayerKv& s = b.layers[l];
+    LayerKv& d = p.layers[l];
+    d.k = s.k.narrow(1, from[l], n[l]);
+    d.v = s.v.narrow(1, from[l], n[l]);
+    d.pos = s.pos.narrow(0, from[l], n[l]);
+    d.logw = s.logw.narrow(0, from[l], n[l]);
+  }
+  return p;
+}
+
+uint64_t bits_of(double d) {
+  uint64_t u = 0;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+double double_of(uint64_t u) {
+  double d = 0;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+nlohmann::json piece_json(const Piece& p) { return nlohmann::json::array({p.offset, p.bytes, p.sum, p.tokens}); }
+
+// Format 3's bytes read back, and what the next save needs of them (*layout).
+SessionSnapshot decode3(const std::string& bytes, const std::string& where, std::string* name, nlohmann::json* note,
+                        Layout* layout) {
+  struct Blob {
+    uint64_t bytes, sum;
+    bool ok;
+  };
+  std::map<uint64_t, Blob> blobs;  // payload offset -> what the record holds
+  size_t pos = kMagicLen, man_at = 0, man_len = 0, man_end = 0;
+  std::string tag;
+  uint64_t len = 0;
+  while (record_at(bytes, pos, &tag, &len)) {
+    const size_t at = pos + kRecordHead;
+    const uint64_t sum = get_u64(bytes, at + len);
+    const bool ok = xxh64(bytes.data() + at, len) == sum;
+    if (tag == "BLOB") {
+      blobs[at] = {len, sum, ok};
+    } else if (tag == "MANI") {
+      if (ok) man_at = at, man_len = len, man_end = at + len + 8;
+    } else {
+      break;
+    }
+    pos = at + len + 8;
+  }
+  // The records stop at `pos`: a save cut short leaves a tail, but a whole manifest after it
+  // means the file was damaged in the middle.
+  for (size_t m = bytes.find("MANI", pos + 1); m != std::string::npos; m = bytes.find("MANI", m + 1))
+    if (record_at(bytes, m, &tag, &len) &&
+        xxh64(bytes.data() + m + kRecordHead, len) == get_u64(bytes, m + kRecordHead + len))
+      throw CorruptData(str_cat(where, ": damaged at byte ", pos, ", before its last manifest"));
+  if (man_end == 0)
+    throw CorruptData(str_cat(where, ": no whole manifest (the file is damaged or its first write cut short)"));
+  SessionSnapshot snap;
+  Layout lay;
+  lay.current = true;
+  lay.end = man_end;
+  std::set<uint64_t> used;
+  auto blob = [&](const nlohmann::json& r, Piece* p) -> std::string_view {
+    p->offset = r.at(0).get<uint64_t>();
+    p->bytes = r.at(1).get<uint64_t>();
+    p->sum = r.at(2).get<uint64_t>();
+    auto it = blobs.find(p->offset);
+    if (it == blobs.end() || it->second.bytes != p->bytes || it->second.sum != p->sum || p->offset > man_at)
+      throw CorruptData(str_cat(where, ": the manifest names bytes at ", p->offset, " that hold no such block"));
+    if (!it->second.ok) throw CorruptData(str_cat(where, ": the block at byte ", p->offset, " is damaged (checksum)"));
+    if (used.insert(p->offset).second) lay.live += p->bytes + kRecordOver;
+    return std::string_view(bytes.data() + p->offset, p->bytes);
+  };
+  try {
+    const nlohmann::json h = nlohmann::json::parse(bytes.begin() + static_cast<std::ptrdiff_t>(man_at),
+                                                   bytes.begin() + static_cast<std::ptrdiff_t>(man_at + man_len));
+    if (name) *name = h.at("name").get<std::string>();
+    if (note) *note = h.at("note");
+    snap.state = h.at("state");
+    for (const auto& e : h.at("blocks")) {
+      const std::string kind = e.at("kind").get<std::string>();
+      Piece hp;
+      const std::string_view hb = blob(e.at("head"), &hp);
+      Block b = decode_block(hb.data(), hb.size(), where);
+      if (!b.layers.empty()) throw CorruptData(str_cat(where, ": block '", b.id, "': its head holds tokens"));
+      const auto& st = e.at("stats");
+      b.stats.attn_ema = double_of(st.at(0).get<uint64_t>());
+      b.stats.last_use = st.at(1).get<int64_t>();
+      b.stats.uses = st.at(2).get<int64_t>();
+      std::vector<Piece>& chain = lay.chains[kind + ":" + b.id];
+      if (!chain.empty()) throw CorruptData(str_cat(where, ": ", kind, " block '", b.id, "' is listed twice"));
+      std::vector<std::vector<LayerKv>> parts;
+      for (const auto& pj : e.at("pieces")) {
+        Piece p;
+        const std::string_view pb = blob(pj, &p);
+        p.tokens = pj.at(3).get<std::vector<int64_t>>();
+        Block piece = decode_block(pb.data(), pb.size(), where);
+        if (piece.id != b.id) throw CorruptData(str_cat(where, ": block '", b.id, "' holds a piece of '", piece.id, "'"));
+        if (piece.layers.size() != p.tokens.size() || (!parts.empty() && parts[0].size() != p.tokens.size()))
+          throw CorruptData(str_cat(where, ": block '", b.id, "': its pieces' layers disagree"));
+        for (size_t l = 0; l < p.tokens.size(); ++l)
+          if (piece.layers[l].n_tokens() != p.tokens[l])
+            throw CorruptData(str_cat(where, ": block '", b.id, "': a piece's tokens disagree with the manifest"));
+        parts.push_back(std::move(piece.layers));
+        chain.push_back(std::move(p));
+      }
+      if (parts.empty()) throw CorruptData(str_cat(where, ": block '", b.id, "' has no pieces"));
+      if (parts.size() == 1) {
+        b.layers = std::move(parts[0]);
+      } else {
+        b.layers.resize(parts[0].size());
+        for (size_t l = 0; l < parts[0].size(); ++l) {
+          std::vector<at::Tensor> k, v, ps, lw;
+          for (const auto& part : parts) {
+            k.push_back(part[l].k);
+            v.push_back(part[l].v);
+            ps.push_back(part[l].pos);
+            lw.push_back(part[l].logw);
+          }
+          try {
+            b.layers[l] = {at::cat(k, 1), at::cat(v, 1), at::cat(ps, 0), at::cat(lw, 0)};
+          } catch (const c10::Error& ex) {
+            throw CorruptData(str_cat(where, ": block '", b.id, "': its pieces do not join: ", ex.what_without_backtrace()));
+          }
+        }
+      }
+      if (kind == "window")
+        snap.window.push_back(std::move(b));
+      else if (kind == "bank")
+        snap.bank.push_back(std::move(b));
+      else
+        throw CorruptData(str_cat(where, ": a block of unknown kind '", kind, "'"));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(str_cat(where, ": a malformed manifest: ", e.what()));
+  }
+  lay.live += kMagicLen + man_len + kRecordOver;
+  for (const auto& [off, b] : blobs)
+    if (b.ok && off < man_end) lay.blobs[{b.sum, b.bytes}] = off;
+  if (layout) *layout = std::move(lay);
+  return snap;
+}
+
+std::string utc_stamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+int64_t next_position_of(const SessionSnapshot& snap) {
+  return snap.state.at("next_pos").get<int64_t>() + (snap.state.at("pending").is_null() ? 0 : 1);
+}
+
+}  // namespace session_files_impl
+
+SessionFiles::Fd::~Fd() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::string SessionFiles::file_of(const std::string& name) {
+  return "s-" + hex64(xxh64(name.data(), name.size())) + ".wmsess";
+}
 
 std::string SessionFiles::encode(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note) {
+  using namespace session_files_impl;
   std::vector<std::string> blocks;
   nlohmann::json list = nlohmann::json::array();
   size_t offset = 0;
@@ -96,7 +367,7 @@ std::string SessionFiles::encode(const std::string& name, const SessionSnapshot&
   for (const auto& b : snap.window) add(b, "window");
   for (const auto& b : snap.bank) add(b, "bank");
   const std::string header = nlohmann::json{{"name", name}, {"note", note}, {"state", snap.state}, {"blocks", list}}.dump();
-  std::string out(kMagic, kMagicLen);
+  std::string out(kMagic2, kMagicLen);
   out.reserve(kMagicLen + 16 + header.size() + offset + 8);
   put_u64(out, header.size());
   out += header;
@@ -107,7 +378,10 @@ std::string SessionFiles::encode(const std::string& name, const SessionSnapshot&
 
 SessionSnapshot SessionFiles::decode(const std::string& bytes, const std::string& where, std::string* name,
                                      nlohmann::json* note) {
-  if (bytes.size() < kMagicLen + 16 || bytes.compare(0, kMagicLen, kMagic) != 0)
+  using namespace session_files_impl;
+  if (bytes.size() >= kMagicLen && bytes.compare(0, kMagicLen, kMagic3) == 0)
+    return decode3(bytes, where, name, note, nullptr);
+  if (bytes.size() < kMagicLen + 16 || bytes.compare(0, kMagicLen, kMagic2) != 0)
     throw CorruptData(where + ": not a session file");
   const size_t body = bytes.size() - 8;
   if (get_u64(bytes, body) != xxh64(bytes.data(), body))
@@ -140,102 +414,429 @@ SessionSnapshot SessionFiles::decode(const std::string& bytes, const std::string
   return snap;
 }
 
-SessionFiles::SessionFiles(std::string dir, std::function<void(const std::string&)> log)
-    : dir_(std::move(dir)), log_(std::move(log)) {
+SessionFiles::SessionFiles(std::string dir, std::function<void(const std::string&)> log, SessionFolderOptions opt)
+    : dir_(std::move(dir)), log_(std::move(log)), opt_(std::move(opt)) {
+  using namespace session_files_impl;
   WM_CHECK(!dir_.empty(), "the session folder is not named");
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   WM_CHECK(!ec && std::filesystem::is_directory(dir_), "cannot make the session folder '", dir_, "'",
            ec ? ": " + ec.message() : "");
-  WM_CHECK(::access(dir_.c_str(), W_OK) == 0, "the session folder '", dir_, "' is not writable");
-  const std::string index_path = path_of(kIndex);
+  dirfd_.fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  WM_CHECK(dirfd_.fd >= 0, "cannot open the session folder '", dir_, "': ", errno_text(errno));
+
+  // One owner at a time: the lock, then the owner's pid in the lock file.
+  lockfd_.fd = ::openat(dirfd_.fd, kLock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  WM_CHECK(lockfd_.fd >= 0, "cannot open the lock file '", dir_, "/", kLock, "': ", errno_text(errno),
+           " (is the session folder writable?)");
+  if (::flock(lockfd_.fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    std::string holder;
+    if (e == EWOULDBLOCK) {
+      char buf[32] = {};
+      const ssize_t n = ::pread(lockfd_.fd, buf, sizeof buf - 1, 0);
+      for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) holder.push_back(buf[i]);
+      throw Error(str_cat("the session folder '", dir_, "' is in use by another server",
+                          holder.empty() ? std::string() : " (pid " + holder + ")",
+                          ": one process per folder (its lock: ", kLock, ")"));
+    }
+    throw Error(str_cat("cannot lock the session folder '", dir_, "': ", errno_text(e)));
+  }
+  {
+    struct stat st {};
+    if (::fstat(lockfd_.fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(lockfd_.fd, 0) == 0) (void)!::pwrite(lockfd_.fd, pid.data(), pid.size(), 0);
+    }
+  }
+
+  // The index: which names the folder held (a hint: the files' own headers decide).
   std::map<std::string, std::string> listed;
-  if (std::filesystem::exists(index_path)) {
+  bool have_index = true, ignored = false;
+  {
+    const std::string where = str_cat("the session index '", dir_, "/", kIndex, "'");
+    int why = 0;
+    std::string text;
     try {
-      const nlohmann::json j = nlohmann::json::parse(read_whole(index_path));
-      if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("sessions") || !j["sessions"].is_object())
-        throw CorruptData("not a session index of version 1");
-      for (const auto& [n, f] : j["sessions"].items()) listed[n] = f.get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw CorruptData(str_cat("the session index '", index_path, "' is damaged: ", e.what(),
-                                " (the folder is left as it is; move it away to start afresh)"));
+      text = read_file_at(dirfd_.fd, kIndex, where, &why);
     } catch (const CorruptData& e) {
-      throw CorruptData(str_cat("the session index '", index_path, "': ", e.what()));
+      throw CorruptData(str_cat(e.what(), " (the folder is left as it is; move it away to start afresh)"));
+    } catch (const Error&) {
+      if (why != ENOENT) throw;
+      have_index = false;
+    }
+    if (have_index) {
+      try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("sessions") || !j["sessions"].is_object())
+          throw CorruptData("not a session index of version 1");
+        for (const auto& [n, f] : j["sessions"].items()) {
+          const std::string file = f.is_string() ? f.get<std::string>() : f.dump();
+          if (file != file_of(n)) {
+            say(str_cat(where, " names '", file, "' for session '", n, "', not its file '", file_of(n),
+                        "': the entry is ignored (that path is not touched)"));
+            ignored = true;
+            continue;
+          }
+          listed[n] = file;
+        }
+      } catch (const nlohmann::json::exception& e) {
+        throw CorruptData(str_cat(where, " is damaged: ", e.what(),
+                                  " (the folder is left as it is; move it away to start afresh)"));
+      } catch (const CorruptData& e) {
+        throw CorruptData(str_cat(where, ": ", e.what(), " (the folder is left as it is; move it away to start afresh)"));
+      }
     }
   }
-  bool dropped = false;
-  for (const auto& [n, f] : listed) {
-    const std::string where = path_of(f);
+
+  // The folder's own files: session files checked, own temporaries removed, the rest left alone.
+  std::vector<std::string> files;
+  int temporaries = 0;
+  {
+    const int dup = ::fcntl(dirfd_.fd, F_DUPFD_CLOEXEC, 0);
+    WM_CHECK(dup >= 0, "cannot list the session folder '", dir_, "': ", errno_text(errno));
+    DIR* d = ::fdopendir(dup);
+    if (!d) {
+      ::close(dup);
+      WM_CHECK(false, "cannot list the session folder '", dir_, "': ", errno_text(errno));
+    }
+    ::rewinddir(d);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string f = e->d_name;
+      if (is_session_file(f)) {
+        files.push_back(f);
+      } else if (is_own_temporary(f)) {
+        if (::unlinkat(dirfd_.fd, f.c_str(), 0) == 0) ++temporaries;
+      }
+    }
+    ::closedir(d);
+  }
+  if (temporaries > 0) say(str_cat(dir_, ": removed ", temporaries, " temporary file(s) of writes cut short"));
+  std::sort(files.begin(), files.end());
+
+  std::vector<std::pair<int64_t, std::string>> by_time;  // (mtime in ns, name): the first clock
+  std::vector<std::string> adopted;
+  for (const auto& f : files) {
+    const std::string where = str_cat(dir_, "/", f);
+    std::string got;
+    bool fatal = false;
     try {
-      WM_CHECK(f == file_of(n), "the index names the file '", f, "', not this session's");
-      std::string got;
       StoredSession s;
-      const SessionSnapshot snap = decode(read_whole(path_of(f)), where, &got, &s.note);
-      if (got != n) throw CorruptData(str_cat(where, ": the file holds session '", got, "'"));
+      Entry en;
+      int why = 0;
+      std::string bytes;
+      try {
+        bytes = read_file_at(dirfd_.fd, f, where, &why);
+      } catch (const Error&) {
+        if (why == ENOENT) continue;  // gone meanwhile
+        // Out of resources, not a fault of the file: the folder is not opened.
+        fatal = why == EMFILE || why == ENFILE || why == ENOMEM || why == EINTR || why == EAGAIN;
+        throw;  // else below: moved aside
+      }
+      const SessionSnapshot snap = bytes.compare(0, kMagicLen, kMagic3) == 0
+                                       ? decode3(bytes, where, &got, &s.note, &en.layout)
+                                       : decode(bytes, where, &got, &s.note);
+      if (file_of(got) != f) throw CorruptData(str_cat(where, ": holds session '", got, "', whose file is ", file_of(got)));
       s.file = f;
-      s.next_position = snap.state.at("next_pos").get<int64_t>() + (snap.state.at("pending").is_null() ? 0 : 1);
-      found_[n] = std::move(s);
-      index_[n] = f;
+      s.next_position = next_position_of(snap);
+      en.bytes = bytes.size();
+      struct stat st {};
+      int64_t mtime = 0;
+      if (::fstatat(dirfd_.fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      by_time.emplace_back(mtime, got);
+      if (!listed.count(got)) adopted.push_back(got);
+      found_[got] = std::move(s);
+      entries_[got] = std::move(en);
     } catch (const std::exception& e) {
-      if (log_) log_(str_cat("session '", n, "' is not used: ", e.what(), "; the session starts afresh"));
-      std::error_code rm;
-      std::filesystem::remove(path_of(f), rm);
-      dropped = true;
+      if (fatal) throw;
+      const std::string moved = quarantine(f, e.what());
+      say(str_cat(got.empty() ? "a session file" : "session '" + got + "'", " is not used: ", e.what(), "; ",
+                  moved.empty() ? "it is left where it is" : "moved aside to '" + moved + "' (kept, not deleted)",
+                  "; the session starts afresh"));
     }
   }
-  if (dropped) write_index();
-  // Files no index names: a session's first write cut short before its index, or a temporary.
-  int orphans = 0;
-  std::set<std::string> named;
-  for (const auto& [n, f] : index_) named.insert(f);
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-    const std::string f = e.path().filename().string();
-    if (f == kIndex) continue;
-    if (!named.count(f) && (f.rfind("s-", 0) == 0 || f.size() > 4 && f.compare(f.size() - 4, 4, ".tmp") == 0)) {
-      std::error_code rm;
-      std::filesystem::remove(e.path(), rm);
-      ++orphans;
-    }
-  }
-  if (orphans > 0 && log_)
-    log_(str_cat(dir_, ": removed ", orphans, " file(s) no index named (writes cut short)"));
+  for (const auto& [n, f] : listed)
+    if (!entries_.count(n)) say(str_cat("session '", n, "': the index names it, its file ", f, " is missing or not used; the session starts afresh"));
+  if (!have_index && !entries_.empty())
+    say(str_cat(dir_, ": no index: rebuilt from the headers of ", entries_.size(), " session file(s)"));
+  else if (!adopted.empty())
+    say(str_cat(dir_, ": adopted ", adopted.size(), " session file(s) the index did not name (",
+                adopted.size() <= 8 ? nlohmann::json(adopted).dump() : std::string("...") , ")"));
+  std::sort(by_time.begin(), by_time.end());
+  for (const auto& [t, n] : by_time) entries_[n].used = ++clock_;
+  bool same = have_index && !ignored && listed.size() == entries_.size();
+  for (const auto& [n, en] : entries_) same = same && listed.count(n);
+  if (!same && (have_index || !entries_.empty())) write_index();
+}
+
+SessionFiles::~SessionFiles() = default;
+
+uint64_t SessionFiles::total_bytes() const {
+  uint64_t t = 0;
+  for (const auto& [n, e] : entries_) t += e.bytes;
+  return t;
 }
 
 void SessionFiles::write_index() {
+  using namespace session_files_impl;
   nlohmann::json s = nlohmann::json::object();
-  for (const auto& [n, f] : index_) s[n] = f;
-  write_whole(dir_, path_of(kIndex), nlohmann::json{{"version", 1}, {"sessions", s}}.dump());
+  for (const auto& [n, e] : entries_) s[n] = file_of(n);
+  write_whole_at(dirfd_.fd, dir_, kIndex, nlohmann::json{{"version", 1}, {"sessions", s}}.dump());
 }
 
-size_t SessionFiles::save(const std::string& name, const LlmSession& session, const nlohmann::json& note) {
-  return save(name, session.snapshot(), note);
+std::string SessionFiles::quarantine(const std::string& file, const std::string& why) {
+  using namespace session_files_impl;
+  if (!is_session_file(file)) return "";  // only the folder's own names move
+  const std::string base = file + ".damaged-" + utc_stamp();
+  for (int i = 1; i <= 100; ++i) {
+    const std::string to = i == 1 ? base : str_cat(base, "-", i);
+    // Never over an existing name: link the new name (fails if taken), then drop the old one.
+    if (::linkat(dirfd_.fd, file.c_str(), dirfd_.fd, to.c_str(), 0) == 0) {
+      ::unlinkat(dirfd_.fd, file.c_str(), 0);
+      ::fsync(dirfd_.fd);
+      return to;
+    }
+    if (errno == EEXIST) continue;
+    if (::renameat2(dirfd_.fd, file.c_str(), dirfd_.fd, to.c_str(), RENAME_NOREPLACE) == 0) {
+      ::fsync(dirfd_.fd);
+      return to;
+    }
+    if (errno == EEXIST) continue;
+    say(str_cat(dir_, "/", file, " (", why, ") cannot be moved aside: ", errno_text(errno)));
+    return "";
+  }
+  return "";
 }
 
-size_t SessionFiles::save(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note) {
-  const std::string bytes = encode(name, snap, note);
+void SessionFiles::remove_file(const std::string& file) {
+  using namespace session_files_impl;
+  WM_CHECK(is_session_file(file), "'", file, "' is not a session file's name");
+  if (::unlinkat(dirfd_.fd, file.c_str(), 0) != 0 && errno != ENOENT)
+    throw Error(str_cat("cannot remove '", dir_, "/", file, "': ", errno_text(errno)));
+  ::fsync(dirfd_.fd);
+}
+
+uint64_t SessionFiles::save(const std::string& name, const LlmSession& session, const nlohmann::json& note) {
+  return store(name, session.snapshot(), note).written;
+}
+
+uint64_t SessionFiles::save(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note) {
+  return store(name, snap, note).written;
+}
+
+SaveReport SessionFiles::store(const std::string& name, const SessionSnapshot& snap, const nlohmann::json& note) {
+  using namespace session_files_impl;
   const std::string f = file_of(name);
-  write_whole(dir_, path_of(f), bytes);
-  if (!index_.count(name)) {
-    index_[name] = f;
+  const std::string where = str_cat("'", dir_, "/", f, "'");
+  auto it = entries_.find(name);
+  const Layout* old = it != entries_.end() && it->second.layout.current ? &it->second.layout : nullptr;
+
+  // The records to append (or, written whole, to follow the magic), and the manifest.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool whole = pass == 1 || old == nullptr;
+    const uint64_t base = whole ? kMagicLen : old->end;
+    std::string out;
+    Layout lay;
+    lay.current = true;
+    if (!whole) lay.blobs = old->blobs;
+    std::set<uint64_t> used;
+    // A blob the file holds (or this save writes) with these bytes; else appended.
+    auto put = [&](const std::string& payload, Piece* p) {
+      p->sum = xxh64(payload.data(), payload.size());
+      p->bytes = payload.size();
+      auto b = lay.blobs.find({p->sum, p->bytes});
+      if (b != lay.blobs.end()) {
+        p->offset = b->second;
+      } else {
+        p->offset = base + out.size() + kRecordHead;
+        put_record(out, "BLOB", payload);
+        lay.blobs[{p->sum, p->bytes}] = p->offset;
+      }
+      if (used.insert(p->offset).second) lay.live += p->bytes + kRecordOver;
+    };
+    nlohmann::json blocks = nlohmann::json::array();
+    auto add = [&](const Block& b, const char* kind) {
+      nlohmann::json e = {{"kind", kind}};
+      Piece head;
+      put(encode_block(head_of(b), nullptr), &head);
+      e["head"] = piece_json(head);
+      std::vector<Piece>& chain = lay.chains[std::string(kind) + ":" + b.id];
+      WM_CHECK(chain.empty(), kind, " block '", b.id, "' is in the snapshot twice");
+      const size_t nl = b.layers.size();
+      std::vector<int64_t> from(nl, 0);
+      // The pieces the file holds of this block, as long as they are its first tokens still.
+      if (!whole) {
+        // Its pieces where it was (window or bank), else where it was of the other kind.
+        auto c = old->chains.find(std::string(kind) + ":" + b.id);
+        if (c == old->chains.end()) c = old->chains.find((kind[0] == 'w' ? "bank:" : "window:") + b.id);
+        if (c != old->chains.end())
+          for (const Piece& p : c->second) {
+            bool fits = p.tokens.size() == nl;
+            for (size_t l = 0; fits && l < nl; ++l) fits = from[l] + p.tokens[l] <= b.layers[l].n_tokens();
+            if (!fits) break;
+            const std::string bytes = encode_block(slice_of(b, from, p.tokens), nullptr);
+            if (bytes.size() != p.bytes || xxh64(bytes.data(), bytes.size()) != p.sum) break;
+            Piece q = p;
+            if (used.insert(q.offset).second) lay.live += q.bytes + kRecordOver;
+            chain.push_back(q);
+            for (size_t l = 0; l < nl; ++l) from[l] += p.tokens[l];
+          }
+      }
+      std::vector<int64_t> rest(nl);
+      bool any = false;
+      for (size_t l = 0; l < nl; ++l) {
+        rest[l] = b.layers[l].n_tokens() - from[l];
+        if (rest[l] > 0) any = true;
+      }
+      if (any || chain.empty()) {
+        Piece p;
+        p.tokens = rest;
+        put(encode_block(slice_of(b, from, rest), nullptr), &p);
+        chain.push_back(std::move(p));
+      }
+      nlohmann::json pieces = nlohmann::json::array();
+      for (const Piece& p : chain) pieces.push_back(piece_json(p));
+      e["pieces"] = std::move(pieces);
+      e["stats"] = {bits_of(b.stats.attn_ema), b.stats.last_use, b.stats.uses};
+      blocks.push_back(std::move(e));
+    };
+    for (const auto& b : snap.window) add(b, "window");
+    for (const auto& b : snap.bank) add(b, "bank");
+    const std::string manifest =
+        nlohmann::json{{"name", name}, {"note", note}, {"state", snap.state}, {"blocks", blocks}}.dump();
+    const size_t blobs_end = out.size();
+    put_record(out, "MANI", manifest);
+    lay.live += kMagicLen + manifest.size() + kRecordOver;
+    lay.end = base + out.size();
+    // Dead bytes past the live ones: the file is written whole instead.
+    if (!whole && lay.end - lay.live > lay.live) continue;
+    SaveReport rep;
+    rep.file_bytes = lay.end;
+    if (whole) {
+      // Only the blobs this save names (a whole file starts afresh).
+      out.insert(0, kMagic3, kMagicLen);
+      write_whole_at(dirfd_.fd, dir_, f, out);
+      rep.written = out.size();
+      rep.rewritten = true;
+    } else {
+      // Appended in place: never through a link, never into a file with other names.
+      const int fd = ::openat(dirfd_.fd, f.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+      struct stat st {};
+      if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+          static_cast<uint64_t>(st.st_size) < old->end) {
+        if (fd >= 0) ::close(fd);
+        old = nullptr;  // written whole
+        continue;
+      }
+      try {
+        if (static_cast<uint64_t>(st.st_size) != old->end && ::ftruncate(fd, static_cast<off_t>(old->end)) != 0)
+          throw Error(str_cat("cannot cut ", where, " to its last manifest: ", errno_text(errno)));
+        write_all(fd, out.data(), blobs_end, old->end, where);
+        if (blobs_end > 0 && ::fdatasync(fd) != 0)
+          throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
+        write_all(fd, out.data() + blobs_end, out.size() - blobs_end, old->end + blobs_end, where);
+        if (::fdatasync(fd) != 0) throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
+      } catch (...) {
+        (void)!::ftruncate(fd, static_cast<off_t>(old->end));  // the file as it was
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+      rep.written = out.size();
+    }
+    const bool fresh = it == entries_.end();
+    Entry& en = entries_[name];
+    en.bytes = lay.end;
+    en.used = ++clock_;
+    en.layout = std::move(lay);
+    if (fresh) {
+      try {
+        write_index();
+      } catch (...) {
+        entries_.erase(name);
+        throw;
+      }
+    }
+    rep.evicted = apply_budget(name);
+    return rep;
+  }
+  throw Error("unreachable");  // the second pass always returns or throws
+}
+
+std::vector<std::string> SessionFiles::apply_budget(const std::string& saved) {
+  std::vector<std::string> evicted;
+  if (opt_.max_bytes == 0) return evicted;
+  uint64_t total = total_bytes();
+  while (total > opt_.max_bytes) {
+    const std::string* lru = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [n, e] : entries_)
+      if (n != saved && e.used < oldest && !(opt_.pinned && opt_.pinned(n))) oldest = e.used, lru = &n;
+    if (!lru) break;
+    const std::string n = *lru;
+    try {
+      remove_file(file_of(n));
+    } catch (const std::exception& e) {
+      say(str_cat("session '", n, "' could not be erased for the folder's budget: ", e.what()));
+      break;
+    }
+    total -= entries_[n].bytes;
+    entries_.erase(n);
+    evicted.push_back(n);
+  }
+  if (!evicted.empty()) {
     try {
       write_index();
-    } catch (...) {
-      index_.erase(name);
-      throw;
+    } catch (const std::exception& e) {
+      say(str_cat("the index could not be written after the budget erased ", evicted.size(), " session(s): ",
+                  e.what(), " (the next open finds the files gone)"));
     }
   }
-  return bytes.size();
+  return evicted;
 }
 
 nlohmann::json SessionFiles::load(const std::string& name, LlmSession& session) {
-  auto it = index_.find(name);
-  WM_CHECK(it != index_.end(), "no session '", name, "' is saved in ", dir_);
-  const std::string where = str_cat("session '", name, "' (", path_of(it->second), ")");
+  using namespace session_files_impl;
+  auto it = entries_.find(name);
+  WM_CHECK(it != entries_.end(), "no session '", name, "' is saved in ", dir_);
+  const std::string f = file_of(name);
+  const std::string where = str_cat("session '", name, "' (", dir_, "/", f, ")");
   std::string got;
   nlohmann::json note;
+  SessionSnapshot snap;
+  int why = 0;
   try {
-    const SessionSnapshot snap = decode(read_whole(path_of(it->second)), where, &got, &note);
+    const std::string bytes = read_file_at(dirfd_.fd, f, where, &why);
+    Layout lay;
+    const bool v3 = bytes.compare(0, kMagicLen, kMagic3) == 0;
+    snap = v3 ? decode3(bytes, where, &got, &note, &lay) : decode(bytes, where, &got, &note);
     if (got != name) throw CorruptData(str_cat(where, ": the file holds session '", got, "'"));
+    it->second.layout = std::move(lay);
+    it->second.bytes = bytes.size();
+    it->second.used = ++clock_;
+  } catch (const Error& e) {
+    session.reset();
+    const bool transient = why == EMFILE || why == ENFILE || why == ENOMEM || why == EINTR || why == EAGAIN;
+    if (transient) throw;
+    // Damaged or unreadable: moved aside (never deleted), the session forgotten; a file gone
+    // is forgotten too.
+    const std::string moved = why == ENOENT ? std::string() : quarantine(f, e.what());
+    if (why == ENOENT || !moved.empty()) {
+      entries_.erase(it);
+      try {
+        write_index();
+      } catch (const std::exception& ie) {
+        say(str_cat("the index could not be written: ", ie.what()));
+      }
+      if (!moved.empty()) say(str_cat(where, ": moved aside to '", moved, "' (kept, not deleted)"));
+    }
+    throw;
+  } catch (...) {
+    session.reset();
+    throw;
+  }
+  try {
     session.restore(snap);
   } catch (...) {
     session.reset();
@@ -245,13 +846,11 @@ nlohmann::json SessionFiles::load(const std::string& name, LlmSession& session) 
 }
 
 bool SessionFiles::erase(const std::string& name) {
-  auto it = index_.find(name);
-  if (it == index_.end()) return false;
-  const std::string f = it->second;
-  index_.erase(it);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return false;
+  remove_file(file_of(name));
+  entries_.erase(it);
   write_index();
-  std::error_code rm;
-  std::filesystem::remove(path_of(f), rm);
   return true;
 }
 
