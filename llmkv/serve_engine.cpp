@@ -62,7 +62,16 @@ ServeEngine::ServeEngine(LlmModel model, Tokenizer tokenizer, at::Device device,
     // A policy whose state a snapshot cannot hold would fail at every save: said now.
     LlmSession probe(model_, tok_, device_, dtype_, opt_.session);
     (void)probe.snapshot();
-    files_ = std::make_unique<SessionFiles>(opt_.state_dir, [this](const std::string& m) { warn(m); });
+    SessionFolderOptions fo;
+    fo.max_bytes = opt_.state_max_bytes;
+    // Beyond the folder's budget a session in use or with a write under way stays (files_mu_ is
+    // held, then mu_: the order of the load path).
+    fo.pinned = [this](const std::string& n) {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = held_.find(n);
+      return it != held_.end() && (it->second.busy || it->second.saving > 0);
+    };
+    files_ = std::make_unique<SessionFiles>(opt_.state_dir, [this](const std::string& m) { warn(m); }, fo);
     for (const auto& [id, st] : files_->found()) {
       Held& h = held_[id];
       h.incarnation = ++incarnations_;
@@ -123,9 +132,12 @@ void ServeEngine::writer_loop() {
     } else {
       bool ok = false;
       size_t bytes = 0;
+      std::vector<std::string> evicted;
       try {
         std::lock_guard<std::mutex> fl(files_mu_);
-        bytes = files_->save(op.id, op.snap, op.note);
+        SaveReport rep = files_->store(op.id, op.snap, op.note);
+        bytes = rep.written;
+        evicted = std::move(rep.evicted);
         ok = true;
       } catch (const std::exception& e) {
         // The file keeps the state before (a restart finds that); the session stays in memory.
@@ -139,6 +151,19 @@ void ServeEngine::writer_loop() {
           it->second.stored = ok;
         }
         op.result.saved = ok;
+        // Saved sessions the folder's budget ended: one in memory lives on there (unsaved), one
+        // only on disk is gone.
+        for (const auto& n : evicted) {
+          auto e = held_.find(n);
+          if (e == held_.end()) continue;
+          ++counters_.state_evicted;
+          if (e->second.session) {
+            e->second.stored = false;
+          } else {
+            held_.erase(e);
+            lru_.remove(n);
+          }
+        }
         if (ok) {
           ++counters_.saves;
           counters_.save_bytes += static_cast<int64_t>(bytes);

@@ -115,6 +115,7 @@ struct ServeCounters {
   int64_t ended = 0;                   // idle sessions ended beyond the limits (no folder, or
                                        // their state could not be saved)
   int64_t replayed = 0;                // requests answered from their idempotency key
+  int64_t state_evicted = 0;           // saved sessions the state folder's budget ended
   int64_t too_long = 0;                // requests refused: their context would pass the model's positions
   std::vector<int64_t> ttft_buckets, token_buckets;  // counts at or below each bound (cumulative)
   double ttft_sum = 0, token_sum = 0;

@@ -36,14 +36,18 @@ using json = nlohmann::json;
 // A wm_serve of its own, on a free port, with the embedded model.
 class ServeProcess {
  public:
-  explicit ServeProcess(std::vector<std::string> extra) {
+  // `env`: variables for the server; `prefix`: a program it runs under (prlimit ...).
+  explicit ServeProcess(std::vector<std::string> extra, std::vector<std::pair<std::string, std::string>> env = {},
+                        std::vector<std::string> prefix = {}) {
     const std::string exe = program_path("wm_serve");
     dir_ = fs::temp_directory_path() / ("wm_serve_test_" + std::to_string(::getpid()) + "_" + std::to_string(++n_));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::vector<std::string> argv = {exe, "--port", "0", "--threads", "1"};
+    std::vector<std::string> argv = prefix;
+    for (const std::string& a : {exe, std::string("--port"), std::string("0"), std::string("--threads"), std::string("1")})
+      argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
-    proc_ = std::make_unique<Started>(argv, dir_, fs::path(WM_SOURCE_DIR));
+    proc_ = std::make_unique<Started>(argv, dir_, fs::path(WM_SOURCE_DIR), env);
     const std::regex re(R"(listening on http://127\.0\.0\.1:(\d+))");
     for (int i = 0; i < 600 && port_ == 0 && proc_->running(); ++i) {
       std::smatch m;
@@ -97,6 +101,10 @@ std::pair<std::string, json> stream_text(const std::string& body) {
       continue;
     }
     const json j = json::parse(data);
+    if (!j.contains("choices")) {  // an error event
+      last = j;
+      continue;
+    }
     const json& c = j["choices"][0];
     if (c.contains("delta") && c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
     if (c.contains("text")) text += c["text"].get<std::string>();
@@ -403,7 +411,8 @@ TEST(Serve, ApiKeyQueueLimitDisconnectAndSigterm) {
 }
 
 // SIGTERM with --drain-timeout: the generation under way ends where it is once the time is up
-// (answered, cut short), requests still waiting get 503, and the server exits cleanly.
+// (its stream ends with an error event, code server_shutdown), requests still waiting get 503, and
+// the server exits cleanly.
 TEST(Serve, SigtermDrainIsBounded) {
   SKIP_WITHOUT_SERVE();
   ServeProcess s({"--parallel", "1", "--queue", "4", "--max-tokens-limit", "4000", "--drain-timeout", "0.2"});
@@ -431,9 +440,10 @@ TEST(Serve, SigtermDrainIsBounded) {
   s.proc().signal(SIGTERM);
   const RunResult rr = s.proc().wait(60);
   EXPECT_TRUE(rr.exited && rr.code == 0) << rr.err;
+  // Cut at the drain's limit: said as an error event, never as a finished answer.
   const auto [text, last] = stream_text(long_one.get());
-  ASSERT_TRUE(last.contains("usage")) << last.dump();
-  EXPECT_LT(last["usage"]["completion_tokens"].get<int>(), 4000) << "the generation was not cut at the drain's limit";
+  ASSERT_TRUE(last.contains("error")) << last.dump();
+  EXPECT_EQ(last["error"]["code"], "server_shutdown") << last.dump();
   for (auto& w : waiting) EXPECT_EQ(w.get(), 503);
 }
 
@@ -617,6 +627,181 @@ TEST(Serve, KilledDuringLoadEveryAnsweredSessionIsFound) {
   fs::remove_all(logs);
   fs::remove(rec);
   fs::remove(out);
+}
+
+// Generations whose bytes are not valid UTF-8 (a byte-level token ending mid-character, sampled
+// at temperature 2): streamed and whole, the server answers every one with valid JSON and stays
+// up, and the sessions they went into can still be read and saved.
+TEST(Serve, InvalidUtf8GenerationsNeitherCrashNorBreakSessions) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_utf8_" + std::to_string(::getpid()));
+  fs::remove_all(state);
+  ServeProcess s({"--state-dir", state.string()});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  for (int seed = 1; seed <= 60; ++seed) {
+    const bool stream = seed % 2 == 1;
+    const json body = {{"model", "tiny-llm"}, {"prompt", "x"},  {"temperature", 2.0},
+                       {"seed", seed},        {"max_tokens", 16}, {"stream", stream}};
+    auto r = c.Post("/v1/completions", {{"X-Session-Id", "u" + std::to_string(seed % 4)}}, body.dump(),
+                    "application/json");
+    ASSERT_TRUE(r) << "no answer for seed " << seed << ": " << s.err();
+    ASSERT_EQ(r->status, 200) << r->body;
+    if (stream) {
+      const auto [text, last] = stream_text(r->body);
+      EXPECT_TRUE(last.contains("usage")) << last.dump();
+      EXPECT_EQ(json(text).dump(), json(text).dump(-1, ' ', false, json::error_handler_t::strict));
+    } else {
+      EXPECT_NO_THROW(json::parse(r->body)) << "seed " << seed;
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    auto g = c.Get("/v1/sessions/u" + std::to_string(k));
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->status, 200) << g->body;
+  }
+  EXPECT_EQ(metric(s, "wm_serve_session_save_failed_total"), 0);
+  s.proc().signal(SIGTERM);
+  EXPECT_EQ(s.proc().wait(30).code, 0);
+  fs::remove_all(state);
+}
+
+// API keys from a file (several) or the environment, never needing the command line; the bearer
+// scheme in any case; each key's sessions its own: another key neither reads, continues nor
+// deletes them.
+TEST(Serve, KeysFromFileOrEnvironmentAndSessionsScopedToTheKey) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path keys = fs::temp_directory_path() / ("wm_serve_keys_" + std::to_string(::getpid()));
+  {
+    std::ofstream f(keys);
+    f << "# two tenants\nkey-alice\nkey-bob\n";
+  }
+  ServeProcess s({"--api-key-file", keys.string()});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const httplib::Headers alice = {{"Authorization", "bearer key-alice"}, {"X-Session-Id", "shared-name"}};
+  const httplib::Headers bob = {{"Authorization", "BEARER key-bob"}, {"X-Session-Id", "shared-name"}};
+  auto a = c.Post("/v1/chat/completions", alice, chat_body({{"user", "Recall fada: 3117."}}, 4), "application/json");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(c.Get("/v1/sessions/shared-name", {{"Authorization", "Bearer key-bob"}})->status, 404);
+  EXPECT_EQ(c.Delete("/v1/sessions/shared-name", {{"Authorization", "Bearer key-bob"}})->status, 404);
+  auto mine = c.Get("/v1/sessions/shared-name", {{"Authorization", "Bearer key-alice"}});
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(mine->status, 200);
+  EXPECT_EQ(json::parse(mine->body)["turns"], 1);
+  auto b = c.Post("/v1/chat/completions", bob, chat_body({{"user", "Recall piti: 42."}}, 4), "application/json");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_EQ(json::parse(c.Get("/v1/sessions/shared-name", {{"Authorization", "Bearer key-alice"}})->body)["turns"], 1)
+      << "bob's request went into alice's session";
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer key-carol"}})->status, 401);
+  fs::remove(keys);
+  ServeProcess e({}, {{"WM_SERVE_API_KEY", "from-env"}});
+  ASSERT_GT(e.port(), 0) << e.err();
+  auto ce = e.client();
+  EXPECT_EQ(ce.Get("/v1/models")->status, 401);
+  EXPECT_EQ(ce.Get("/v1/models", {{"Authorization", "Bearer from-env"}})->status, 200);
+}
+
+// SIGHUP drains as SIGTERM does; limits that contradict each other are refused at the start.
+TEST(Serve, SighupDrainsAndContradictoryLimitsAreRefused) {
+  SKIP_WITHOUT_SERVE();
+  {
+    ServeProcess s({});
+    ASSERT_GT(s.port(), 0) << s.err();
+    EXPECT_EQ(s.client().Post("/v1/completions", R"({"model":"tiny-llm","prompt":"rode","max_tokens":2})",
+                              "application/json")->status, 200);
+    s.proc().signal(SIGHUP);
+    const RunResult r = s.proc().wait(30);
+    EXPECT_TRUE(r.exited && r.code == 0) << "signal " << r.signal << " " << r.err;
+    EXPECT_NE(r.err.find("stopping"), std::string::npos) << r.err;
+  }
+  const RunResult bad = run_program({program_path("wm_serve"), "--port", "0", "--default-max-tokens", "300",
+                                     "--max-tokens-limit", "100"},
+                                    fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 60);
+  EXPECT_TRUE(bad.exited && bad.code == 1) << bad.err;
+  EXPECT_NE(bad.err.find("--default-max-tokens"), std::string::npos) << bad.err;
+}
+
+// A disk that takes no more (the file-size limit of prlimit: writes fail as on a full disk): every
+// answer says its session was not saved (X-Session-Saved: false), and --max-sessions holds.
+TEST(Serve, FailedSavesAreVisibleAndMemoryStaysBounded) {
+  SKIP_WITHOUT_SERVE();
+  if (!fs::exists("/usr/bin/prlimit")) GTEST_SKIP() << "no /usr/bin/prlimit (util-linux)";
+  const fs::path state = fs::temp_directory_path() / ("wm_serve_full_" + std::to_string(::getpid()));
+  fs::remove_all(state);
+  ServeProcess s({"--state-dir", state.string(), "--max-sessions", "2"}, {}, {"/usr/bin/prlimit", "--fsize=4096"});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  int unsaved = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto r = c.Post("/v1/chat/completions", {{"X-Session-Id", "full" + std::to_string(i)}},
+                    chat_body({{"user", repeat("Recall fada: 3117. ", 20)}}, 4), "application/json");
+    ASSERT_TRUE(r) << s.err();
+    EXPECT_EQ(r->status, 200) << r->body;
+    unsaved += r->get_header_value("X-Session-Saved") == "false" && json::parse(r->body)["session_saved"] == false;
+  }
+  EXPECT_EQ(unsaved, 12);
+  const std::string h = s.client().Get("/metrics")->body;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(h, m, std::regex("\nwm_serve_sessions_in_memory (\\d+)")));
+  EXPECT_LE(std::stoi(m[1]), 2) << "sessions whose saves failed stayed in memory beyond --max-sessions";
+  fs::remove_all(state);
+}
+
+// A retried request (same Idempotency-Key) is answered again, not fed into the session twice.
+TEST(Serve, IdempotencyKeyRetryIsNotFedTwice) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const httplib::Headers h = {{"X-Session-Id", "retry"}, {"Idempotency-Key", "req-0001"}};
+  const std::string body = chat_body({{"user", "Recall fada: 3117."}}, 6);
+  auto a = c.Post("/v1/chat/completions", h, body, "application/json");
+  auto b = c.Post("/v1/chat/completions", h, body, "application/json");
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->status, 200);
+  ASSERT_EQ(b->status, 200);
+  EXPECT_EQ(b->get_header_value("Idempotency-Replayed"), "true");
+  EXPECT_EQ(json::parse(a->body)["choices"], json::parse(b->body)["choices"]);
+  EXPECT_NE(json::parse(a->body)["id"], json::parse(b->body)["id"]);
+  EXPECT_EQ(json::parse(c.Get("/v1/sessions/retry")->body)["turns"], 1);
+  auto bad = c.Post("/v1/chat/completions", {{"X-Session-Id", "retry"}, {"Idempotency-Key", std::string(300, 'k')}},
+                    body, "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+}
+
+// A crafted index.json naming a path outside the state folder: the server starts, and the file
+// outside is untouched. A second server on the same folder is refused while the first runs.
+TEST(Serve, StateFolderTouchesNothingOutsideAndTakesALock) {
+  SKIP_WITHOUT_SERVE();
+  const fs::path root = fs::temp_directory_path() / ("wm_serve_crafted_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const fs::path state = root / "a" / "b" / "state";
+  fs::create_directories(state);
+  const fs::path sentinel = root / "sentinel";
+  {
+    std::ofstream f(sentinel);
+    f << "not the server's";
+  }
+  {
+    std::ofstream f(state / "index.json");
+    f << R"({"version":1,"sessions":{"x":"../../../sentinel","y":"/etc/hostname"}})";
+  }
+  ServeProcess s({"--state-dir", state.string()});
+  ASSERT_GT(s.port(), 0) << s.err();
+  EXPECT_TRUE(fs::exists(sentinel)) << "a file outside the state folder was removed";
+  EXPECT_EQ(read_text(sentinel), "not the server's");
+  const RunResult second = run_program({program_path("wm_serve"), "--port", "0", "--state-dir", state.string()},
+                                       fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 60);
+  EXPECT_TRUE(second.exited && second.code == 1) << second.out << second.err;
+  EXPECT_NE(second.err.find(state.string()), std::string::npos) << second.err;
+  s.proc().signal(SIGTERM);
+  s.proc().wait(30);
+  EXPECT_TRUE(fs::exists(sentinel));
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -179,5 +179,31 @@ TEST(ServeEngine, RepeatedIdempotencyKeyIsAnsweredWithoutFeedingAgain) {
   fs::remove_all(d);
 }
 
+TEST(ServeEngine, StateFolderBudgetEndsTheLeastRecentlyUsedSavedSessions) {
+  Fixture fx;
+  const fs::path d = fresh_dir("wm_serve_engine_budget");
+  ServeOptions o;
+  o.max_sessions = 1;  // idle sessions leave memory for the folder
+  o.state_dir = d.string();
+  o.state_max_bytes = 60000;
+  o.log = [](const std::string&) {};
+  ServeEngine engine(fx.model, fx.tok, at::kCPU, at::kFloat, o);
+  for (int i = 0; i < 8; ++i) {
+    const ServeResult r = engine.submit(request(fx.tok, "b" + std::to_string(i), "rode 42\nsora 17\n", 4)).get();
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    EXPECT_TRUE(r.saved);
+  }
+  engine.drain();
+  EXPECT_GT(engine.counters().state_evicted, 0);
+  EXPECT_LT(engine.sessions(), 8);
+  EXPECT_TRUE(engine.has_session("b7")) << "the session saved last was ended";
+  EXPECT_FALSE(engine.has_session("b0")) << "the least recently used one stayed";
+  uintmax_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().extension() == ".wmsess") bytes += fs::file_size(e.path());
+  EXPECT_LE(bytes, 60000u);
+  fs::remove_all(d);
+}
+
 }  // namespace serve_engine_test
 }  // namespace wm::llm

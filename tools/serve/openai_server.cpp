@@ -433,6 +433,8 @@ std::string OpenAIServer::metrics(const HttpServer* http) const {
   counter("wm_serve_sessions_unloaded_total", "Idle sessions that left memory for the state folder.", c.unloaded);
   counter("wm_serve_sessions_ended_total",
           "Idle sessions ended beyond the limits (no state folder, or their last save failed).", c.ended);
+  counter("wm_serve_sessions_state_evicted_total",
+          "Saved sessions ended by --state-max-mib (least recently used first).", c.state_evicted);
   counter("wm_serve_evictions_total", "Blocks the sessions' memory policies moved out of their windows.", c.evictions);
   counter("wm_serve_recoveries_total", "Blocks they brought back.", c.recoveries);
   gauge("wm_serve_sessions", "Named sessions held (in memory or in the state folder).",
