@@ -8,18 +8,19 @@
 // shared machine"). OMP_WAIT_POLICY=passive makes the threads sleep at once.
 //
 // libgomp reads its environment in its constructor, which runs before main and before any
-// constructor of the executable's own, and it offers no call to change the policy afterwards.
-// The earliest code of an executable is its .preinit_array, which glibc runs before the shared
+// constructor of the executable's own, and it offers no call to change the policy afterwards. The
+// earliest code of an executable is its .preinit_array, which glibc runs before the shared
 // libraries' constructors; but libc's environment is not set up yet there (libc's own
 // initialisation sets `environ` from the stack afterwards, so a setenv there is lost). So the
-// function below, run from .preinit_array, re-executes the program (/proc/self/exe, the same
-// argv) with OMP_WAIT_POLICY=passive added to its environment: before any library has started,
-// at the cost of loading the executable's libraries twice (some milliseconds), no constructor
-// twice. It does nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that
-// is their choice, and the variable set by the first start keeps the second from starting a
-// third), when /proc/self/exe cannot be executed (the program then goes on with libgomp's
-// default), when the program was started through the dynamic loader (/proc/self/exe is the
-// loader then), and outside glibc on Linux.
+// function below, run from .preinit_array, re-executes the program (the file /proc/self/exe names,
+// the same argv) with OMP_WAIT_POLICY=passive added to its environment: before any library's
+// constructor has run, at the cost of the dynamic loader's work twice (about 0.25 s a start on the
+// 2-core development machine, where a program linking libtorch takes about 0.5 s to start;
+// tools/README.md). It does nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value:
+// that is their choice, and the variable set by the first start keeps the second from starting a
+// third), when the program cannot be executed again (it then goes on with libgomp's default), when
+// it was started through the dynamic loader (/proc/self/exe is the loader then), and outside glibc
+// on Linux.
 //
 // A static library's object file is linked only when something refers to one of its symbols:
 // runtime/CMakeLists.txt names wm_omp_wait_policy_anchor as undefined in the link of every
@@ -67,12 +68,17 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
   env[0] = passive;
   for (size_t i = 0; i < count; ++i) env[i + 1] = envp[i];
   env[count + 1] = nullptr;
+  // By its path, so that the process keeps its name (the kernel names it after the file executed:
+  // "exe" through /proc/self/exe); through /proc/self/exe when the path is gone (a rebuild
+  // replaced or removed the file).
+  execve(exe, argv, env);
   execve("/proc/self/exe", argv, env);
-  // Not reached unless execve failed: go on as started.
+  // Not reached unless both failed: go on as started.
 }
 
 }  // namespace
 
-__attribute__((used, section(".preinit_array"))) static void (*wm_omp_wait_policy_preinit)(int, char**, char**) =
+__attribute__((used, section(".preinit_array"))) static void (*wm_omp_wait_policy_preinit)(int, char**,
+                                                                                            char**) =
     passive_wait_policy;
 #endif
