@@ -1,0 +1,212 @@
+// OpenMP's wait policy (runtime/omp_wait_policy.cpp): every program and this test binary run
+// with OMP_WAIT_POLICY=passive when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, and
+// keep the user's value when they did. The children are started with OMP_DISPLAY_ENV=verbose,
+// which makes libgomp print the settings it parsed when it loads (GOMP_SPINCOUNT '0' is passive;
+// its default, spinning, also prints OMP_WAIT_POLICY 'PASSIVE', so the spin count is what tells).
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/cli/program_runner.h"
+
+extern char** environ;
+
+namespace wm::test_wait_policy {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int status = -1;  // exit code, or -1 when it did not exit
+  std::string text;  // stdout and stderr together
+};
+
+// Runs argv with this process's environment less OMP_WAIT_POLICY, GOMP_SPINCOUNT and GoogleTest's
+// variables, plus `add` and OMP_DISPLAY_ENV=verbose; stdout and stderr go to one file, read back.
+Output run_with(const std::vector<std::string>& argv, const std::vector<std::string>& add) {
+  std::vector<std::string> envs = add;
+  envs.push_back("OMP_DISPLAY_ENV=verbose");
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e, key = kv.substr(0, kv.find('='));
+    if (key == "OMP_WAIT_POLICY" || key == "GOMP_SPINCOUNT" || key == "OMP_DISPLAY_ENV") continue;
+    if (key.rfind("GTEST_", 0) == 0) continue;  // no sharding or report of this run's in the child
+    bool added = false;
+    for (const auto& a : add) added = added || a.compare(0, key.size() + 1, key + "=") == 0;
+    if (!added) envs.push_back(kv);
+  }
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : envs) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  const fs::path log = fs::temp_directory_path() / ("wm_wait_policy_" + std::to_string(::getpid()) + ".out");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  Output r;
+  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    r.text = "posix_spawn failed: " + std::to_string(rc);
+    return r;
+  }
+  // A guard against a child that hangs, not a timing: --help and a test listing end at once.
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.text = wm::testing::read_text(log);
+  std::error_code ec;
+  fs::remove(log, ec);
+  return r;
+}
+
+// The spin count libgomp printed ("  GOMP_SPINCOUNT = '0'"), or empty when it printed none.
+std::string spin_count(const std::string& text) {
+  const std::string key = "GOMP_SPINCOUNT = '";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return {};
+  const size_t end = text.find('\'', at + key.size());
+  return end == std::string::npos ? std::string() : text.substr(at + key.size(), end - at - key.size());
+}
+
+// Every program's path that is built: build/tools/*/wm_* and the viewer.
+std::vector<std::string> programs() {
+  std::vector<std::string> out;
+  const fs::path tools = wm::testing::build_dir() / "tools";
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(tools, ec)) {
+    const std::string name = "wm_" + d.path().filename().string();
+    const fs::path p = d.path() / name;
+    if (fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0) out.push_back(p.string());
+  }
+  const std::string viewer = wm::testing::program_path("wm_viewer");
+  if (!viewer.empty()) out.push_back(viewer);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// This binary, listing one test and printing the policy it sees (WaitPolicy.DISABLED_Print).
+std::vector<std::string> self_print() {
+  return {fs::read_symlink("/proc/self/exe").string(), "--gtest_also_run_disabled_tests",
+          "--gtest_filter=WaitPolicy.DISABLED_Print"};
+}
+
+// A value DISABLED_Print writes ("wait policy seen", "process name").
+std::string printed(const std::string& text, const std::string& what) {
+  const std::string key = what + ": [";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return "(not printed)";
+  const size_t end = text.find(']', at + key.size());
+  return text.substr(at + key.size(), end - at - key.size());
+}
+
+// Run by the tests below in a child of this binary: the OMP_WAIT_POLICY the child has, and its
+// process name.
+TEST(WaitPolicy, DISABLED_Print) {
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  std::string comm = wm::testing::read_text("/proc/self/comm");
+  if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  std::printf("wait policy seen: [%s]\nprocess name: [%s]\n", v ? v : "(unset)", comm.c_str());
+}
+
+// This process: started by ctest or by hand without a policy, it runs passive.
+TEST(WaitPolicy, TestBinaryHasAPolicy) {
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") != nullptr)
+    GTEST_SKIP() << "GOMP_SPINCOUNT was set by the user: their choice, no policy added";
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  ASSERT_NE(v, nullptr) << "wm_tests started without OMP_WAIT_POLICY and was not given one";
+}
+
+TEST(WaitPolicy, TestBinaryStartedWithoutOneRunsPassive) {
+  const Output r = run_with(self_print(), {});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
+  EXPECT_EQ(spin_count(r.text), "0") << r.text;
+  // Started again by its own path: the process keeps its name ("exe" through /proc/self/exe).
+  EXPECT_EQ(printed(r.text, "process name"), fs::read_symlink("/proc/self/exe").filename().string().substr(0, 15))
+      << r.text;
+}
+
+TEST(WaitPolicy, UserValueWinsInTestBinary) {
+  Output r = run_with(self_print(), {"OMP_WAIT_POLICY=active"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "active") << r.text;
+  EXPECT_NE(r.text.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << r.text;
+
+  // A spin count of the user's own: no policy is added beside it.
+  r = run_with(self_print(), {"GOMP_SPINCOUNT=1234"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "(unset)") << r.text;
+  EXPECT_EQ(spin_count(r.text), "1234") << r.text;
+}
+
+// True when the executable at `path` names libtorch among the libraries it needs (its dynamic
+// string table holds "libtorch"): such a program runs OpenMP teams.
+bool links_libtorch(const std::string& path) {
+  return wm::testing::read_text(path).find("libtorch") != std::string::npos;
+}
+
+// Every built program that links libtorch runs passive: --help is enough, libgomp prints its
+// settings when it loads. (wm_make_suite and wm_render_world do not link libtorch nor run an
+// OpenMP team; the latter loads libgomp through OpenCV's BLAS and is not checked.)
+TEST(WaitPolicy, EveryProgramRunsPassive) {
+  std::vector<std::string> progs;
+  for (const auto& p : programs())
+    if (links_libtorch(p)) progs.push_back(p);
+  if (progs.empty()) GTEST_SKIP() << "no program that links libtorch is built beside this test binary";
+  std::set<std::string> checked;
+  for (const auto& p : progs) {
+    const Output r = run_with({p, "--help"}, {});
+    EXPECT_EQ(r.status, 0) << p << ":\n" << r.text;
+    EXPECT_EQ(spin_count(r.text), "0") << p << " spins, or printed no libgomp settings: its OpenMP wait policy "
+                                       << "is not passive\n" << r.text;
+    checked.insert(fs::path(p).filename().string());
+  }
+  // The programs named in tools/README.md ("On a shared machine"), when built, were among them.
+  for (const char* name : {"wm_render", "wm_serve", "wm_llm", "wm_viewer"}) {
+    if (wm::testing::program_path(name).empty()) continue;
+    EXPECT_EQ(checked.count(name), 1u) << name;
+  }
+}
+
+TEST(WaitPolicy, UserValueWinsInAProgram) {
+  std::string p = wm::testing::program_path("wm_render");
+  if (p.empty()) p = wm::testing::program_path("wm_llm");
+  if (p.empty()) GTEST_SKIP() << "neither wm_render nor wm_llm is built";
+  Output r = run_with({p, "--help"}, {"OMP_WAIT_POLICY=active"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << r.text;
+  EXPECT_NE(spin_count(r.text), "0") << r.text;
+
+  r = run_with({p, "--help"}, {"GOMP_SPINCOUNT=1234"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(spin_count(r.text), "1234") << r.text;
+}
+
+}  // namespace
+}  // namespace wm::test_wait_policy
