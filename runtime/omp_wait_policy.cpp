@@ -14,13 +14,12 @@
 // initialisation sets `environ` from the stack afterwards, so a setenv there is lost). So the
 // function below, run from .preinit_array, re-executes the program (the file /proc/self/exe names,
 // the same argv) with OMP_WAIT_POLICY=passive added to its environment: before any library's
-// constructor has run, at the cost of the dynamic loader's work twice (about 0.25 s a start on the
-// 2-core development machine, where a program linking libtorch takes about 0.5 s to start;
-// tools/README.md). It does nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value:
-// that is their choice, and the variable set by the first start keeps the second from starting a
-// third), when the program cannot be executed again (it then goes on with libgomp's default), when
-// it was started through the dynamic loader (/proc/self/exe is the loader then), and outside glibc
-// on Linux.
+// constructor has run, at the cost of the dynamic loader's work twice (0.17 s a start on the quiet
+// 2-core development machine: `wm_render --help` 0.43 s -> 0.60 s; tools/README.md). It does
+// nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that is their choice, and
+// the variable set by the first start keeps the second from starting a third), when the program
+// cannot be executed again (it then goes on with libgomp's default), when it was started through
+// the dynamic loader (/proc/self/exe is the loader then), and outside glibc on Linux.
 //
 // A static library's object file is linked only when something refers to one of its symbols:
 // runtime/CMakeLists.txt names wm_omp_wait_policy_anchor as undefined in the link of every
@@ -69,8 +68,8 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
   for (size_t i = 0; i < count; ++i) env[i + 1] = envp[i];
   env[count + 1] = nullptr;
   // By its path, so that the process keeps its name (the kernel names it after the file executed:
-  // "exe" through /proc/self/exe); through /proc/self/exe when the path is gone (a rebuild
-  // replaced or removed the file).
+  // "exe" through /proc/self/exe); through /proc/self/exe when the file was removed since it
+  // started (readlink then names it "... (deleted)").
   execve(exe, argv, env);
   execve("/proc/self/exe", argv, env);
   // Not reached unless both failed: go on as started.
@@ -78,7 +77,8 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
 
 }  // namespace
 
-__attribute__((used, section(".preinit_array"))) static void (*wm_omp_wait_policy_preinit)(int, char**,
-                                                                                            char**) =
+// glibc calls the functions of .preinit_array with (argc, argv, envp).
+using PreinitFunction = void (*)(int, char**, char**);
+__attribute__((used, section(".preinit_array"))) static PreinitFunction wm_omp_wait_policy_preinit =
     passive_wait_policy;
 #endif
