@@ -301,31 +301,68 @@ std::string chunk(const std::string& data) {
   return size + data + "\r\n";
 }
 
+// The process's peak resident memory (VmHWM), in bytes; 0 where /proc is not there.
+int64_t peak_rss_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// Sends a chunked upload of `mib` 1 MiB chunks to /echo on c (from a thread of its own, so that
+// the answer is read while it sends) and returns the answer.
+Reply chunked_upload(RawConn& c, int mib, std::atomic<size_t>& sent) {
+  if (!c.send(chunked_head("/echo"))) return Reply();
+  std::thread sender([&] {
+    const std::string piece = chunk(std::string(1 << 20, 'a'));
+    for (int i = 0; i < mib && c.send(piece); ++i) sent += piece.size();
+    c.send("0\r\n\r\n");
+  });
+  Reply r = c.read_reply(20);
+  sender.join();
+  return r;
+}
+
 // 1. A chunked upload past max_body_bytes: 413 (Connection: close), and the server stopped
-// reading near the limit while the client offered 64 MiB. One within the limit (chunk
-// extensions, a trailer) is echoed whole, and a Content-Length past the limit is refused at once.
+// reading near the limit while the client offered 64 MiB; four at once (48 MiB each) leave the
+// process's peak memory where it was. One within the limit (chunk extensions, a trailer) is
+// echoed whole, and a Content-Length past the limit is refused at once.
 TEST(HttpServer, ChunkedBodyIsBoundedAndReadingStops) {
   TestServer server(small_limits());
   {
+    const int64_t peak0 = peak_rss_bytes();
+    std::vector<std::thread> uploads;
+    std::atomic<int> refused{0};
+    std::atomic<size_t> sent{0};
+    for (int i = 0; i < 4; ++i)
+      uploads.emplace_back([&] {
+        RawConn c(server.port());
+        refused += chunked_upload(c, 48, sent).status == 413;
+      });
+    for (auto& t : uploads) t.join();
+    const int64_t grown = peak_rss_bytes() - peak0;
+    std::printf("four 48 MiB chunked uploads: peak resident memory grew by %.1f MiB\n", grown / 1048576.0);
+    EXPECT_EQ(refused, 4) << "four 48 MiB chunked uploads against a 64 KiB limit";
+    EXPECT_LT(grown, int64_t{48} << 20) << "the peak resident memory grew by " << (grown >> 20) << " MiB";
+  }
+  {
     RawConn c(server.port());
     ASSERT_TRUE(c.connected());
-    ASSERT_TRUE(c.send(chunked_head("/echo")));
     std::atomic<size_t> sent{0};
-    std::thread sender([&] {
-      const std::string piece = chunk(std::string(1 << 20, 'a'));
-      for (int i = 0; i < 64 && c.send(piece); ++i) sent += piece.size();
-      c.send("0\r\n\r\n");
-    });
-    const Reply r = c.read_reply(20);
-    sender.join();
+    const Reply r = chunked_upload(c, 64, sent);
     EXPECT_EQ(r.status, 413) << "a 64 MiB chunked body against a 64 KiB limit; the client sent " << sent << " bytes";
     EXPECT_EQ(r.header("connection"), "close");
     EXPECT_NE(r.body.find("\"status\":413"), std::string::npos) << r.body;
     if (server.http()) {
       const auto c1 = server.http()->counters();
-      EXPECT_EQ(c1.bodies_refused_total, 1);
-      // The limit, one read, and what the close waits out (at most 4 MiB): far below 64 MiB.
-      EXPECT_LT(c1.bytes_received_total, 6 << 20);
+      EXPECT_EQ(c1.bodies_refused_total, 5);
+      // Per upload the limit, one read, and what the close waits out (at most 4 MiB): far below
+      // the 4 x 48 + 64 MiB offered.
+      EXPECT_LT(c1.bytes_received_total, int64_t{5} * (5 << 20));
     }
   }
   {
@@ -416,6 +453,9 @@ TEST(HttpServer, SlowClientsAreCutAtTheDeadlineAndDoNotStarveHealth) {
       }
     });
   }
+  // And one whose body stops short of its Content-Length.
+  RawConn short_body(server.port());
+  short_body.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789");
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const auto t0 = Clock::now();
   RawConn fast(server.port());
@@ -429,11 +469,12 @@ TEST(HttpServer, SlowClientsAreCutAtTheDeadlineAndDoNotStarveHealth) {
     EXPECT_EQ(r.status, 408) << "a slow client should be cut at the 1 s deadline";
     EXPECT_TRUE(c->closed_within(1.5));
   }
+  EXPECT_EQ(short_body.read_reply(2.5).status, 408) << "a body short of its Content-Length";
   quit = true;
   for (auto& t : senders) t.join();
   if (server.http()) {
     const auto c = server.http()->counters();
-    EXPECT_EQ(c.deadline_cut_total, 4);
+    EXPECT_EQ(c.deadline_cut_total, 5);
     EXPECT_GE(c.overflow_threads_started_total, 1);
   }
 }
@@ -581,6 +622,28 @@ TEST(HttpServer, ExceptionsInHandlersAndProvidersAreContained) {
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
   EXPECT_EQ(server.http()->counters().exceptions_total, 2);
+}
+
+// An idle keep-alive connection gives its thread up when a new connection waits for one (here
+// the only thread, no overflow): the new one is answered at once, not after keep_alive_s.
+TEST(HttpServer, IdleKeepAliveYieldsToWaitingConnections) {
+  HttpLimits lim = small_limits();
+  lim.threads = 1;
+  lim.overflow_threads = 0;
+  lim.keep_alive_s = 5;
+  TestServer server(lim);
+  RawConn idle(server.port());
+  idle.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(idle.read_reply().status, 200);
+  const auto t0 = Clock::now();
+  RawConn next(server.port());
+  next.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(next.read_reply(3).status, 200);
+  EXPECT_LT(seconds_since(t0), 1.0) << "the new connection waited for the idle one's keep-alive";
+  EXPECT_TRUE(idle.closed_within(1));
+  if (server.http()) {
+    EXPECT_EQ(server.http()->counters().keep_alive_yielded_total, 1);
+  }
 }
 
 // stop() returns at once with a slow client half-way through its headers and an idle
