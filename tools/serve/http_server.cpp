@@ -126,7 +126,9 @@ Clock::duration seconds(double s) {
 // thread serves what is queued when its connection ends, then exits.
 class HttpServer::Pool final : public httplib::TaskQueue {
  public:
-  explicit Pool(HttpServer& s) : s_(s) {
+  // The workers count as idle from the start (not from when each first waits), so that the
+  // first connections start no overflow thread.
+  explicit Pool(HttpServer& s) : s_(s), idle_(static_cast<size_t>(s.limits_.threads)) {
     for (int i = 0; i < s_.limits_.threads; ++i) workers_.emplace_back([this] { work(); });
   }
   ~Pool() override {
@@ -183,11 +185,11 @@ class HttpServer::Pool final : public httplib::TaskQueue {
   }
 
   void work() {
-    for (;;) {
+    for (bool first = true;; first = false) {
       std::function<void()> fn;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        ++idle_;
+        if (!first) ++idle_;
         waiting_ = jobs_.size() > idle_;
         cv_.wait(lk, [&] { return !jobs_.empty() || shutdown_; });
         --idle_;
@@ -234,7 +236,7 @@ class HttpServer::Pool final : public httplib::TaskQueue {
   std::deque<std::function<void()>> jobs_;
   std::vector<std::thread> workers_;
   std::list<Overflow> overflow_;
-  size_t idle_ = 0, overflow_live_ = 0;
+  size_t idle_, overflow_live_ = 0;  // workers waiting for a job; overflow threads running
   bool shutdown_ = false;
   std::atomic<bool> waiting_{false};
 };
