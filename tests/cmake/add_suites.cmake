@@ -18,7 +18,7 @@ endif()
 # of them, so the suites that took longest give theirs (seconds on a 2-core machine, 2026-11-26):
 # without it, the last suite listed (Mg2Conformance, 23 s) ran alone at the end.
 set(wm_suite_costs BadInput 61 Rollout 27 Modes/Mg2Conformance 23 LlmHardening 23 ViewerProgram 22
-    TrainResume 16 Serve 14 DitModel 13 KvStoreCli 12)
+    TrainResume 16 Serve 14 DitModel 13 KvStoreCli 12 WaitPolicy 12)
 string(REPLACE "\n" ";" lines "${listing}")
 foreach(line IN LISTS lines)
   # Suite lines have no indent and end with '.', maybe followed by "  # TypeParam = ...".
