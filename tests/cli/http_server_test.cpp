@@ -665,7 +665,8 @@ TEST(HttpServer, StopReturnsPromptlyWithClientsConnected) {
 }
 
 // The transport's own refusals and framing: Content-Length with Transfer-Encoding, an unknown
-// transfer coding, a malformed chunk, 100-continue, keep_alive_max.
+// transfer coding, a malformed chunk, 100-continue, Connection (HTTP/1.0 closes unless asked
+// to keep alive, "close" in any case), keep_alive_max.
 TEST(HttpServer, FramingIsStrict) {
   HttpLimits lim = small_limits();
   lim.keep_alive_max = 3;
@@ -690,6 +691,22 @@ TEST(HttpServer, FramingIsStrict) {
     const Reply r = c.read_reply(3);
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body, "body");
+  }
+  for (const char* req : {"GET /health HTTP/1.0\r\n\r\n", "GET /health HTTP/1.1\r\nConnection: Close\r\n\r\n"}) {
+    RawConn c(server.port());
+    c.send(req);
+    const Reply r = c.read_reply(3);
+    EXPECT_EQ(r.status, 200) << req;
+    EXPECT_EQ(r.header("connection"), "close") << req;
+    EXPECT_EQ(r.header("keep-alive"), "") << req;
+    EXPECT_TRUE(c.closed_within(2)) << req;
+  }
+  {
+    RawConn c(server.port());
+    c.send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    EXPECT_EQ(c.read_reply(3).header("connection"), "");
+    c.send("GET /health HTTP/1.0\r\n\r\n");
+    EXPECT_EQ(c.read_reply(3).status, 200) << "an HTTP/1.0 keep-alive connection serves another request";
   }
   {
     RawConn c(server.port());

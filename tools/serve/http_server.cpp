@@ -299,7 +299,7 @@ class HttpServer::Connection final : public httplib::Stream {
       if (!whole) break;
       ++served;
       ++s_.c_.requests_total;
-      const bool close = served >= s_.limits_.keep_alive_max || s_.stopping();
+      const bool close = !keep_alive_ || served >= s_.limits_.keep_alive_max || s_.stopping();
       bool closed = false, ok = false;
       state_.close_after = false;
       written_ = 0;
@@ -548,6 +548,7 @@ class HttpServer::Connection final : public httplib::Stream {
 
     std::string head = request_line + "\r\n";
     std::vector<std::string> lengths, codings;
+    std::string connection;  // the Connection headers' options, comma-separated
     bool expect_continue = false;
     for (size_t i = 1; i < lines.size(); ++i) {
       const std::string l = line(i);
@@ -571,8 +572,30 @@ class HttpServer::Connection final : public httplib::Stream {
         expect_continue = iequals(value, "100-continue");
         continue;
       }
+      if (iequals(name, "Connection")) {
+        connection += "," + value;
+        continue;
+      }
       head += l + "\r\n";
     }
+
+    // HTTP/1.1 keeps the connection unless told "close"; HTTP/1.0 closes it unless told
+    // "keep-alive" (httplib compares the header whole and case-sensitively).
+    bool has_close = false, has_keep_alive = false;
+    for (size_t b = 0; b < connection.size();) {
+      size_t e = connection.find(',', b);
+      if (e == std::string::npos) e = connection.size();
+      const std::string option = trim_ows(connection.substr(b, e - b));
+      has_close = has_close || iequals(option, "close");
+      has_keep_alive = has_keep_alive || iequals(option, "keep-alive");
+      b = e + 1;
+    }
+    keep_alive_ = !has_close && (version == "HTTP/1.1" || has_keep_alive);
+    // Rewritten in the words httplib compares.
+    if (has_close)
+      head += "Connection: close\r\n";
+    else if (version == "HTTP/1.0" && has_keep_alive)
+      head += "Connection: Keep-Alive\r\n";
 
     // The body's framing.
     bool chunked = false;
@@ -686,6 +709,7 @@ class HttpServer::Connection final : public httplib::Stream {
   std::string replay_;  // the current request, as httplib reads it
   size_t replay_off_ = 0;
   size_t written_ = 0;  // bytes written for the current request
+  bool keep_alive_ = true;  // the current request lets the connection serve another
 };
 
 HttpServer::HttpServer(HttpLimits limits, ErrorWriter error_writer)
