@@ -153,7 +153,8 @@ class TestServer {
 
 struct Reply {
   int status = 0;                             // 0: no (whole) status line before EOF or the time limit
-  std::map<std::string, std::string> headers;  // names in lower case
+  std::map<std::string, std::string> headers;  // names in lower case (a repeated one: the last)
+  std::multimap<std::string, std::string> all;  // every header line, names in lower case
   std::string body;                           // decoded
   bool complete = false;                      // the body arrived whole (by its framing)
   std::string header(const std::string& name) const {
@@ -214,6 +215,7 @@ class RawConn {
       std::string name = l.substr(0, c);
       std::transform(name.begin(), name.end(), name.begin(), ::tolower);
       r.headers[name] = l.substr(l.find_first_not_of(' ', c + 1) == std::string::npos ? l.size() : l.find_first_not_of(' ', c + 1));
+      r.all.emplace(name, r.headers[name]);
     }
     if (r.status / 100 == 1) {
       r.complete = true;
@@ -567,6 +569,7 @@ TEST(HttpServer, StreamsToHttp10AreCloseDelimited) {
     EXPECT_EQ(r.status, 200) << extra;
     EXPECT_EQ(r.header("transfer-encoding"), "") << "chunked coding to an HTTP/1.0 client " << extra;
     EXPECT_EQ(r.header("connection"), "close") << extra;
+    EXPECT_EQ(r.all.count("connection"), 1u) << extra;
     EXPECT_TRUE(r.complete) << "the body should end with the connection " << extra;
     EXPECT_EQ(r.body, events) << extra;
   }

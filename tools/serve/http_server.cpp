@@ -804,8 +804,11 @@ void HttpServer::stream(const httplib::Request& req, httplib::Response& res, con
     };
   }
   if (req.version == "HTTP/1.0") {
-    // No chunked coding for HTTP/1.0: the body ends where the connection does.
-    res.set_header("Connection", "close");
+    // No chunked coding for HTTP/1.0: the body ends where the connection does. httplib writes
+    // Connection: close itself when the connection was to close anyway (under HttpServer: the
+    // request did not ask for Keep-Alive; on a plain server: it said close).
+    const std::string connection = req.get_header_value("Connection");
+    if (t_state ? connection == "Keep-Alive" : connection != "close") res.set_header("Connection", "close");
     res.set_content_provider(content_type, std::move(guarded), std::move(guarded_releaser));
     if (t_state) t_state->close_after = true;
   } else {
