@@ -49,6 +49,16 @@ uint64_t get_u64(const std::string& s, size_t at) {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// A decoded block into the snapshot's window or bank, by the kind its listing names.
+void place(SessionSnapshot& snap, const std::string& kind, Block b, const std::string& where) {
+  if (kind == "window")
+    snap.window.push_back(std::move(b));
+  else if (kind == "bank")
+    snap.bank.push_back(std::move(b));
+  else
+    throw CorruptData(str_cat(where, ": a block of unknown kind '", kind, "'"));
+}
+
 bool is_hex16(const std::string& s, size_t at) {
   if (s.size() < at + 16) return false;
   for (size_t i = at; i < at + 16; ++i)
@@ -314,12 +324,7 @@ SessionSnapshot decode3(const std::string& bytes, const std::string& where, std:
           }
         }
       }
-      if (kind == "window")
-        snap.window.push_back(std::move(b));
-      else if (kind == "bank")
-        snap.bank.push_back(std::move(b));
-      else
-        throw CorruptData(str_cat(where, ": a block of unknown kind '", kind, "'"));
+      place(snap, kind, std::move(b), where);
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(str_cat(where, ": a malformed manifest: ", e.what()));
@@ -401,12 +406,7 @@ SessionSnapshot SessionFiles::decode(const std::string& bytes, const std::string
       if (off > body - base || n > body - base - off)
         throw CorruptData(str_cat(where, ": a block lies past the end"));
       Block b = decode_block(bytes.data() + base + off, n, where);
-      if (kind == "window")
-        snap.window.push_back(std::move(b));
-      else if (kind == "bank")
-        snap.bank.push_back(std::move(b));
-      else
-        throw CorruptData(str_cat(where, ": a block of unknown kind '", kind, "'"));
+      place(snap, kind, std::move(b), where);
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(str_cat(where, ": a malformed header: ", e.what()));
