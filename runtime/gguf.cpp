@@ -1,0 +1,442 @@
+#include "runtime/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "runtime/error.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the GGUF reader reads little-endian values in place");
+
+namespace wm {
+namespace {
+
+constexpr uint32_t kMaxDims = 4;         // ggml's GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are refused
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;        // key length, value type, smallest value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
+
+// Bytes one element of a scalar value type takes; 0 for STRING, ARRAY and unknown types.
+uint64_t scalar_size(uint32_t t) {
+  switch (static_cast<GgufValueType>(t)) {
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL: return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16: return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+bool is_integer(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64: return true;
+    default: return false;
+  }
+}
+bool is_signed(GgufValueType t) {
+  return t == GgufValueType::INT8 || t == GgufValueType::INT16 || t == GgufValueType::INT32 ||
+         t == GgufValueType::INT64;
+}
+
+// An integer held in `bits` (zero-extended bytes of type t), as a sign and magnitude:
+// negative values come back in `neg` with `mag` their absolute value.
+struct IntValue {
+  bool neg = false;
+  uint64_t mag = 0;
+};
+IntValue int_value(GgufValueType t, uint64_t bits) {
+  IntValue v;
+  int64_t s = 0;
+  switch (t) {
+    case GgufValueType::INT8: s = static_cast<int8_t>(bits); break;
+    case GgufValueType::INT16: s = static_cast<int16_t>(bits); break;
+    case GgufValueType::INT32: s = static_cast<int32_t>(bits); break;
+    case GgufValueType::INT64: s = static_cast<int64_t>(bits); break;
+    default: v.mag = bits; return v;
+  }
+  if (s < 0) {
+    v.neg = true;
+    v.mag = static_cast<uint64_t>(-(s + 1)) + 1;  // no overflow at INT64_MIN
+  } else {
+    v.mag = static_cast<uint64_t>(s);
+  }
+  return v;
+}
+std::string int_text(const IntValue& v) { return (v.neg ? "-" : "") + std::to_string(v.mag); }
+
+double float_value(GgufValueType t, uint64_t bits) {
+  if (t == GgufValueType::FLOAT32) {
+    float f;
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+
+// Reads the header and infos in order; every read checks the bytes left first. `where` names
+// what is being read (the key or tensor) for the error.
+class Cursor {
+ public:
+  Cursor(const uint8_t* p, size_t size, const std::string& path) : p_(p), size_(size), path_(path) {}
+  size_t pos() const { return pos_; }
+  uint64_t left() const { return size_ - pos_; }
+
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw CorruptData(str_cat("gguf: '", path_, "': ", where, ": ", what));
+  }
+  void need(uint64_t n, const std::string& where, const char* what) const {
+    if (n > left())
+      fail(where, str_cat(what, " needs ", n, " bytes at offset ", pos_, ", the file has ", left(),
+                          " left; the file may be truncated"));
+  }
+  uint64_t scalar(uint64_t bytes, const std::string& where, const char* what) {
+    need(bytes, where, what);
+    uint64_t v = 0;
+    std::memcpy(&v, p_ + pos_, bytes);
+    pos_ += bytes;
+    return v;
+  }
+  uint32_t u32(const std::string& where, const char* what) { return static_cast<uint32_t>(scalar(4, where, what)); }
+  uint64_t u64(const std::string& where, const char* what) { return scalar(8, where, what); }
+  std::string string(const std::string& where, const char* what) {
+    const uint64_t n = u64(where, what);
+    if (n > left())
+      fail(where, str_cat(what, " of ", n, " bytes at offset ", pos_, ", the file has ", left(), " left"));
+    std::string s(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(n));
+    pos_ += n;
+    return s;
+  }
+  void bytes(uint64_t n, std::vector<uint8_t>& out) {
+    out.assign(p_ + pos_, p_ + pos_ + n);  // callers checked n against left()
+    pos_ += n;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t size_;
+  size_t pos_ = 0;
+  const std::string& path_;
+};
+
+// Reads one value of type `type` (already read) into `v`.
+void read_value(Cursor& c, uint32_t type, GgufValue& v, const std::string& where, int depth) {
+  const uint64_t width = scalar_size(type);
+  if (width > 0) {
+    v.type = static_cast<GgufValueType>(type);
+    v.bits = c.scalar(width, where, "the value");
+    if (v.type == GgufValueType::BOOL && v.bits > 1) c.fail(where, str_cat("a bool of value ", v.bits, " (0 or 1)"));
+    return;
+  }
+  if (type == static_cast<uint32_t>(GgufValueType::STRING)) {
+    v.type = GgufValueType::STRING;
+    v.str = c.string(where, "a string");
+    return;
+  }
+  if (type != static_cast<uint32_t>(GgufValueType::ARRAY)) c.fail(where, str_cat("unknown value type ", type));
+  if (depth >= kMaxArrayDepth) c.fail(where, str_cat("arrays nested deeper than ", kMaxArrayDepth));
+  v.type = GgufValueType::ARRAY;
+  const uint32_t et = c.u32(where, "the array's element type");
+  const uint64_t n = c.u64(where, "the array's length");
+  // The least each element takes, so that the length is checked before anything is reserved.
+  uint64_t min_bytes = scalar_size(et);
+  if (et == static_cast<uint32_t>(GgufValueType::STRING)) min_bytes = 8;
+  else if (et == static_cast<uint32_t>(GgufValueType::ARRAY)) min_bytes = 12;
+  else if (min_bytes == 0) c.fail(where, str_cat("an array of unknown value type ", et));
+  if (n > c.left() / min_bytes)
+    c.fail(where, str_cat("an array of ", n, " ", gguf_value_type_name(static_cast<GgufValueType>(et)),
+                          " needs at least ", min_bytes, " bytes each, the file has ", c.left(), " left"));
+  v.elem_type = static_cast<GgufValueType>(et);
+  v.count = n;
+  if (scalar_size(et) > 0) {
+    c.bytes(n * min_bytes, v.raw);
+    if (v.elem_type == GgufValueType::BOOL)
+      for (uint64_t i = 0; i < n; ++i)
+        if (v.raw[i] > 1) c.fail(where, str_cat("element ", i, " of a bool array is ", int(v.raw[i]), " (0 or 1)"));
+  } else if (v.elem_type == GgufValueType::STRING) {
+    v.strings.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) v.strings.push_back(c.string(where, "an array's string"));
+  } else {
+    v.arrays.resize(n);
+    for (uint64_t i = 0; i < n; ++i) read_value(c, et, v.arrays[i], where, depth + 1);
+  }
+}
+
+}  // namespace
+
+struct GgufFile::Mapping {
+  void* base = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED && size > 0) munmap(base, size);
+  }
+};
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile g;
+  g.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(str_cat("gguf: cannot open '", path, "': ", std::strerror(errno)));
+  struct stat sb {};
+  if (fstat(fd, &sb) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(str_cat("gguf: cannot stat '", path, "': ", std::strerror(err)));
+  }
+  const size_t fsize = static_cast<size_t>(sb.st_size);
+  if (fsize < 24) {
+    ::close(fd);
+    throw CorruptData(str_cat("gguf: '", path, "' is ", fsize, " bytes, too short for a GGUF header (24)"));
+  }
+  g.map_ = std::make_shared<Mapping>();
+  g.map_->base = mmap(nullptr, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (g.map_->base == MAP_FAILED) throw Error(str_cat("gguf: cannot map '", path, "': ", std::strerror(err)));
+  g.map_->size = fsize;
+  const auto* bytes = static_cast<const uint8_t*>(g.map_->base);
+  Cursor c(bytes, fsize, path);
+
+  const std::string header = "the header";
+  if (std::memcmp(bytes, "GGUF", 4) != 0) c.fail(header, "no GGUF magic (the file starts with other bytes)");
+  c.scalar(4, header, "the magic");
+  g.version_ = c.u32(header, "the version");
+  if (g.version_ != 2 && g.version_ != 3) {
+    const uint32_t swapped = __builtin_bswap32(g.version_);
+    c.fail(header, str_cat("version ", g.version_,
+                           swapped == 2 || swapped == 3 ? " (a big-endian file, which this reader does not read)"
+                           : g.version_ == 1        ? " (GGUF v1, whose counts are 32-bit, is not read; convert it)"
+                                                    : "",
+                           "; versions 2 and 3 are read"));
+  }
+  const uint64_t n_tensors = c.u64(header, "the tensor count");
+  const uint64_t n_kv = c.u64(header, "the metadata count");
+  if (n_tensors > c.left() / kMinTensorInfoBytes)
+    c.fail(header, str_cat(n_tensors, " tensors: their infos alone would need at least ", kMinTensorInfoBytes,
+                           " bytes each, the file has ", c.left(), " left"));
+  if (n_kv > c.left() / kMinKvBytes)
+    c.fail(header, str_cat(n_kv, " metadata entries: they would need at least ", kMinKvBytes,
+                           " bytes each, the file has ", c.left(), " left"));
+
+  g.keys_.reserve(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    const std::string where = str_cat("metadata entry ", i);
+    std::string key = c.string(where, "the key");
+    const std::string kw = str_cat("key '", key, "'");
+    if (g.metadata_.count(key)) c.fail(kw, "appears twice");
+    const uint32_t type = c.u32(kw, "the value type");
+    GgufValue v;
+    read_value(c, type, v, kw, 0);
+    g.keys_.push_back(key);
+    g.metadata_.emplace(std::move(key), std::move(v));
+  }
+
+  if (g.has("general.alignment")) {
+    const GgufValue& a = g.metadata_.at("general.alignment");
+    if (a.type != GgufValueType::UINT32)
+      c.fail("key 'general.alignment'", str_cat("is ", gguf_value_type_name(a.type), ", the format says uint32"));
+    g.alignment_ = static_cast<uint32_t>(a.bits);
+    if (g.alignment_ == 0 || (g.alignment_ & (g.alignment_ - 1)) != 0)
+      c.fail("key 'general.alignment'", str_cat("is ", g.alignment_, ", not a power of two"));
+  }
+
+  g.tensors_.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensor t;
+    t.name = c.string(str_cat("tensor info ", i), "the name");
+    const std::string tw = str_cat("tensor '", t.name, "'");
+    if (g.tensor_index_.count(t.name)) c.fail(tw, "appears twice");
+    const uint32_t n_dims = c.u32(tw, "the dimension count");
+    if (n_dims > kMaxDims) c.fail(tw, str_cat(n_dims, " dimensions, ggml has at most ", kMaxDims));
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t n = c.u64(tw, "a dimension");
+      if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        c.fail(tw, str_cat("dimension ", d, " is ", n, " (must be positive)"));
+      if (__builtin_mul_overflow(numel, n, &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        c.fail(tw, "its dimensions' product overflows");
+      t.dims.push_back(static_cast<int64_t>(n));
+    }
+    t.numel = static_cast<int64_t>(numel);
+    const uint32_t type = c.u32(tw, "the type");
+    const GgmlTypeTraits* tr = ggml_type_traits(type);
+    if (tr == nullptr) c.fail(tw, str_cat("unknown ggml type ", type));
+    t.type = static_cast<GgmlType>(type);
+    const uint64_t row = t.dims.empty() ? 1 : static_cast<uint64_t>(t.dims[0]);
+    if (row % tr->block_size != 0)
+      c.fail(tw, str_cat("first dimension ", row, " is not a multiple of ", tr->name, "'s block of ", tr->block_size));
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel / tr->block_size, static_cast<uint64_t>(tr->block_bytes), &nbytes))
+      c.fail(tw, "its byte size overflows");
+    t.nbytes = static_cast<size_t>(nbytes);
+    t.offset = c.u64(tw, "the offset");
+    if (t.offset % g.alignment_ != 0)
+      c.fail(tw, str_cat("offset ", t.offset, " is not a multiple of the alignment ", g.alignment_));
+    g.tensor_index_.emplace(t.name, g.tensors_.size());
+    g.tensors_.push_back(std::move(t));
+  }
+
+  // The data section starts at the next multiple of the alignment.
+  const uint64_t end_of_infos = c.pos();
+  g.data_offset_ = (end_of_infos + g.alignment_ - 1) / g.alignment_ * g.alignment_;
+  g.data_size_ = g.data_offset_ <= fsize ? fsize - g.data_offset_ : 0;
+  for (GgufTensor& t : g.tensors_) {
+    if (t.offset > g.data_size_ || t.nbytes > g.data_size_ - t.offset) {
+      uint64_t end = 0;
+      const bool overflow = __builtin_add_overflow(t.offset, static_cast<uint64_t>(t.nbytes), &end);
+      c.fail(str_cat("tensor '", t.name, "'"),
+             str_cat(t.nbytes, " bytes at offset ", t.offset, overflow ? "" : str_cat(" (to ", end, ")"),
+                     " lie past the end of the data section (", g.data_size_, " bytes from file offset ",
+                     g.data_offset_, "); the file may be truncated"));
+    }
+    t.data = bytes + g.data_offset_ + t.offset;
+  }
+  // No two tensors share a byte.
+  std::vector<const GgufTensor*> order;
+  order.reserve(g.tensors_.size());
+  for (const GgufTensor& t : g.tensors_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const GgufTensor& a = *order[i - 1];
+    const GgufTensor& b = *order[i];
+    if (b.offset < a.offset + a.nbytes)
+      c.fail(str_cat("tensor '", b.name, "'"),
+             str_cat("bytes [", b.offset, ", ", b.offset + b.nbytes, ") overlap tensor '", a.name, "' (bytes [",
+                     a.offset, ", ", a.offset + a.nbytes, "))"));
+  }
+  return g;
+}
+
+const GgufValue& GgufFile::value(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) throw CorruptData(str_cat("gguf: '", path_, "': no metadata key '", key, "'"));
+  return it->second;
+}
+
+const GgufTensor& GgufFile::tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  if (it == tensor_index_.end()) throw CorruptData(str_cat("gguf: '", path_, "': no tensor '", name, "'"));
+  return tensors_[it->second];
+}
+
+namespace {
+
+[[noreturn]] void wrong_type(const std::string& path, const std::string& key, const GgufValue& v, const char* want) {
+  std::string got = gguf_value_type_name(v.type);
+  if (v.type == GgufValueType::ARRAY) got = str_cat("an array of ", gguf_value_type_name(v.elem_type));
+  throw CorruptData(str_cat("gguf: '", path, "': key '", key, "' is ", got, ", expected ", want));
+}
+
+// An integer value in [lo, hi] (lo <= 0 as a magnitude: `min_neg` the most negative's magnitude).
+uint64_t checked_int(const std::string& path, const std::string& key, GgufValueType t, uint64_t bits,
+                     uint64_t min_neg_mag, uint64_t max, const char* want) {
+  const IntValue v = int_value(t, bits);
+  if ((v.neg && v.mag > min_neg_mag) || (!v.neg && v.mag > max))
+    throw CorruptData(str_cat("gguf: '", path, "': key '", key, "' is ", int_text(v), ", outside the range of ", want));
+  return v.neg ? ~v.mag + 1 : v.mag;  // two's complement for the negative ones
+}
+
+}  // namespace
+
+std::string GgufFile::get_string(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::STRING) wrong_type(path_, key, v, "a string");
+  return v.str;
+}
+
+bool GgufFile::get_bool(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::BOOL) wrong_type(path_, key, v, "a bool");
+  return v.bits != 0;
+}
+
+uint32_t GgufFile::get_u32(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (uint32)");
+  return static_cast<uint32_t>(checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint32_t>::max(), "uint32"));
+}
+
+uint64_t GgufFile::get_u64(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (uint64)");
+  return checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint64_t>::max(), "uint64");
+}
+
+int64_t GgufFile::get_i64(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (int64)");
+  return static_cast<int64_t>(checked_int(path_, key, v.type, v.bits, uint64_t{1} << 63,
+                                          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "int64"));
+}
+
+double GgufFile::get_f64(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::FLOAT32 && v.type != GgufValueType::FLOAT64) wrong_type(path_, key, v, "a float");
+  return float_value(v.type, v.bits);
+}
+
+float GgufFile::get_f32(const std::string& key) const { return static_cast<float>(get_f64(key)); }
+
+std::string GgufFile::get_string(const std::string& key, const std::string& fallback) const {
+  return has(key) ? get_string(key) : fallback;
+}
+uint32_t GgufFile::get_u32(const std::string& key, uint32_t fallback) const { return has(key) ? get_u32(key) : fallback; }
+float GgufFile::get_f32(const std::string& key, float fallback) const { return has(key) ? get_f32(key) : fallback; }
+
+std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::ARRAY || v.elem_type != GgufValueType::STRING) wrong_type(path_, key, v, "an array of strings");
+  return v.strings;
+}
+
+std::vector<int64_t> GgufFile::get_i64_array(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::ARRAY || !is_integer(v.elem_type)) wrong_type(path_, key, v, "an array of integers");
+  const uint64_t w = scalar_size(static_cast<uint32_t>(v.elem_type));
+  std::vector<int64_t> out(v.count);
+  for (uint64_t i = 0; i < v.count; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, v.raw.data() + i * w, w);
+    out[i] = static_cast<int64_t>(checked_int(path_, str_cat(key, "[", i, "]"), v.elem_type, bits, uint64_t{1} << 63,
+                                              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "int64"));
+  }
+  return out;
+}
+
+std::vector<float> GgufFile::get_f32_array(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::ARRAY || (v.elem_type != GgufValueType::FLOAT32 && v.elem_type != GgufValueType::FLOAT64))
+    wrong_type(path_, key, v, "an array of floats");
+  const uint64_t w = scalar_size(static_cast<uint32_t>(v.elem_type));
+  std::vector<float> out(v.count);
+  for (uint64_t i = 0; i < v.count; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, v.raw.data() + i * w, w);
+    out[i] = static_cast<float>(float_value(v.elem_type, bits));
+  }
+  return out;
+}
+
+}  // namespace wm
