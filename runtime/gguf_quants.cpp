@@ -195,6 +195,91 @@ Decoder decoder(GgmlType type, const char* where) {
   return Decoder{{int64_t(traits->block_size), int64_t(traits->block_bytes)}, fn};
 }
 
+// Dot products of one block with x (block values long), scales applied per block or sub-block.
+
+float dot_q8_0(const uint8_t* b, const float* x) {
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+  float s = 0.0f;
+  for (int i = 0; i < kQK; ++i) s += float(qs[i]) * x[i];
+  return load_fp16(b) * s;
+}
+
+float dot_q4_0(const uint8_t* b, const float* x) {
+  const uint8_t* qs = b + 2;
+  float s = 0.0f;
+  for (int i = 0; i < kQK / 2; ++i)
+    s += float(int(qs[i] & 0xF) - 8) * x[i] + float(int(qs[i] >> 4) - 8) * x[i + kQK / 2];
+  return load_fp16(b) * s;
+}
+
+// d * sum q x + m * sum x.
+float dot_q4_1(const uint8_t* b, const float* x) {
+  const uint8_t* qs = b + 4;
+  float s = 0.0f, sx = 0.0f;
+  for (int i = 0; i < kQK / 2; ++i) {
+    s += float(qs[i] & 0xF) * x[i] + float(qs[i] >> 4) * x[i + kQK / 2];
+    sx += x[i] + x[i + kQK / 2];
+  }
+  return load_fp16(b) * s + load_fp16(b + 2) * sx;
+}
+
+// Per sub-block: (d sc) * sum q x - (dmin m) * sum x.
+float dot_q4_k(const uint8_t* b, const float* x) {
+  const float d = load_fp16(b);
+  const float dmin = load_fp16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 4 + kKScaleSize;
+  float acc = 0.0f;
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, m;
+    scale_min_k4(s, scales, &sc, &m);
+    const uint8_t* q = qs + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+    const float* xs = x + 32 * s;
+    float sq = 0.0f, sx = 0.0f;
+    for (int l = 0; l < 32; ++l) {
+      sq += float((q[l] >> shift) & 0xF) * xs[l];
+      sx += xs[l];
+    }
+    acc += d * float(sc) * sq - dmin * float(m) * sx;
+  }
+  return acc;
+}
+
+// Per group of 16: (d scale) * sum (q - 32) x.
+float dot_q6_k(const uint8_t* b, const float* x) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + kQK_K / 2;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + kQK_K / 2 + kQK_K / 4);
+  const float d = load_fp16(b + kQK_K / 2 + kQK_K / 4 + kQK_K / 16);
+  float acc = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    float sq = 0.0f;
+    for (int v = 16 * g; v < 16 * g + 16; ++v) {
+      const int h = v / 128, r = v % 128;
+      const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+      const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x3;
+      sq += float((lo | (hi << 4)) - 32) * x[v];
+    }
+    acc += d * float(scales[g]) * sq;
+  }
+  return acc;
+}
+
+using DotFn = float (*)(const uint8_t*, const float*);
+
+// The block dot product of a type, or null where dot_row decodes instead.
+DotFn dot_fn(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q8_0: return &dot_q8_0;
+    case GgmlType::Q4_0: return &dot_q4_0;
+    case GgmlType::Q4_1: return &dot_q4_1;
+    case GgmlType::Q4_K: return &dot_q4_k;
+    case GgmlType::Q6_K: return &dot_q6_k;
+    default: return nullptr;
+  }
+}
+
 }  // namespace gguf_quants_detail
 
 bool quant_supported(GgmlType type) {
@@ -243,6 +328,32 @@ at::Tensor dequantize_tensor(GgmlType type, const void* blocks, size_t n_bytes, 
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   dequantize(type, blocks, n, out.data_ptr<float>());
   return out;
+}
+
+float dot_row(GgmlType type, const void* blocks, const float* x, int64_t n) {
+  const gguf_quants_detail::Decoder dec = gguf_quants_detail::decoder(type, "dot_row");
+  const QuantBlock b = dec.block;
+  WM_CHECK(n >= 0 && n % b.values == 0, ggml_type_name(type), " holds values in blocks of ", b.values,
+           ", got a count of ", n);
+  const uint8_t* src = static_cast<const uint8_t*>(blocks);
+  const int64_t n_blocks = n / b.values;
+  float acc = 0.0f;
+  if (const gguf_quants_detail::DotFn fn = gguf_quants_detail::dot_fn(type)) {
+    for (int64_t i = 0; i < n_blocks; ++i) acc += fn(src + i * b.bytes, x + i * b.values);
+    return acc;
+  }
+  // Decoded in chunks of 256 values (whole blocks: every supported block size divides 256).
+  constexpr int64_t kChunk = gguf_quants_detail::kQK_K;
+  float buf[kChunk];
+  const int64_t per_chunk = kChunk / b.values;
+  for (int64_t i = 0; i < n_blocks; i += per_chunk) {
+    const int64_t blocks_here = std::min(per_chunk, n_blocks - i);
+    const int64_t m = blocks_here * b.values;
+    for (int64_t j = 0; j < blocks_here; ++j) dec.fn(src + (i + j) * b.bytes, buf + j * b.values);
+    const float* xs = x + i * b.values;
+    for (int64_t j = 0; j < m; ++j) acc += buf[j] * xs[j];
+  }
+  return acc;
 }
 
 }  // namespace wm
