@@ -1,6 +1,8 @@
 #pragma once
 // XXH64 (Yann Collet's xxHash, 64-bit variant): a fast non-cryptographic checksum for spill
-// files. Implemented from the published specification.
+// files, session files and the remote store's values. Debian's libxxhash computes it
+// (runtime/hash.cpp); digests equal those of the project's earlier hand-written implementation
+// (tests/runtime/fixtures/xxh64).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,12 +16,13 @@ class Xxh64 {
   void update(const void* data, size_t n);
   uint64_t digest() const;
 
+  // libxxhash's XXH64_state_t, held by value (copyable; no allocation).
+  struct alignas(8) Storage {
+    unsigned char bytes[96];
+  };
+
  private:
-  uint64_t v_[4];
-  uint64_t seed_;
-  uint64_t total_ = 0;
-  unsigned char buf_[32];
-  size_t buffered_ = 0;
+  Storage state_;
 };
 
 // One-shot XXH64 of n bytes.

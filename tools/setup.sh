@@ -11,7 +11,7 @@ pkgs=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
-  libhiredis-dev redis-server redis-tools libcpp-httplib-dev python3-venv
+  libhiredis-dev libxxhash-dev redis-server redis-tools libcpp-httplib-dev python3-venv
   xvfb xdotool
   "$@"
 )
