@@ -2,9 +2,8 @@
 // ggml's storage types as GGUF files hold them: values in blocks of a fixed count, each block a
 // fixed number of bytes (fp16 scales and packed integers for the quantized types). Dequantization
 // here equals, bit for bit, the `gguf` Python package's `gguf.quants.dequantize` (the committed
-// fixtures in tests/runtime/fixtures/gguf_quants/ hold it to that): every value is computed with
-// the same float32 operations in the same order, one rounding per operation, no fused
-// multiply-add.
+// fixtures in tests/runtime/fixtures/gguf_quants/ hold it to that): the same float32 operations,
+// whose products are all exact, so the one rounding is the final addition of an offset.
 //
 // Types: F32, F16, BF16 (one value per "block"), Q8_0, Q4_0, Q4_1 (32 values per block), Q4_K,
 // Q5_K, Q6_K (256 values per super-block). Any other type id throws wm::Error naming it
