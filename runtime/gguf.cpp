@@ -53,10 +53,6 @@ bool is_integer(GgufValueType t) {
     default: return false;
   }
 }
-bool is_signed(GgufValueType t) {
-  return t == GgufValueType::INT8 || t == GgufValueType::INT16 || t == GgufValueType::INT32 ||
-         t == GgufValueType::INT64;
-}
 
 // An integer held in `bits` (zero-extended bytes of type t), as a sign and magnitude:
 // negative values come back in `neg` with `mag` their absolute value.
@@ -124,7 +120,8 @@ class Cursor {
   std::string string(const std::string& where, const char* what) {
     const uint64_t n = u64(where, what);
     if (n > left())
-      fail(where, str_cat(what, " of ", n, " bytes at offset ", pos_, ", the file has ", left(), " left"));
+      fail(where, str_cat(what, " of ", n, " bytes at offset ", pos_, ", the file has ", left(),
+                          " left; the file may be truncated or the length damaged"));
     std::string s(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(n));
     pos_ += n;
     return s;
@@ -274,7 +271,7 @@ GgufFile GgufFile::open(const std::string& path) {
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t n = c.u64(tw, "a dimension");
       if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        c.fail(tw, str_cat("dimension ", d, " is ", n, " (must be positive)"));
+        c.fail(tw, str_cat("dimension ", d, " is ", n, " (must be positive and below 2^63)"));
       if (__builtin_mul_overflow(numel, n, &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         c.fail(tw, "its dimensions' product overflows");
       t.dims.push_back(static_cast<int64_t>(n));
