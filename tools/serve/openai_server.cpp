@@ -24,14 +24,6 @@ void write_error(httplib::Response& res, int status, const std::string& message,
 
 namespace {
 
-// What a streamed response waits on: pieces of text from the engine's thread, then the end.
-struct Stream {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> pieces;
-  std::atomic<bool> gone{false};
-};
-
 // The Idempotency-Key header: printable ASCII, 1-255 bytes. Throws ApiError 400 otherwise.
 std::string idempotency_key(const httplib::Request& req) {
   const std::string k = req.get_header_value("Idempotency-Key");
@@ -63,6 +55,14 @@ std::optional<ApiError> result_error(const llm::ServeResult& r) {
 }
 
 }  // namespace
+
+// What a streamed response waits on: pieces of text from the engine's thread, then the end.
+struct OpenAIServer::Stream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> pieces;
+  std::atomic<bool> gone{false};
+};
 
 OpenAIServer::OpenAIServer(ServerOptions o, llm::LlmModel model, llm::Tokenizer tok, at::Device dev,
                            at::ScalarType dt, llm::ServeOptions engine_options)
@@ -199,72 +199,49 @@ std::vector<llm::ServeBlock> OpenAIServer::chat_blocks(const std::string& sid, c
   return blocks;
 }
 
-void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res, const std::string& body, bool chat) {
-  // Counted until the response is whole: a stream until its provider is released.
-  struct Count {
-    std::atomic<int64_t>& n;
-    bool handed = false;
-    explicit Count(std::atomic<int64_t>& c) : n(c) { ++n; }
-    ~Count() {
-      if (!handed) --n;
-    }
-  } count(in_flight_);
-  CompletionRequest cr;
-  std::string sid, client_sid, key;
-  std::vector<int64_t> prompt;
-  std::vector<llm::ServeBlock> blocks;
+// A completion request made ready for the engine: parsed, its session resolved, its prompt
+// encoded. Throws ApiError (400, 401, 404) naming what is wrong.
+OpenAIServer::Prepared OpenAIServer::prepare(const httplib::Request& req, const std::string& body, bool chat) {
+  Prepared p;
+  p.chat = chat;
+  const CompletionRequest cr = parse_completion(body, chat, o_.limits);
+  if (cr.model != o_.model_name)
+    throw ApiError(404, "the model '" + cr.model + "' is not served here (only '" + o_.model_name + "')", "model",
+                   "model_not_found");
+  p.stream = cr.stream;
+  p.include_usage = cr.include_usage;
+  p.client_sid = choose_session(req.get_header_value("X-Session-Id"), cr.session_id);
+  llm::ServeRequest& sr = p.request;
+  sr.session = scoped(req, p.client_sid);
+  if (!sr.session.empty()) sr.idempotency_key = idempotency_key(req);
+  sr.gen.max_new_tokens = cr.max_tokens;
+  sr.gen.sampling.temperature = cr.temperature;
+  sr.gen.sampling.top_p = cr.top_p;
+  sr.gen.sampling.seed = cr.seed;
+  sr.gen.stop_strings = cr.stop;
+  sr.gen.stop_tokens = stop_tokens_;
   std::vector<llm::ChatMessage> fed;
-  llm::GenerateOptions gen;
-  try {
-    cr = parse_completion(body, chat, o_.limits);
-    if (cr.model != o_.model_name)
-      throw ApiError(404, "the model '" + cr.model + "' is not served here (only '" + o_.model_name + "')", "model",
-                     "model_not_found");
-    client_sid = choose_session(req.get_header_value("X-Session-Id"), cr.session_id);
-    sid = scoped(req, client_sid);
-    if (!sid.empty()) key = idempotency_key(req);
-    gen.max_new_tokens = cr.max_tokens;
-    gen.sampling.temperature = cr.temperature;
-    gen.sampling.top_p = cr.top_p;
-    gen.sampling.seed = cr.seed;
-    gen.stop_strings = cr.stop;
-    gen.stop_tokens = stop_tokens_;
-    if (chat) {
-      blocks = chat_blocks(sid, cr.messages, &fed, &prompt);
-    } else {
-      std::vector<int64_t> ids = tok_.encode(cr.prompt, false, true);
-      if (ids.empty()) throw ApiError(400, "'prompt' is empty", "prompt");
-      blocks.push_back({std::move(ids), "user", true});
-    }
-    // Refused at once when it cannot fit; the engine checks again when the session is the
-    // request's alone (another request of the session may run first).
-    int64_t fresh = static_cast<int64_t>(prompt.size());
-    for (const auto& b : blocks) fresh += static_cast<int64_t>(b.tokens.size());
-    const int64_t reach = engine_.session_position(sid) + fresh + gen.max_new_tokens;
-    if (reach > max_positions_)
-      throw ApiError(400,
-                     str_cat("the context would reach ", reach, " tokens (the session's, the prompt's ", fresh,
-                             " and max_tokens ", gen.max_new_tokens, "), beyond the model's ", max_positions_),
-                     chat ? "messages" : "prompt");
-  } catch (const ApiError& e) {
-    return write_error(res, e.status, e.what(), e.param, e.code);
-  } catch (const std::exception& e) {
-    return write_error(res, 400, cli::error_text(e));
+  if (chat) {
+    sr.blocks = chat_blocks(sr.session, cr.messages, &fed, &sr.prompt);
+  } else {
+    std::vector<int64_t> ids = tok_.encode(cr.prompt, false, true);
+    if (ids.empty()) throw ApiError(400, "'prompt' is empty", "prompt");
+    sr.blocks.push_back({std::move(ids), "user", true});
   }
-  const std::string id = response_id(chat ? "chatcmpl" : "cmpl");
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  auto st = std::make_shared<Stream>();
-  llm::ServeRequest sr;
-  sr.session = sid;
-  sr.blocks = std::move(blocks);
-  sr.prompt = prompt;
-  sr.gen = gen;
-  sr.idempotency_key = key;
+  // Refused at once when it cannot fit; the engine checks again when the session is the
+  // request's alone (another request of the session may run first).
+  int64_t fresh = static_cast<int64_t>(sr.prompt.size());
+  for (const auto& b : sr.blocks) fresh += static_cast<int64_t>(b.tokens.size());
+  const int64_t reach = engine_.session_position(sr.session) + fresh + sr.gen.max_new_tokens;
+  if (reach > max_positions_)
+    throw ApiError(400,
+                   str_cat("the context would reach ", reach, " tokens (the session's, the prompt's ", fresh,
+                           " and max_tokens ", sr.gen.max_new_tokens, "), beyond the model's ", max_positions_),
+                   chat ? "messages" : "prompt");
   // What the session keeps beside its K/V: the conversation (its messages, so that a client
   // sending the whole of it has only the new ones fed), the last prompt and reply.
   const std::optional<int64_t> im_end = im_end_;
-  const std::string prompt_text = cr.prompt;
-  sr.note = [chat, fed, prompt_text, im_end](const llm::Generation& g, const json& before) {
+  sr.note = [chat, fed, prompt_text = cr.prompt, im_end](const llm::Generation& g, const json& before) {
     json n = before.is_object() ? before : json::object();
     if (chat) {
       json& m = n["messages"];
@@ -278,8 +255,30 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
     n["last_reply"] = g.text;
     return n;
   };
-  if (cr.stream)
-    sr.on_text = [st](const std::string& t) {
+  return p;
+}
+
+void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res, const std::string& body, bool chat) {
+  // Counted until the response is whole: a stream until its provider is released.
+  struct Count {
+    std::atomic<int64_t>& n;
+    bool handed = false;
+    explicit Count(std::atomic<int64_t>& c) : n(c) { ++n; }
+    ~Count() {
+      if (!handed) --n;
+    }
+  } count(in_flight_);
+  Prepared p;
+  try {
+    p = prepare(req, body, chat);
+  } catch (const ApiError& e) {
+    return write_error(res, e.status, e.what(), e.param, e.code);
+  } catch (const std::exception& e) {
+    return write_error(res, 400, cli::error_text(e));
+  }
+  auto st = std::make_shared<Stream>();
+  if (p.stream)
+    p.request.on_text = [st](const std::string& t) {
       if (st->gone) return false;
       std::lock_guard<std::mutex> lk(st->mu);
       st->pieces.push_back(t);
@@ -288,49 +287,65 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
     };
   std::shared_ptr<std::future<llm::ServeResult>> fut;
   try {
-    fut = std::make_shared<std::future<llm::ServeResult>>(engine_.submit(std::move(sr)));
+    fut = std::make_shared<std::future<llm::ServeResult>>(engine_.submit(std::move(p.request)));
   } catch (const llm::ServeBusy& e) {
     res.set_header("Retry-After", "1");
     return write_error(res, 429, std::string("busy: ") + e.what());
   } catch (const std::exception& e) {
     return write_error(res, 503, cli::error_text(e));
   }
-  const char* object = chat ? "chat.completion" : "text_completion";
-  if (!cr.stream) {
-    const llm::ServeResult r = fut->get();
-    if (const auto err = result_error(r)) return write_error(res, err->status, err->what(), err->param, err->code);
-    json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", r.generation.text}};
-    else
-      choice["text"] = r.generation.text;
-    json out = {{"id", id},      {"object", object}, {"created", created}, {"model", o_.model_name},
-                {"choices", {choice}}, {"usage", usage_of(r.generation)}};
-    if (!client_sid.empty()) out["session_id"] = client_sid;
-    if (!r.saved) {
-      out["session_saved"] = false;
-      res.set_header("X-Session-Saved", "false");
-    }
-    if (r.replayed) res.set_header("Idempotency-Replayed", "true");
-    res.set_content(json_text(out), "application/json");
-    return;
+  const Reply reply{p.chat, response_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
+                    o_.model_name, p.client_sid};
+  if (!p.stream) return answer_whole(reply, fut->get(), res);
+  answer_stream(req, res, reply, p.include_usage, st, fut);
+  count.handed = true;
+}
+
+json OpenAIServer::Reply::chunk(const json& choice) const {
+  json c = {{"id", id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", {choice}}};
+  if (!client_sid.empty()) c["session_id"] = client_sid;
+  return c;
+}
+
+json OpenAIServer::Reply::text_choice(const std::string& text) const {
+  json choice = {{"index", 0}, {"finish_reason", nullptr}};
+  if (chat)
+    choice["delta"] = {{"content", text}};
+  else
+    choice["text"] = text;
+  return choice;
+}
+
+void OpenAIServer::answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res) {
+  if (const auto err = result_error(r)) return write_error(res, err->status, err->what(), err->param, err->code);
+  json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}};
+  if (reply.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", r.generation.text}};
+  else
+    choice["text"] = r.generation.text;
+  json out = {{"id", reply.id},
+              {"object", reply.chat ? "chat.completion" : "text_completion"},
+              {"created", reply.created},
+              {"model", reply.model},
+              {"choices", {choice}},
+              {"usage", usage_of(r.generation)}};
+  if (!reply.client_sid.empty()) out["session_id"] = reply.client_sid;
+  if (!r.saved) {
+    out["session_saved"] = false;
+    res.set_header("X-Session-Saved", "false");
   }
-  const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-  auto chunk = [id, chunk_object, created, model = o_.model_name, client_sid](const json& choice) {
-    json c = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model}, {"choices", {choice}}};
-    if (!client_sid.empty()) c["session_id"] = client_sid;
-    return c;
-  };
-  auto text_choice = [chat](const std::string& p) {
-    json choice = {{"index", 0}, {"finish_reason", nullptr}};
-    if (chat)
-      choice["delta"] = {{"content", p}};
-    else
-      choice["text"] = p;
-    return choice;
-  };
+  if (r.replayed) res.set_header("Idempotency-Replayed", "true");
+  res.set_content(json_text(out), "application/json");
+}
+
+void OpenAIServer::answer_stream(const httplib::Request& req, httplib::Response& res, const Reply& reply,
+                                 bool include_usage, std::shared_ptr<Stream> st,
+                                 std::shared_ptr<std::future<llm::ServeResult>> fut) {
   auto sent_role = std::make_shared<bool>(false);
-  const bool include_usage = cr.include_usage;
   res.set_header("Cache-Control", "no-cache");
   HttpServer::stream(
       req, res, "text/event-stream",
@@ -340,10 +355,10 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
           st->gone = true;
           return false;
         };
-        if (chat && !*sent_role) {
+        if (reply.chat && !*sent_role) {
           *sent_role = true;
-          if (!send(sse_event(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                     {"finish_reason", nullptr}}))))
+          if (!send(sse_event(reply.chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"finish_reason", nullptr}}))))
             return false;
         }
         std::deque<std::string> pieces;
@@ -353,8 +368,8 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
           pieces.swap(st->pieces);
         }
         const bool ended = pieces.empty() && fut->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-        for (const auto& p : pieces)
-          if (!send(sse_event(chunk(text_choice(p))))) return false;
+        for (const auto& piece : pieces)
+          if (!send(sse_event(reply.chunk(reply.text_choice(piece))))) return false;
         if (!sink.is_writable()) {
           st->gone = true;
           return false;
@@ -362,16 +377,17 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
         if (!ended) return true;
         const llm::ServeResult r = fut->get();
         if (const auto err = result_error(r)) {
-          send(error_body(err->status, err->what(), err->param, err->code).insert(0, "data: ") + "\n\n");
+          send("data: " + error_body(err->status, err->what(), err->param, err->code) + "\n\n");
         } else {
-          if (r.replayed && !r.generation.text.empty() && !send(sse_event(chunk(text_choice(r.generation.text)))))
+          if (r.replayed && !r.generation.text.empty() &&
+              !send(sse_event(reply.chunk(reply.text_choice(r.generation.text)))))
             return false;
           json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}};
-          if (chat)
+          if (reply.chat)
             choice["delta"] = json::object();
           else
             choice["text"] = "";
-          json last = chunk(choice);
+          json last = reply.chunk(choice);
           if (include_usage) last["usage"] = usage_of(r.generation);
           if (!r.saved) last["session_saved"] = false;
           if (r.replayed) last["replayed"] = true;
@@ -385,7 +401,6 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
         st->gone = true;
         --in_flight_;
       });
-  count.handed = true;
 }
 
 std::string OpenAIServer::metrics(const HttpServer* http) const {

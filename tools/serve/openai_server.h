@@ -15,6 +15,8 @@
 // request and its answer came back without running again.
 #include <atomic>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,7 +53,27 @@ class OpenAIServer {
   std::string scoped(const httplib::Request& req, const std::string& id) const;
   std::vector<llm::ServeBlock> chat_blocks(const std::string& sid, const std::vector<llm::ChatMessage>& msgs,
                                            std::vector<llm::ChatMessage>* fed, std::vector<int64_t>* tail);
+  // A request parsed and encoded for the engine.
+  struct Prepared {
+    bool chat = false, stream = false, include_usage = true;
+    std::string client_sid;    // the session id as the client named it
+    llm::ServeRequest request;  // its session scoped to the key
+  };
+  // What every chunk or answer of one response repeats.
+  struct Reply {
+    bool chat;
+    std::string id;
+    int64_t created;
+    std::string model, client_sid;
+    nlohmann::json chunk(const nlohmann::json& choice) const;       // a streamed chunk
+    nlohmann::json text_choice(const std::string& text) const;      // a choice carrying text
+  };
+  struct Stream;
+  Prepared prepare(const httplib::Request& req, const std::string& body, bool chat);
   void complete(const httplib::Request& req, httplib::Response& res, const std::string& body, bool chat);
+  static void answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res);
+  void answer_stream(const httplib::Request& req, httplib::Response& res, const Reply& reply, bool include_usage,
+                     std::shared_ptr<Stream> st, std::shared_ptr<std::future<llm::ServeResult>> fut);
   void session_get(const httplib::Request& req, httplib::Response& res);
   void session_delete(const httplib::Request& req, httplib::Response& res);
 
