@@ -319,6 +319,75 @@ ServeEngine::Held& ServeEngine::held_session(const std::string& id) {
   return it->second;
 }
 
+std::string ServeEngine::bring_back(Running& r, LlmSession* s) {
+  const std::string& sid = r.job->req.session;
+  // Back from the folder. A file damaged since the folder was opened is reported; the session
+  // starts afresh and this request fails (its prompt was made for the lost context).
+  try {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    (void)files_->load(sid, *s);
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counters_.loads;
+    return "";
+  } catch (const std::exception& e) {
+    const std::string why = str_cat("session '", sid, "' could not be brought back from ", opt_.state_dir, ": ",
+                                    e.what(), "; it starts afresh: send the whole conversation again");
+    warn(why);
+    s->reset();
+    {
+      std::lock_guard<std::mutex> fl(files_mu_);
+      try {
+        files_->erase(sid);
+      } catch (const std::exception&) {
+      }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counters_.load_failed;
+    r.held->stored = false;
+    r.held->turns = 0;
+    r.held->position = 0;
+    r.held->note = nullptr;
+    r.held->last_key.clear();
+    return why;
+  }
+}
+
+void ServeEngine::feed(Running& r, LlmSession* s, const TextCallback& on_text, bool* too_long) {
+  const ServeRequest& req = r.job->req;
+  // The context's reach, checked here where the session is this request's alone (a check when
+  // the request came would let concurrent requests of one session each pass it).
+  int64_t fresh = static_cast<int64_t>(req.prompt.size());
+  for (const auto& b : req.blocks) fresh += static_cast<int64_t>(b.tokens.size());
+  const int64_t limit = model_->config().max_position_embeddings;
+  const int64_t reach = s->next_position() + fresh + req.gen.max_new_tokens;
+  if (reach > limit) {
+    *too_long = true;
+    throw Error(str_cat("the context would reach ", reach, " tokens (the session's ", s->next_position(),
+                        ", the prompt's ", fresh, " and max_tokens ", req.gen.max_new_tokens, "), beyond the model's ",
+                        limit));
+  }
+  r.evictions0 = s->policy().evictions();
+  r.recoveries0 = s->policy().recoveries();
+  std::vector<int64_t> prompt;
+  if (s->policy().block_wise()) {
+    // Each message a block of its own, named by the session's turn.
+    for (size_t i = 0; i < req.blocks.size(); ++i) {
+      if (req.blocks[i].tokens.empty()) continue;
+      PromptPiece p;
+      p.segment = str_cat("t", r.turn, ".", i);
+      p.kind = req.blocks[i].kind;
+      p.message = req.blocks[i].message;
+      s->feed_piece(req.blocks[i].tokens, p);
+      r.block_tokens += static_cast<int64_t>(req.blocks[i].tokens.size());
+    }
+    prompt = req.prompt;
+  } else {
+    for (const auto& b : req.blocks) prompt.insert(prompt.end(), b.tokens.begin(), b.tokens.end());
+    prompt.insert(prompt.end(), req.prompt.begin(), req.prompt.end());
+  }
+  r.decoding = std::make_unique<Decoding>(s->begin(prompt, req.gen, on_text));
+}
+
 void ServeEngine::start_job(std::unique_ptr<Job> job) {
   auto r = std::make_unique<Running>();
   r->job = std::move(job);
@@ -353,35 +422,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
       r->job->done.set_value(std::move(*replay));
       return;
     }
-    if (load) {
-      // Back from the folder. A file damaged since the folder was opened is reported; the
-      // session starts afresh and this request fails (its prompt was made for the lost context).
-      try {
-        std::lock_guard<std::mutex> fl(files_mu_);
-        (void)files_->load(sid, *s);
-        std::lock_guard<std::mutex> lk(mu_);
-        ++counters_.loads;
-      } catch (const std::exception& e) {
-        load_error = str_cat("session '", sid, "' could not be brought back from ", opt_.state_dir, ": ", e.what(),
-                             "; it starts afresh: send the whole conversation again");
-        warn(load_error);
-        s->reset();
-        {
-          std::lock_guard<std::mutex> fl(files_mu_);
-          try {
-            files_->erase(sid);
-          } catch (const std::exception&) {
-          }
-        }
-        std::lock_guard<std::mutex> lk(mu_);
-        ++counters_.load_failed;
-        r->held->stored = false;
-        r->held->turns = 0;
-        r->held->position = 0;
-        r->held->note = nullptr;
-        r->held->last_key.clear();
-      }
-    }
+    if (load) load_error = bring_back(*r, s);
   } else {
     r->oneshot = std::make_unique<LlmSession>(model_, tok_, device_, dtype_, opt_.session);
     s = r->oneshot.get();
@@ -393,39 +434,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   bool too_long = false;
   try {
     if (!load_error.empty()) throw Error(load_error);
-    const ServeRequest& req = r->job->req;
-    // The context's reach, checked here where the session is this request's alone (a check when
-    // the request came would let concurrent requests of one session each pass it).
-    int64_t fresh = static_cast<int64_t>(req.prompt.size());
-    for (const auto& b : req.blocks) fresh += static_cast<int64_t>(b.tokens.size());
-    const int64_t limit = model_->config().max_position_embeddings;
-    const int64_t reach = s->next_position() + fresh + req.gen.max_new_tokens;
-    if (reach > limit) {
-      too_long = true;
-      throw Error(str_cat("the context would reach ", reach, " tokens (the session's ", s->next_position(),
-                          ", the prompt's ", fresh, " and max_tokens ", req.gen.max_new_tokens,
-                          "), beyond the model's ", limit));
-    }
-    r->evictions0 = s->policy().evictions();
-    r->recoveries0 = s->policy().recoveries();
-    std::vector<int64_t> prompt;
-    if (s->policy().block_wise()) {
-      // Each message a block of its own, named by the session's turn.
-      for (size_t i = 0; i < req.blocks.size(); ++i) {
-        if (req.blocks[i].tokens.empty()) continue;
-        PromptPiece p;
-        p.segment = str_cat("t", r->turn, ".", i);
-        p.kind = req.blocks[i].kind;
-        p.message = req.blocks[i].message;
-        s->feed_piece(req.blocks[i].tokens, p);
-        r->block_tokens += static_cast<int64_t>(req.blocks[i].tokens.size());
-      }
-      prompt = req.prompt;
-    } else {
-      for (const auto& b : req.blocks) prompt.insert(prompt.end(), b.tokens.begin(), b.tokens.end());
-      prompt.insert(prompt.end(), req.prompt.begin(), req.prompt.end());
-    }
-    r->decoding = std::make_unique<Decoding>(s->begin(prompt, req.gen, on_text));
+    feed(*r, s, on_text, &too_long);
   } catch (const std::exception& e) {
     ServeResult res;
     res.error = e.what();

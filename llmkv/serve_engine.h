@@ -199,6 +199,12 @@ class ServeEngine {
   };
   void loop();
   void start_job(std::unique_ptr<Job> job);
+  // A named session's state back from the folder into s: "" when done, else why not (the
+  // session then starts afresh, its file gone).
+  std::string bring_back(Running& r, LlmSession* s);
+  // Feeds the request's blocks and prompt into s and starts its decoding. Throws what feeding
+  // throws; *too_long when the context would pass the model's positions (nothing fed then).
+  void feed(Running& r, LlmSession* s, const TextCallback& on_text, bool* too_long);
   void finish(Running& r);
   // Request over: named session `id` (its Held h, null for a one-shot request) is free again, or
   // ends if a DELETE came meanwhile.
