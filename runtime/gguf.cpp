@@ -15,15 +15,16 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the GGUF reader reads little-endian values in place");
 
 namespace wm {
+// Unity builds put this file beside other readers: the helpers' names say gguf.
 namespace {
 
-constexpr uint32_t kMaxDims = 4;         // ggml's GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are refused
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;        // key length, value type, smallest value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
+constexpr uint32_t kGgufMaxDims = 4;         // ggml's GGML_MAX_DIMS
+constexpr int kGgufMaxArrayDepth = 8;        // nested arrays deeper than this are refused
+constexpr uint64_t kGgufMinKvBytes = 8 + 4 + 1;        // key length, value type, smallest value
+constexpr uint64_t kGgufMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
 // Bytes one element of a scalar value type takes; 0 for STRING, ARRAY and unknown types.
-uint64_t scalar_size(uint32_t t) {
+uint64_t gguf_scalar_size(uint32_t t) {
   switch (static_cast<GgufValueType>(t)) {
     case GgufValueType::UINT8:
     case GgufValueType::INT8:
@@ -40,7 +41,7 @@ uint64_t scalar_size(uint32_t t) {
   }
 }
 
-bool is_integer(GgufValueType t) {
+bool gguf_is_integer(GgufValueType t) {
   switch (t) {
     case GgufValueType::UINT8:
     case GgufValueType::INT8:
@@ -56,12 +57,12 @@ bool is_integer(GgufValueType t) {
 
 // An integer held in `bits` (zero-extended bytes of type t), as a sign and magnitude:
 // negative values come back in `neg` with `mag` their absolute value.
-struct IntValue {
+struct GgufInt {
   bool neg = false;
   uint64_t mag = 0;
 };
-IntValue int_value(GgufValueType t, uint64_t bits) {
-  IntValue v;
+GgufInt gguf_int_value(GgufValueType t, uint64_t bits) {
+  GgufInt v;
   int64_t s = 0;
   switch (t) {
     case GgufValueType::INT8: s = static_cast<int8_t>(bits); break;
@@ -78,9 +79,9 @@ IntValue int_value(GgufValueType t, uint64_t bits) {
   }
   return v;
 }
-std::string int_text(const IntValue& v) { return (v.neg ? "-" : "") + std::to_string(v.mag); }
+std::string gguf_int_text(const GgufInt& v) { return (v.neg ? "-" : "") + std::to_string(v.mag); }
 
-double float_value(GgufValueType t, uint64_t bits) {
+double gguf_float_value(GgufValueType t, uint64_t bits) {
   if (t == GgufValueType::FLOAT32) {
     float f;
     const uint32_t b = static_cast<uint32_t>(bits);
@@ -94,9 +95,9 @@ double float_value(GgufValueType t, uint64_t bits) {
 
 // Reads the header and infos in order; every read checks the bytes left first. `where` names
 // what is being read (the key or tensor) for the error.
-class Cursor {
+class GgufCursor {
  public:
-  Cursor(const uint8_t* p, size_t size, const std::string& path) : p_(p), size_(size), path_(path) {}
+  GgufCursor(const uint8_t* p, size_t size, const std::string& path) : p_(p), size_(size), path_(path) {}
   size_t pos() const { return pos_; }
   uint64_t left() const { return size_ - pos_; }
 
@@ -139,8 +140,8 @@ class Cursor {
 };
 
 // Reads one value of type `type` (already read) into `v`.
-void read_value(Cursor& c, uint32_t type, GgufValue& v, const std::string& where, int depth) {
-  const uint64_t width = scalar_size(type);
+void gguf_read_value(GgufCursor& c, uint32_t type, GgufValue& v, const std::string& where, int depth) {
+  const uint64_t width = gguf_scalar_size(type);
   if (width > 0) {
     v.type = static_cast<GgufValueType>(type);
     v.bits = c.scalar(width, where, "the value");
@@ -153,12 +154,12 @@ void read_value(Cursor& c, uint32_t type, GgufValue& v, const std::string& where
     return;
   }
   if (type != static_cast<uint32_t>(GgufValueType::ARRAY)) c.fail(where, str_cat("unknown value type ", type));
-  if (depth >= kMaxArrayDepth) c.fail(where, str_cat("arrays nested deeper than ", kMaxArrayDepth));
+  if (depth >= kGgufMaxArrayDepth) c.fail(where, str_cat("arrays nested deeper than ", kGgufMaxArrayDepth));
   v.type = GgufValueType::ARRAY;
   const uint32_t et = c.u32(where, "the array's element type");
   const uint64_t n = c.u64(where, "the array's length");
   // The least each element takes, so that the length is checked before anything is reserved.
-  uint64_t min_bytes = scalar_size(et);
+  uint64_t min_bytes = gguf_scalar_size(et);
   if (et == static_cast<uint32_t>(GgufValueType::STRING)) min_bytes = 8;
   else if (et == static_cast<uint32_t>(GgufValueType::ARRAY)) min_bytes = 12;
   else if (min_bytes == 0) c.fail(where, str_cat("an array of unknown value type ", et));
@@ -167,7 +168,7 @@ void read_value(Cursor& c, uint32_t type, GgufValue& v, const std::string& where
                           " needs at least ", min_bytes, " bytes each, the file has ", c.left(), " left"));
   v.elem_type = static_cast<GgufValueType>(et);
   v.count = n;
-  if (scalar_size(et) > 0) {
+  if (gguf_scalar_size(et) > 0) {
     c.bytes(n * min_bytes, v.raw);
     if (v.elem_type == GgufValueType::BOOL)
       for (uint64_t i = 0; i < n; ++i)
@@ -177,7 +178,7 @@ void read_value(Cursor& c, uint32_t type, GgufValue& v, const std::string& where
     for (uint64_t i = 0; i < n; ++i) v.strings.push_back(c.string(where, "an array's string"));
   } else {
     v.arrays.resize(n);
-    for (uint64_t i = 0; i < n; ++i) read_value(c, et, v.arrays[i], where, depth + 1);
+    for (uint64_t i = 0; i < n; ++i) gguf_read_value(c, et, v.arrays[i], where, depth + 1);
   }
 }
 
@@ -214,7 +215,7 @@ GgufFile GgufFile::open(const std::string& path) {
   if (g.map_->base == MAP_FAILED) throw Error(str_cat("gguf: cannot map '", path, "': ", std::strerror(err)));
   g.map_->size = fsize;
   const auto* bytes = static_cast<const uint8_t*>(g.map_->base);
-  Cursor c(bytes, fsize, path);
+  GgufCursor c(bytes, fsize, path);
 
   const std::string header = "the header";
   if (std::memcmp(bytes, "GGUF", 4) != 0) c.fail(header, "no GGUF magic (the file starts with other bytes)");
@@ -230,11 +231,11 @@ GgufFile GgufFile::open(const std::string& path) {
   }
   const uint64_t n_tensors = c.u64(header, "the tensor count");
   const uint64_t n_kv = c.u64(header, "the metadata count");
-  if (n_tensors > c.left() / kMinTensorInfoBytes)
-    c.fail(header, str_cat(n_tensors, " tensors: their infos alone would need at least ", kMinTensorInfoBytes,
+  if (n_tensors > c.left() / kGgufMinTensorInfoBytes)
+    c.fail(header, str_cat(n_tensors, " tensors: their infos alone would need at least ", kGgufMinTensorInfoBytes,
                            " bytes each, the file has ", c.left(), " left"));
-  if (n_kv > c.left() / kMinKvBytes)
-    c.fail(header, str_cat(n_kv, " metadata entries: they would need at least ", kMinKvBytes,
+  if (n_kv > c.left() / kGgufMinKvBytes)
+    c.fail(header, str_cat(n_kv, " metadata entries: they would need at least ", kGgufMinKvBytes,
                            " bytes each, the file has ", c.left(), " left"));
 
   g.keys_.reserve(n_kv);
@@ -245,7 +246,7 @@ GgufFile GgufFile::open(const std::string& path) {
     if (g.metadata_.count(key)) c.fail(kw, "appears twice");
     const uint32_t type = c.u32(kw, "the value type");
     GgufValue v;
-    read_value(c, type, v, kw, 0);
+    gguf_read_value(c, type, v, kw, 0);
     g.keys_.push_back(key);
     g.metadata_.emplace(std::move(key), std::move(v));
   }
@@ -266,7 +267,7 @@ GgufFile GgufFile::open(const std::string& path) {
     const std::string tw = str_cat("tensor '", t.name, "'");
     if (g.tensor_index_.count(t.name)) c.fail(tw, "appears twice");
     const uint32_t n_dims = c.u32(tw, "the dimension count");
-    if (n_dims > kMaxDims) c.fail(tw, str_cat(n_dims, " dimensions, ggml has at most ", kMaxDims));
+    if (n_dims > kGgufMaxDims) c.fail(tw, str_cat(n_dims, " dimensions, ggml has at most ", kGgufMaxDims));
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t n = c.u64(tw, "a dimension");
@@ -340,18 +341,18 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
 
 namespace {
 
-[[noreturn]] void wrong_type(const std::string& path, const std::string& key, const GgufValue& v, const char* want) {
+[[noreturn]] void gguf_wrong_type(const std::string& path, const std::string& key, const GgufValue& v, const char* want) {
   std::string got = gguf_value_type_name(v.type);
   if (v.type == GgufValueType::ARRAY) got = str_cat("an array of ", gguf_value_type_name(v.elem_type));
   throw CorruptData(str_cat("gguf: '", path, "': key '", key, "' is ", got, ", expected ", want));
 }
 
 // An integer value in [lo, hi] (lo <= 0 as a magnitude: `min_neg` the most negative's magnitude).
-uint64_t checked_int(const std::string& path, const std::string& key, GgufValueType t, uint64_t bits,
+uint64_t gguf_checked_int(const std::string& path, const std::string& key, GgufValueType t, uint64_t bits,
                      uint64_t min_neg_mag, uint64_t max, const char* want) {
-  const IntValue v = int_value(t, bits);
+  const GgufInt v = gguf_int_value(t, bits);
   if ((v.neg && v.mag > min_neg_mag) || (!v.neg && v.mag > max))
-    throw CorruptData(str_cat("gguf: '", path, "': key '", key, "' is ", int_text(v), ", outside the range of ", want));
+    throw CorruptData(str_cat("gguf: '", path, "': key '", key, "' is ", gguf_int_text(v), ", outside the range of ", want));
   return v.neg ? ~v.mag + 1 : v.mag;  // two's complement for the negative ones
 }
 
@@ -359,39 +360,39 @@ uint64_t checked_int(const std::string& path, const std::string& key, GgufValueT
 
 std::string GgufFile::get_string(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (v.type != GgufValueType::STRING) wrong_type(path_, key, v, "a string");
+  if (v.type != GgufValueType::STRING) gguf_wrong_type(path_, key, v, "a string");
   return v.str;
 }
 
 bool GgufFile::get_bool(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (v.type != GgufValueType::BOOL) wrong_type(path_, key, v, "a bool");
+  if (v.type != GgufValueType::BOOL) gguf_wrong_type(path_, key, v, "a bool");
   return v.bits != 0;
 }
 
 uint32_t GgufFile::get_u32(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (uint32)");
-  return static_cast<uint32_t>(checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint32_t>::max(), "uint32"));
+  if (!gguf_is_integer(v.type)) gguf_wrong_type(path_, key, v, "an integer (uint32)");
+  return static_cast<uint32_t>(gguf_checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint32_t>::max(), "uint32"));
 }
 
 uint64_t GgufFile::get_u64(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (uint64)");
-  return checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint64_t>::max(), "uint64");
+  if (!gguf_is_integer(v.type)) gguf_wrong_type(path_, key, v, "an integer (uint64)");
+  return gguf_checked_int(path_, key, v.type, v.bits, 0, std::numeric_limits<uint64_t>::max(), "uint64");
 }
 
 int64_t GgufFile::get_i64(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (!is_integer(v.type)) wrong_type(path_, key, v, "an integer (int64)");
-  return static_cast<int64_t>(checked_int(path_, key, v.type, v.bits, uint64_t{1} << 63,
+  if (!gguf_is_integer(v.type)) gguf_wrong_type(path_, key, v, "an integer (int64)");
+  return static_cast<int64_t>(gguf_checked_int(path_, key, v.type, v.bits, uint64_t{1} << 63,
                                           static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "int64"));
 }
 
 double GgufFile::get_f64(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (v.type != GgufValueType::FLOAT32 && v.type != GgufValueType::FLOAT64) wrong_type(path_, key, v, "a float");
-  return float_value(v.type, v.bits);
+  if (v.type != GgufValueType::FLOAT32 && v.type != GgufValueType::FLOAT64) gguf_wrong_type(path_, key, v, "a float");
+  return gguf_float_value(v.type, v.bits);
 }
 
 float GgufFile::get_f32(const std::string& key) const { return static_cast<float>(get_f64(key)); }
@@ -404,19 +405,19 @@ float GgufFile::get_f32(const std::string& key, float fallback) const { return h
 
 std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (v.type != GgufValueType::ARRAY || v.elem_type != GgufValueType::STRING) wrong_type(path_, key, v, "an array of strings");
+  if (v.type != GgufValueType::ARRAY || v.elem_type != GgufValueType::STRING) gguf_wrong_type(path_, key, v, "an array of strings");
   return v.strings;
 }
 
 std::vector<int64_t> GgufFile::get_i64_array(const std::string& key) const {
   const GgufValue& v = value(key);
-  if (v.type != GgufValueType::ARRAY || !is_integer(v.elem_type)) wrong_type(path_, key, v, "an array of integers");
-  const uint64_t w = scalar_size(static_cast<uint32_t>(v.elem_type));
+  if (v.type != GgufValueType::ARRAY || !gguf_is_integer(v.elem_type)) gguf_wrong_type(path_, key, v, "an array of integers");
+  const uint64_t w = gguf_scalar_size(static_cast<uint32_t>(v.elem_type));
   std::vector<int64_t> out(v.count);
   for (uint64_t i = 0; i < v.count; ++i) {
     uint64_t bits = 0;
     std::memcpy(&bits, v.raw.data() + i * w, w);
-    out[i] = static_cast<int64_t>(checked_int(path_, str_cat(key, "[", i, "]"), v.elem_type, bits, uint64_t{1} << 63,
+    out[i] = static_cast<int64_t>(gguf_checked_int(path_, str_cat(key, "[", i, "]"), v.elem_type, bits, uint64_t{1} << 63,
                                               static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "int64"));
   }
   return out;
@@ -425,13 +426,13 @@ std::vector<int64_t> GgufFile::get_i64_array(const std::string& key) const {
 std::vector<float> GgufFile::get_f32_array(const std::string& key) const {
   const GgufValue& v = value(key);
   if (v.type != GgufValueType::ARRAY || (v.elem_type != GgufValueType::FLOAT32 && v.elem_type != GgufValueType::FLOAT64))
-    wrong_type(path_, key, v, "an array of floats");
-  const uint64_t w = scalar_size(static_cast<uint32_t>(v.elem_type));
+    gguf_wrong_type(path_, key, v, "an array of floats");
+  const uint64_t w = gguf_scalar_size(static_cast<uint32_t>(v.elem_type));
   std::vector<float> out(v.count);
   for (uint64_t i = 0; i < v.count; ++i) {
     uint64_t bits = 0;
     std::memcpy(&bits, v.raw.data() + i * w, w);
-    out[i] = static_cast<float>(float_value(v.elem_type, bits));
+    out[i] = static_cast<float>(gguf_float_value(v.elem_type, bits));
   }
   return out;
 }
