@@ -96,6 +96,34 @@ std::string find_minilm() {
   return "";
 }
 
+// The memory policy's settings left to the defaults, chosen now that the model is known; returns
+// a note on the embedder for the startup line. Throws wm::Error on settings that cannot run.
+std::string resolve_memory(Options& o, int64_t max_positions, const wm::llm::Tokenizer& tok, at::Device dev) {
+  std::string relevance_note;
+  if (o.memory.policy == "evoke") {
+    if (o.memory.budget <= 0) o.memory.budget = max_positions / 2;
+    o.memory.reserve = std::min(o.default_max_tokens, o.memory.budget / 2);
+    if (o.embedder_dir.empty() && (o.memory.relevance.empty() || o.memory.relevance == "embedding"))
+      o.embedder_dir = find_minilm();
+    // Without an embedder: the message's queries against the blocks' keys. Hidden-state cosines
+    // brought back no banked turn in a chat of six facts and a question at a 64-token budget
+    // (8 banked), attention 3 (11 banked): tools/README.md#wm_serve.
+    if (o.memory.relevance.empty()) o.memory.relevance = o.embedder_dir.empty() ? "attention" : "embedding";
+    if (o.memory.relevance == "embedding") {
+      if (o.embedder_dir.empty())
+        throw wm::Error("--relevance embedding needs --embedder (no all-MiniLM-L6-v2 was found installed)");
+      o.memory.embedder = wm::llm::sentence_embedder(
+          std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(o.embedder_dir, dev)), tok);
+      relevance_note = " (embedder " + o.embedder_dir + ")";
+    }
+  } else if (o.memory.relevance.empty()) {
+    o.memory.relevance = "attention";
+  }
+  if (o.memory.policy != "full" && o.memory.budget <= 0)
+    throw wm::Error("--policy " + o.memory.policy + " needs --kv-budget TOKENS");
+  return relevance_note;
+}
+
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
@@ -214,28 +242,7 @@ int main(int argc, char** argv) {
     const at::ScalarType dt = wm::parse_compute_dtype(o.dtype);
     wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, dt);
     wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
-    std::string relevance_note;
-    if (o.memory.policy == "evoke") {
-      if (o.memory.budget <= 0) o.memory.budget = model->config().max_position_embeddings / 2;
-      o.memory.reserve = std::min(o.default_max_tokens, o.memory.budget / 2);
-      if (o.embedder_dir.empty() && (o.memory.relevance.empty() || o.memory.relevance == "embedding"))
-        o.embedder_dir = find_minilm();
-      // Without an embedder: the message's queries against the blocks' keys. Hidden-state cosines
-      // brought back no banked turn in a chat of six facts and a question at a 64-token budget
-      // (8 banked), attention 3 (11 banked): tools/README.md#wm_serve.
-      if (o.memory.relevance.empty()) o.memory.relevance = o.embedder_dir.empty() ? "attention" : "embedding";
-      if (o.memory.relevance == "embedding") {
-        if (o.embedder_dir.empty())
-          throw wm::Error("--relevance embedding needs --embedder (no all-MiniLM-L6-v2 was found installed)");
-        o.memory.embedder = wm::llm::sentence_embedder(
-            std::make_shared<const wm::llm::SentenceEncoder>(wm::llm::SentenceEncoder::load(o.embedder_dir, dev)), tok);
-        relevance_note = " (embedder " + o.embedder_dir + ")";
-      }
-    } else if (o.memory.relevance.empty()) {
-      o.memory.relevance = "attention";
-    }
-    if (o.memory.policy != "full" && o.memory.budget <= 0)
-      throw wm::Error("--policy " + o.memory.policy + " needs --kv-budget TOKENS");
+    const std::string relevance_note = resolve_memory(o, model->config().max_position_embeddings, tok, dev);
     o.memory.validate();
     wm::serve::ServerOptions so;
     so.model_dir = o.model_dir;
