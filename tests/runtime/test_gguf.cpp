@@ -524,6 +524,18 @@ TEST_F(GgufTest, OpensSmolLM2FromTheCache) {
   EXPECT_EQ(emb.dims, (std::vector<int64_t>{576, 49152}));
   EXPECT_EQ(emb.nbytes, 576u / 32 * 34 * 49152);
   EXPECT_EQ(g.data_offset() + g.data_size(), fs::file_size(path));
+  // As the gguf package's GGUFReader reads it: the data section's start, the last tensor.
+  EXPECT_EQ(g.data_offset(), 1785664u);
+  const wm::GgufTensor& last = g.tensors().back();
+  EXPECT_EQ(last.name, "output_norm.weight");
+  EXPECT_EQ(last.offset, 96574464u);
+  EXPECT_EQ(last.nbytes, 2304u);
+  // llama.cpp's writer lays the tensors out in order, each at the next aligned offset.
+  uint64_t at = 0;
+  for (const wm::GgufTensor& t : g.tensors()) {
+    EXPECT_EQ(t.offset, at) << t.name;
+    at = (t.offset + t.nbytes + 31) / 32 * 32;
+  }
 }
 
 }  // namespace gguf_test
