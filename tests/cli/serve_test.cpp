@@ -516,8 +516,10 @@ TEST(Serve, SessionsSurviveRestartAndADamagedFileIsNotUsed) {
   ASSERT_FALSE(damaged.empty());
   {
     std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(damaged) / 2));
-    f.put('\x5a');
+    const auto at = static_cast<std::streamoff>(fs::file_size(damaged) / 2);
+    char c = 0;
+    ASSERT_TRUE(f.seekg(at).get(c));
+    ASSERT_TRUE(f.seekp(at).put(static_cast<char>(~c)));  // the complement: always a change
   }
   {
     ServeProcess s({"--state-dir", state.string()});

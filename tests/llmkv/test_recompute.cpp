@@ -15,6 +15,7 @@
 #include "llmkv/recompute/recompute_policy.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
+#include "tests/runtime/test_util.h"
 
 namespace wm::llm {
 // Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
@@ -438,9 +439,7 @@ std::string spill_file_of(const std::string& dir, const ChunkCache& cache, Chunk
 }
 
 void damage(const std::string& path) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(static_cast<std::streamoff>(fs::file_size(path) - 20));
-  f.put('\x33');
+  ASSERT_TRUE(wm::test::flip_byte(path, fs::file_size(path) - 20));
 }
 
 TEST(Recompute, ADamagedSpillFileIsReportedAndItsSegmentRecomputedNeverUsed) {

@@ -81,9 +81,7 @@ TEST(LayerQueueLoader, AFailedBlockComesAsItsErrorAndTheOthersStillArrive) {
   store.put(test::random_block("bad", 1, 2, 6, 8, at::kFloat), Tier::Disk);
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(dir)) {  // damage the one spill file
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(e.path()) / 2));
-    f.put('\x5a');
+    ASSERT_TRUE(test::flip_byte(e.path().string(), fs::file_size(e.path()) / 2));
     ++files;
   }
   ASSERT_EQ(files, 1u);

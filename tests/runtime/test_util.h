@@ -2,7 +2,9 @@
 // Helpers shared by the runtime tests.
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +32,16 @@ inline const bool kTestPayloadRegistered = register_block_payload("test.values",
 inline std::vector<double> payload_values(const BlockMeta& m) {
   const TestPayload* p = m.payload_as<TestPayload>();
   return p ? p->values : std::vector<double>{};
+}
+
+// Damages a file: the byte at `at` becomes its complement, so it always changes (writing a fixed
+// byte leaves the file intact when that byte was already there). Returns false when the file
+// cannot be read or written there.
+inline bool flip_byte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  if (!f.seekg(static_cast<std::streamoff>(at)).get(c)) return false;
+  return static_cast<bool>(f.seekp(static_cast<std::streamoff>(at)).put(static_cast<char>(~c)).flush());
 }
 
 // True when two tensors have the same dtype, shape and bytes.
