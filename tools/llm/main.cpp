@@ -22,6 +22,7 @@
 #include "llmkv/session_store.h"
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
+#include "llmkv/model_source.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
 #include "llmkv/weight_shapes.h"
@@ -136,9 +137,10 @@ struct Options {
 std::optional<int> parse_options(int argc, char** argv, Options& o) {
   CLI::App app{
       "wm_llm: generate or chat with a Llama/Qwen2-family decoder from a Hugging Face model folder\n"
-      "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)"};
+      "(config.json, model.safetensors or sharded shards with model.safetensors.index.json, tokenizer.json)\n"
+      "or a GGUF file (llama.cpp's format; tools/get_model.sh smollm2 fetches SmolLM2-135M-Instruct)"};
   auto* m_opt = app.add_option("-m,--model", o.model_dir,
-                               "model folder (default: the embedded tiny model, looked for in the working directory, "
+                               "model folder or .gguf file (default: the embedded tiny model, looked for in the working directory, "
                                "then above this program's folder)")
                     ->capture_default_str();
   auto* p_opt = app.add_option("-p,--prompt", o.prompt, "prompt text (else --prompt-file, else standard input)");
@@ -266,6 +268,7 @@ void check_distinct_outputs(const Options& o) {
   wm::cli::require_distinct_outputs(
       {{"--dump-logits", o.dump_logits}, {"--stats-json", o.stats_json_path}},
       {{"--prompt-file", prompt_path(o)},
+       {"--model", m},
        {"the model's config.json", m + "/config.json"},
        {"the model's tokenizer.json", m + "/tokenizer.json"},
        {"the model's generation_config.json", m + "/generation_config.json"},
@@ -312,8 +315,9 @@ class Conversation {
         dev_(dev),
         dt_(dt),
         logits_file_(logits_file),
-        model_(load_model(o, dev, dt)),
-        tok_(wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json")),
+        src_(load_source(o, dev, dt)),
+        model_(src_.model),
+        tok_(*src_.tokenizer),
         im_end_(tok_.token_to_id("<|im_end|>")),
         gen_(generate_options()),
         session_(model_, tok_, dev, kvdt, session_options()) {
@@ -324,10 +328,11 @@ class Conversation {
   Conversation(const Conversation&) = delete;
   Conversation& operator=(const Conversation&) = delete;
 
-  static wm::llm::LlmModel load_model(const Options& o, at::Device dev, at::ScalarType dt) {
-    wm::llm::LlmModel m = wm::llm::load_llm(o.model_dir, dev, dt);
-    if (o.weights == "int8") m->quantize_int8();
-    return m;
+  // The model folder or GGUF file.
+  static wm::llm::LlmSource load_source(const Options& o, at::Device dev, at::ScalarType dt) {
+    wm::llm::LlmSource s = wm::llm::open_llm(o.model_dir, dev, dt);
+    if (o.weights == "int8") s.model->quantize_int8();
+    return s;
   }
 
   // One turn: prompt text -> tokens -> generation (or beams); prints and records it (and, with
@@ -374,7 +379,7 @@ class Conversation {
   // The options with the stop tokens: --stop-token, the model's and generation_config.json's end
   // tokens, and <|im_end|> in a chat.
   wm::llm::GenerateOptions generate_options() const {
-    const auto defaults = wm::llm::GenerationDefaults::load(o_.model_dir + "/generation_config.json");
+    const auto& defaults = src_.generation;
     wm::llm::GenerateOptions gen = o_.gen;
     gen.stop_tokens = o_.stop_tokens;
     for (int64_t e : model_->config().eos_token_ids) gen.stop_tokens.push_back(e);
@@ -445,7 +450,9 @@ class Conversation {
     if (reach <= max_positions) return;
     const std::string msg =
         wm::str_cat("the context reaches position ", reach, ", beyond the ", max_positions,
-                    " positions the model was trained on (max_position_embeddings in ", o_.model_dir, "/config.json)");
+                    " positions the model was trained on (",
+                    src_.gguf ? "context_length in " + o_.model_dir : "max_position_embeddings in " + o_.model_dir + "/config.json",
+                    ")");
     if (o_.strict_positions) throw wm::Error(msg + " (--strict-positions)");
     if (!warned_positions_)
       std::fprintf(stderr, "wm_llm: warning: %s: expect text that makes little sense (--strict-positions refuses)\n",
@@ -503,6 +510,7 @@ class Conversation {
   const at::Device dev_;
   const at::ScalarType dt_;
   wm::cli::OutputFile* const logits_file_;  // --dump-logits (the first turn's), or null
+  wm::llm::LlmSource src_;
   wm::llm::LlmModel model_;
   const wm::llm::Tokenizer tok_;
   const std::optional<int64_t> im_end_;

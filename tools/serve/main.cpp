@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "llmkv/hf_folder.h"
+#include "llmkv/model_source.h"
 #include "llmkv/sentence_encoder.h"
 #include "llmkv/serve_engine.h"
 #include "llmkv/text_policy.h"
@@ -30,7 +31,7 @@ namespace {
 
 struct Options {
   std::string model_dir = "assets/models/tiny-llm";
-  std::string model_name;  // empty: the folder's name
+  std::string model_name;  // empty: the folder's name, or a GGUF file's name without .gguf
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4, queue = 16, threads = 0, http_threads = 32;
@@ -128,10 +129,10 @@ std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
 void add_options(CLI::App& app, Options& o) {
-  app.add_option("-m,--model", o.model_dir, "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
+  app.add_option("-m,--model", o.model_dir, "Hugging Face model folder (config.json, model.safetensors, tokenizer.json) or GGUF file")
       ->capture_default_str()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--model-name", o.model_name, "the name clients ask for (default: the folder's name)");
+  app.add_option("--model-name", o.model_name, "the name clients ask for (default: the folder's name, or a GGUF file's name without .gguf)");
   app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o.port, "port (0: any free one; the line on standard output says which)")
       ->capture_default_str()
@@ -240,13 +241,14 @@ int main(int argc, char** argv) {
     const int nt = wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     const at::ScalarType dt = wm::parse_compute_dtype(o.dtype);
-    wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, dt);
-    wm::llm::Tokenizer tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
+    wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, dt);
+    wm::llm::LlmModel model = src.model;
+    const wm::llm::Tokenizer tok = *src.tokenizer;
     const std::string relevance_note = resolve_memory(o, model->config().max_position_embeddings, tok, dev);
     o.memory.validate();
     wm::serve::ServerOptions so;
-    so.model_dir = o.model_dir;
-    so.model_name = o.model_name.empty() ? std::filesystem::path(o.model_dir).filename().string() : o.model_name;
+    so.stop_tokens = src.generation.eos_token_ids;
+    so.model_name = o.model_name.empty() ? src.name : o.model_name;
     so.limits.max_tokens_limit = o.max_tokens_limit;
     so.limits.default_max_tokens = o.default_max_tokens;
     so.api_keys = api_keys(o);

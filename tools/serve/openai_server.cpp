@@ -74,9 +74,8 @@ OpenAIServer::OpenAIServer(ServerOptions o, llm::LlmModel model, llm::Tokenizer 
   WM_CHECK(o_.limits.default_max_tokens <= o_.limits.max_tokens_limit, "the default max_tokens (",
            o_.limits.default_max_tokens, ") is above the limit (", o_.limits.max_tokens_limit, ")");
   if (o_.model_name.empty()) o_.model_name = "model";
-  const auto defaults = llm::GenerationDefaults::load(o_.model_dir + "/generation_config.json");
   stop_tokens_ = model->config().eos_token_ids;
-  stop_tokens_.insert(stop_tokens_.end(), defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
+  stop_tokens_.insert(stop_tokens_.end(), o_.stop_tokens.begin(), o_.stop_tokens.end());
   if (im_end_) stop_tokens_.push_back(*im_end_);
   created_ = static_cast<int64_t>(std::time(nullptr));
 }

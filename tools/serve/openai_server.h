@@ -29,7 +29,7 @@ namespace wm::serve {
 
 struct ServerOptions {
   std::string model_name;          // the name clients ask for
-  std::string model_dir;           // for generation_config.json's stop tokens
+  std::vector<int64_t> stop_tokens;  // beside the model's EOS: generation_config.json's end tokens
   RequestLimits limits;
   std::vector<std::string> api_keys;  // empty: no key needed
 };
