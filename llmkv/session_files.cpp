@@ -223,15 +223,24 @@ double double_of(uint64_t u) {
 
 nlohmann::json piece_json(const Piece& p) { return nlohmann::json::array({p.offset, p.bytes, p.sum, p.tokens}); }
 
-// Format 3's bytes read back, and what the next save needs of them (*layout).
-SessionSnapshot decode3(const std::string& bytes, const std::string& where, std::string* name, nlohmann::json* note,
-                        Layout* layout) {
-  struct Blob {
-    uint64_t bytes, sum;
-    bool ok;
-  };
-  std::map<uint64_t, Blob> blobs;  // payload offset -> what the record holds
-  size_t pos = kMagicLen, man_at = 0, man_len = 0, man_end = 0;
+// A BLOB record of format 3: its payload's length and XXH64, and whether the payload matches.
+struct Blob {
+  uint64_t bytes, sum;
+  bool ok;
+};
+
+// The records of a format-3 file: its BLOBs by payload offset, and the last whole manifest's
+// payload [man_at, man_at + man_len), its record ending at man_end.
+struct Records {
+  std::map<uint64_t, Blob> blobs;
+  size_t man_at = 0, man_len = 0, man_end = 0;
+};
+
+// Walks the records of `bytes` from the magic. Throws wm::CorruptData when no manifest is whole,
+// or when a whole one lies past the point where the records stop.
+Records scan_records(const std::string& bytes, const std::string& where) {
+  Records rec;
+  size_t pos = kMagicLen;
   std::string tag;
   uint64_t len = 0;
   while (record_at(bytes, pos, &tag, &len)) {
@@ -239,9 +248,9 @@ SessionSnapshot decode3(const std::string& bytes, const std::string& where, std:
     const uint64_t sum = get_u64(bytes, at + len);
     const bool ok = xxh64(bytes.data() + at, len) == sum;
     if (tag == "BLOB") {
-      blobs[at] = {len, sum, ok};
+      rec.blobs[at] = {len, sum, ok};
     } else if (tag == "MANI") {
-      if (ok) man_at = at, man_len = len, man_end = at + len + 8;
+      if (ok) rec.man_at = at, rec.man_len = len, rec.man_end = at + len + 8;
     } else {
       break;
     }
@@ -253,87 +262,317 @@ SessionSnapshot decode3(const std::string& bytes, const std::string& where, std:
     if (record_at(bytes, m, &tag, &len) &&
         xxh64(bytes.data() + m + kRecordHead, len) == get_u64(bytes, m + kRecordHead + len))
       throw CorruptData(str_cat(where, ": damaged at byte ", pos, ", before its last manifest"));
-  if (man_end == 0)
+  if (rec.man_end == 0)
     throw CorruptData(str_cat(where, ": no whole manifest (the file is damaged or its first write cut short)"));
-  SessionSnapshot snap;
-  Layout lay;
-  lay.current = true;
-  lay.end = man_end;
-  std::set<uint64_t> used;
-  auto blob = [&](const nlohmann::json& r, Piece* p) -> std::string_view {
+  return rec;
+}
+
+// The layers of block `id`'s pieces (each [layers]) joined along the tokens. Throws
+// wm::CorruptData when they do not join.
+std::vector<LayerKv> join_pieces(std::vector<std::vector<LayerKv>>& parts, const std::string& id,
+                                 const std::string& where) {
+  if (parts.size() == 1) return std::move(parts[0]);
+  std::vector<LayerKv> layers(parts[0].size());
+  for (size_t l = 0; l < parts[0].size(); ++l) {
+    std::vector<at::Tensor> k, v, ps, lw;
+    for (const auto& part : parts) {
+      k.push_back(part[l].k);
+      v.push_back(part[l].v);
+      ps.push_back(part[l].pos);
+      lw.push_back(part[l].logw);
+    }
+    try {
+      layers[l] = {at::cat(k, 1), at::cat(v, 1), at::cat(ps, 0), at::cat(lw, 0)};
+    } catch (const c10::Error& ex) {
+      throw CorruptData(str_cat(where, ": block '", id, "': its pieces do not join: ", ex.what_without_backtrace()));
+    }
+  }
+  return layers;
+}
+
+// Reads the blocks a format-3 manifest lists out of the file's bytes, and records in `lay` the
+// pieces of each (its chains) and the bytes they hold (live).
+struct ManifestBlocks {
+  const std::string& bytes;
+  const std::string& where;
+  const Records& rec;
+  Layout& lay;
+  std::set<uint64_t> used;  // payload offsets already counted in lay.live
+
+  // The bytes of the BLOB a manifest entry [offset, bytes, sum, ...] names; *p gets the three.
+  // Throws wm::CorruptData when no such whole BLOB lies before the manifest.
+  std::string_view blob(const nlohmann::json& r, Piece* p) {
     p->offset = r.at(0).get<uint64_t>();
     p->bytes = r.at(1).get<uint64_t>();
     p->sum = r.at(2).get<uint64_t>();
-    auto it = blobs.find(p->offset);
-    if (it == blobs.end() || it->second.bytes != p->bytes || it->second.sum != p->sum || p->offset > man_at)
+    auto it = rec.blobs.find(p->offset);
+    if (it == rec.blobs.end() || it->second.bytes != p->bytes || it->second.sum != p->sum || p->offset > rec.man_at)
       throw CorruptData(str_cat(where, ": the manifest names bytes at ", p->offset, " that hold no such block"));
     if (!it->second.ok) throw CorruptData(str_cat(where, ": the block at byte ", p->offset, " is damaged (checksum)"));
     if (used.insert(p->offset).second) lay.live += p->bytes + kRecordOver;
     return std::string_view(bytes.data() + p->offset, p->bytes);
-  };
+  }
+
+  // The layers of the pieces block `id` lists in `pieces`, each checked against its entry; the
+  // pieces are appended to `chain`. Throws wm::CorruptData.
+  std::vector<std::vector<LayerKv>> read_pieces(const nlohmann::json& pieces, const std::string& id,
+                                                std::vector<Piece>& chain) {
+    std::vector<std::vector<LayerKv>> parts;
+    for (const auto& pj : pieces) {
+      Piece p;
+      const std::string_view pb = blob(pj, &p);
+      p.tokens = pj.at(3).get<std::vector<int64_t>>();
+      Block piece = decode_block(pb.data(), pb.size(), where);
+      if (piece.id != id) throw CorruptData(str_cat(where, ": block '", id, "' holds a piece of '", piece.id, "'"));
+      if (piece.layers.size() != p.tokens.size() || (!parts.empty() && parts[0].size() != p.tokens.size()))
+        throw CorruptData(str_cat(where, ": block '", id, "': its pieces' layers disagree"));
+      for (size_t l = 0; l < p.tokens.size(); ++l)
+        if (piece.layers[l].n_tokens() != p.tokens[l])
+          throw CorruptData(str_cat(where, ": block '", id, "': a piece's tokens disagree with the manifest"));
+      parts.push_back(std::move(piece.layers));
+      chain.push_back(std::move(p));
+    }
+    if (parts.empty()) throw CorruptData(str_cat(where, ": block '", id, "' has no pieces"));
+    return parts;
+  }
+
+  // The block of listing entry e (its head, stats and pieces joined), of the given kind.
+  Block read(const nlohmann::json& e, const std::string& kind) {
+    Piece hp;
+    const std::string_view hb = blob(e.at("head"), &hp);
+    Block b = decode_block(hb.data(), hb.size(), where);
+    if (!b.layers.empty()) throw CorruptData(str_cat(where, ": block '", b.id, "': its head holds tokens"));
+    const auto& st = e.at("stats");
+    b.stats.attn_ema = double_of(st.at(0).get<uint64_t>());
+    b.stats.last_use = st.at(1).get<int64_t>();
+    b.stats.uses = st.at(2).get<int64_t>();
+    std::vector<Piece>& chain = lay.chains[kind + ":" + b.id];
+    if (!chain.empty()) throw CorruptData(str_cat(where, ": ", kind, " block '", b.id, "' is listed twice"));
+    std::vector<std::vector<LayerKv>> parts = read_pieces(e.at("pieces"), b.id, chain);
+    b.layers = join_pieces(parts, b.id, where);
+    return b;
+  }
+};
+
+// Format 3's bytes read back, and what the next save needs of them (*layout).
+SessionSnapshot decode3(const std::string& bytes, const std::string& where, std::string* name, nlohmann::json* note,
+                        Layout* layout) {
+  const Records rec = scan_records(bytes, where);
+  SessionSnapshot snap;
+  Layout lay;
+  lay.current = true;
+  lay.end = rec.man_end;
+  ManifestBlocks blocks{bytes, where, rec, lay, {}};
   try {
-    const nlohmann::json h = nlohmann::json::parse(bytes.begin() + static_cast<std::ptrdiff_t>(man_at),
-                                                   bytes.begin() + static_cast<std::ptrdiff_t>(man_at + man_len));
+    const nlohmann::json h = nlohmann::json::parse(bytes.begin() + static_cast<std::ptrdiff_t>(rec.man_at),
+                                                   bytes.begin() + static_cast<std::ptrdiff_t>(rec.man_at + rec.man_len));
     if (name) *name = h.at("name").get<std::string>();
     if (note) *note = h.at("note");
     snap.state = h.at("state");
     for (const auto& e : h.at("blocks")) {
       const std::string kind = e.at("kind").get<std::string>();
-      Piece hp;
-      const std::string_view hb = blob(e.at("head"), &hp);
-      Block b = decode_block(hb.data(), hb.size(), where);
-      if (!b.layers.empty()) throw CorruptData(str_cat(where, ": block '", b.id, "': its head holds tokens"));
-      const auto& st = e.at("stats");
-      b.stats.attn_ema = double_of(st.at(0).get<uint64_t>());
-      b.stats.last_use = st.at(1).get<int64_t>();
-      b.stats.uses = st.at(2).get<int64_t>();
-      std::vector<Piece>& chain = lay.chains[kind + ":" + b.id];
-      if (!chain.empty()) throw CorruptData(str_cat(where, ": ", kind, " block '", b.id, "' is listed twice"));
-      std::vector<std::vector<LayerKv>> parts;
-      for (const auto& pj : e.at("pieces")) {
-        Piece p;
-        const std::string_view pb = blob(pj, &p);
-        p.tokens = pj.at(3).get<std::vector<int64_t>>();
-        Block piece = decode_block(pb.data(), pb.size(), where);
-        if (piece.id != b.id) throw CorruptData(str_cat(where, ": block '", b.id, "' holds a piece of '", piece.id, "'"));
-        if (piece.layers.size() != p.tokens.size() || (!parts.empty() && parts[0].size() != p.tokens.size()))
-          throw CorruptData(str_cat(where, ": block '", b.id, "': its pieces' layers disagree"));
-        for (size_t l = 0; l < p.tokens.size(); ++l)
-          if (piece.layers[l].n_tokens() != p.tokens[l])
-            throw CorruptData(str_cat(where, ": block '", b.id, "': a piece's tokens disagree with the manifest"));
-        parts.push_back(std::move(piece.layers));
-        chain.push_back(std::move(p));
-      }
-      if (parts.empty()) throw CorruptData(str_cat(where, ": block '", b.id, "' has no pieces"));
-      if (parts.size() == 1) {
-        b.layers = std::move(parts[0]);
-      } else {
-        b.layers.resize(parts[0].size());
-        for (size_t l = 0; l < parts[0].size(); ++l) {
-          std::vector<at::Tensor> k, v, ps, lw;
-          for (const auto& part : parts) {
-            k.push_back(part[l].k);
-            v.push_back(part[l].v);
-            ps.push_back(part[l].pos);
-            lw.push_back(part[l].logw);
-          }
-          try {
-            b.layers[l] = {at::cat(k, 1), at::cat(v, 1), at::cat(ps, 0), at::cat(lw, 0)};
-          } catch (const c10::Error& ex) {
-            throw CorruptData(str_cat(where, ": block '", b.id, "': its pieces do not join: ", ex.what_without_backtrace()));
-          }
-        }
-      }
-      place(snap, kind, std::move(b), where);
+      place(snap, kind, blocks.read(e, kind), where);
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(str_cat(where, ": a malformed manifest: ", e.what()));
   }
-  lay.live += kMagicLen + man_len + kRecordOver;
-  for (const auto& [off, b] : blobs)
-    if (b.ok && off < man_end) lay.blobs[{b.sum, b.bytes}] = off;
+  lay.live += kMagicLen + rec.man_len + kRecordOver;
+  for (const auto& [off, b] : rec.blobs)
+    if (b.ok && off < rec.man_end) lay.blobs[{b.sum, b.bytes}] = off;
   if (layout) *layout = std::move(lay);
   return snap;
+}
+
+// The records of one format-3 save: the BLOBs neither the file nor this save holds yet, and the
+// manifest's listing of the blocks. Written whole (`old` null) they follow the magic at `base`;
+// else they are appended at base = old->end and reuse the pieces the file holds.
+struct ManifestWriter {
+  ManifestWriter(uint64_t base_, const Layout* old_) : base(base_), old(old_) {
+    lay.current = true;
+    if (old) lay.blobs = old->blobs;
+  }
+  uint64_t base;
+  const Layout* old;
+  std::string out;  // the records, to be written at `base`
+  Layout lay;       // the file's layout once they are
+  std::set<uint64_t> used;  // payload offsets already counted in lay.live
+  nlohmann::json blocks = nlohmann::json::array();
+
+  void count(const Piece& p) {
+    if (used.insert(p.offset).second) lay.live += p.bytes + kRecordOver;
+  }
+
+  // A blob the file holds (or this save writes) with these bytes; else appended to out.
+  void put(const std::string& payload, Piece* p) {
+    p->sum = xxh64(payload.data(), payload.size());
+    p->bytes = payload.size();
+    auto b = lay.blobs.find({p->sum, p->bytes});
+    if (b != lay.blobs.end()) {
+      p->offset = b->second;
+    } else {
+      p->offset = base + out.size() + kRecordHead;
+      put_record(out, "BLOB", payload);
+      lay.blobs[{p->sum, p->bytes}] = p->offset;
+    }
+    count(*p);
+  }
+
+  // The pieces the file holds of block b, as long as they are its first tokens still, appended
+  // to chain: its pieces where it was (window or bank), else where it was of the other kind.
+  // Returns the tokens they cover, per layer.
+  std::vector<int64_t> reuse(const Block& b, const char* kind, std::vector<Piece>& chain) {
+    const size_t nl = b.layers.size();
+    std::vector<int64_t> from(nl, 0);
+    if (!old) return from;
+    auto c = old->chains.find(std::string(kind) + ":" + b.id);
+    if (c == old->chains.end()) c = old->chains.find((kind[0] == 'w' ? "bank:" : "window:") + b.id);
+    if (c == old->chains.end()) return from;
+    for (const Piece& p : c->second) {
+      bool fits = p.tokens.size() == nl;
+      for (size_t l = 0; fits && l < nl; ++l) fits = from[l] + p.tokens[l] <= b.layers[l].n_tokens();
+      if (!fits) break;
+      const std::string bytes = encode_block(slice_of(b, from, p.tokens), nullptr);
+      if (bytes.size() != p.bytes || xxh64(bytes.data(), bytes.size()) != p.sum) break;
+      count(p);
+      chain.push_back(p);
+      for (size_t l = 0; l < nl; ++l) from[l] += p.tokens[l];
+    }
+    return from;
+  }
+
+  // Block b of the given kind ("window" or "bank") into the listing: its head, the pieces reused
+  // and one piece of the tokens after them.
+  void add(const Block& b, const char* kind) {
+    nlohmann::json e = {{"kind", kind}};
+    Piece head;
+    put(encode_block(head_of(b), nullptr), &head);
+    e["head"] = piece_json(head);
+    std::vector<Piece>& chain = lay.chains[std::string(kind) + ":" + b.id];
+    WM_CHECK(chain.empty(), kind, " block '", b.id, "' is in the snapshot twice");
+    const std::vector<int64_t> from = reuse(b, kind, chain);
+    const size_t nl = b.layers.size();
+    std::vector<int64_t> rest(nl);
+    bool any = false;
+    for (size_t l = 0; l < nl; ++l) {
+      rest[l] = b.layers[l].n_tokens() - from[l];
+      if (rest[l] > 0) any = true;
+    }
+    if (any || chain.empty()) {
+      Piece p;
+      p.tokens = rest;
+      put(encode_block(slice_of(b, from, rest), nullptr), &p);
+      chain.push_back(std::move(p));
+    }
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const Piece& p : chain) pieces.push_back(piece_json(p));
+    e["pieces"] = std::move(pieces);
+    e["stats"] = {bits_of(b.stats.attn_ema), b.stats.last_use, b.stats.uses};
+    blocks.push_back(std::move(e));
+  }
+};
+
+// Appends out's records to file f of the folder, which ends (or is cut back) at old_end: the
+// BLOBs first, flushed, then the manifest, flushed. Never through a link, never into a file with
+// other names. False (nothing written) when the file is not such a file or is shorter than
+// old_end; throws wm::Error naming `where` when a write fails (the file cut back as it was).
+bool append_records(int dirfd, const std::string& f, const std::string& where, const std::string& out,
+                    size_t blobs_end, uint64_t old_end) {
+  const int fd = ::openat(dirfd, f.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      static_cast<uint64_t>(st.st_size) < old_end) {
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  try {
+    if (static_cast<uint64_t>(st.st_size) != old_end && ::ftruncate(fd, static_cast<off_t>(old_end)) != 0)
+      throw Error(str_cat("cannot cut ", where, " to its last manifest: ", errno_text(errno)));
+    write_all(fd, out.data(), blobs_end, old_end, where);
+    if (blobs_end > 0 && ::fdatasync(fd) != 0)
+      throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
+    write_all(fd, out.data() + blobs_end, out.size() - blobs_end, old_end + blobs_end, where);
+    if (::fdatasync(fd) != 0) throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
+  } catch (...) {
+    (void)!::ftruncate(fd, static_cast<off_t>(old_end));  // the file as it was
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return true;
+}
+
+// What the folder's index lists: session name -> its file (entries naming another file are
+// left out, logged), whether there is an index, and whether an entry was left out.
+struct IndexListing {
+  std::map<std::string, std::string> listed;
+  bool present = true;
+  bool ignored = false;
+};
+
+// Reads the folder's index (a hint: the files' own headers decide). Throws wm::CorruptData for a
+// damaged index (the folder is left as it is), wm::Error when it cannot be read.
+IndexListing read_index(int dirfd, const std::string& dir, const std::function<void(const std::string&)>& log) {
+  IndexListing out;
+  const std::string where = str_cat("the session index '", dir, "/", kIndex, "'");
+  int why = 0;
+  std::string text;
+  try {
+    text = read_file_at(dirfd, kIndex, where, &why);
+  } catch (const CorruptData& e) {
+    throw CorruptData(str_cat(e.what(), " (the folder is left as it is; move it away to start afresh)"));
+  } catch (const Error&) {
+    if (why != ENOENT) throw;
+    out.present = false;
+    return out;
+  }
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("sessions") || !j["sessions"].is_object())
+      throw CorruptData("not a session index of version 1");
+    for (const auto& [n, f] : j["sessions"].items()) {
+      const std::string file = f.is_string() ? f.get<std::string>() : f.dump();
+      if (file != SessionFiles::file_of(n)) {
+        if (log)
+          log(str_cat(where, " names '", file, "' for session '", n, "', not its file '", SessionFiles::file_of(n),
+                      "': the entry is ignored (that path is not touched)"));
+        out.ignored = true;
+        continue;
+      }
+      out.listed[n] = file;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(str_cat(where, " is damaged: ", e.what(),
+                              " (the folder is left as it is; move it away to start afresh)"));
+  } catch (const CorruptData& e) {
+    throw CorruptData(str_cat(where, ": ", e.what(), " (the folder is left as it is; move it away to start afresh)"));
+  }
+  return out;
+}
+
+// The folder's session files, sorted; its own temporaries (of writes cut short) are removed and
+// counted in *temporaries, other files left alone. Throws wm::Error when it cannot be listed.
+std::vector<std::string> list_session_files(int dirfd, const std::string& dir, int* temporaries) {
+  std::vector<std::string> files;
+  *temporaries = 0;
+  const int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  WM_CHECK(dup >= 0, "cannot list the session folder '", dir, "': ", errno_text(errno));
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    WM_CHECK(false, "cannot list the session folder '", dir, "': ", errno_text(errno));
+  }
+  ::rewinddir(d);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string f = e->d_name;
+    if (is_session_file(f)) {
+      files.push_back(f);
+    } else if (is_own_temporary(f)) {
+      if (::unlinkat(dirfd, f.c_str(), 0) == 0) ++*temporaries;
+    }
+  }
+  ::closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::string utc_stamp() {
@@ -424,7 +663,38 @@ SessionFiles::SessionFiles(std::string dir, std::function<void(const std::string
            ec ? ": " + ec.message() : "");
   dirfd_.fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   WM_CHECK(dirfd_.fd >= 0, "cannot open the session folder '", dir_, "': ", errno_text(errno));
+  lock_folder();
 
+  const IndexListing index = read_index(dirfd_.fd, dir_, log_);
+  int temporaries = 0;
+  const std::vector<std::string> files = list_session_files(dirfd_.fd, dir_, &temporaries);
+  if (temporaries > 0) say(str_cat(dir_, ": removed ", temporaries, " temporary file(s) of writes cut short"));
+
+  std::vector<std::pair<int64_t, std::string>> by_time;  // (mtime in ns, name): the first clock
+  std::vector<std::string> adopted;
+  for (const auto& f : files) {
+    int64_t mtime = 0;
+    const std::string got = adopt_file(f, &mtime);
+    if (got.empty()) continue;
+    by_time.emplace_back(mtime, got);
+    if (!index.listed.count(got)) adopted.push_back(got);
+  }
+  for (const auto& [n, f] : index.listed)
+    if (!entries_.count(n)) say(str_cat("session '", n, "': the index names it, its file ", f, " is missing or not used; the session starts afresh"));
+  if (!index.present && !entries_.empty())
+    say(str_cat(dir_, ": no index: rebuilt from the headers of ", entries_.size(), " session file(s)"));
+  else if (!adopted.empty())
+    say(str_cat(dir_, ": adopted ", adopted.size(), " session file(s) the index did not name (",
+                adopted.size() <= 8 ? nlohmann::json(adopted).dump() : std::string("...") , ")"));
+  std::sort(by_time.begin(), by_time.end());
+  for (const auto& [t, n] : by_time) entries_[n].used = ++clock_;
+  bool same = index.present && !index.ignored && index.listed.size() == entries_.size();
+  for (const auto& [n, en] : entries_) same = same && index.listed.count(n);
+  if (!same && (index.present || !entries_.empty())) write_index();
+}
+
+void SessionFiles::lock_folder() {
+  using namespace session_files_impl;
   // One owner at a time: the lock, then the owner's pid in the lock file.
   lockfd_.fd = ::openat(dirfd_.fd, kLock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   WM_CHECK(lockfd_.fd >= 0, "cannot open the lock file '", dir_, "/", kLock, "': ", errno_text(errno),
@@ -442,132 +712,53 @@ SessionFiles::SessionFiles(std::string dir, std::function<void(const std::string
     }
     throw Error(str_cat("cannot lock the session folder '", dir_, "': ", errno_text(e)));
   }
-  {
-    struct stat st {};
-    if (::fstat(lockfd_.fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1) {
-      const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(lockfd_.fd, 0) == 0) (void)!::pwrite(lockfd_.fd, pid.data(), pid.size(), 0);
-    }
+  struct stat st {};
+  if (::fstat(lockfd_.fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1) {
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(lockfd_.fd, 0) == 0) (void)!::pwrite(lockfd_.fd, pid.data(), pid.size(), 0);
   }
+}
 
-  // The index: which names the folder held (a hint: the files' own headers decide).
-  std::map<std::string, std::string> listed;
-  bool have_index = true, ignored = false;
-  {
-    const std::string where = str_cat("the session index '", dir_, "/", kIndex, "'");
+std::string SessionFiles::adopt_file(const std::string& f, int64_t* mtime) {
+  using namespace session_files_impl;
+  const std::string where = str_cat(dir_, "/", f);
+  std::string got;
+  bool fatal = false;
+  try {
+    StoredSession s;
+    Entry en;
     int why = 0;
-    std::string text;
+    std::string bytes;
     try {
-      text = read_file_at(dirfd_.fd, kIndex, where, &why);
-    } catch (const CorruptData& e) {
-      throw CorruptData(str_cat(e.what(), " (the folder is left as it is; move it away to start afresh)"));
+      bytes = read_file_at(dirfd_.fd, f, where, &why);
     } catch (const Error&) {
-      if (why != ENOENT) throw;
-      have_index = false;
+      if (why == ENOENT) return "";  // gone meanwhile
+      // Out of resources, not a fault of the file: the folder is not opened.
+      fatal = why == EMFILE || why == ENFILE || why == ENOMEM || why == EINTR || why == EAGAIN;
+      throw;  // else below: moved aside
     }
-    if (have_index) {
-      try {
-        const nlohmann::json j = nlohmann::json::parse(text);
-        if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("sessions") || !j["sessions"].is_object())
-          throw CorruptData("not a session index of version 1");
-        for (const auto& [n, f] : j["sessions"].items()) {
-          const std::string file = f.is_string() ? f.get<std::string>() : f.dump();
-          if (file != file_of(n)) {
-            say(str_cat(where, " names '", file, "' for session '", n, "', not its file '", file_of(n),
-                        "': the entry is ignored (that path is not touched)"));
-            ignored = true;
-            continue;
-          }
-          listed[n] = file;
-        }
-      } catch (const nlohmann::json::exception& e) {
-        throw CorruptData(str_cat(where, " is damaged: ", e.what(),
-                                  " (the folder is left as it is; move it away to start afresh)"));
-      } catch (const CorruptData& e) {
-        throw CorruptData(str_cat(where, ": ", e.what(), " (the folder is left as it is; move it away to start afresh)"));
-      }
-    }
+    const SessionSnapshot snap = bytes.compare(0, kMagicLen, kMagic3) == 0
+                                     ? decode3(bytes, where, &got, &s.note, &en.layout)
+                                     : decode(bytes, where, &got, &s.note);
+    if (file_of(got) != f) throw CorruptData(str_cat(where, ": holds session '", got, "', whose file is ", file_of(got)));
+    s.file = f;
+    s.next_position = next_position_of(snap);
+    en.bytes = bytes.size();
+    struct stat st {};
+    *mtime = 0;
+    if (::fstatat(dirfd_.fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      *mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    found_[got] = std::move(s);
+    entries_[got] = std::move(en);
+    return got;
+  } catch (const std::exception& e) {
+    if (fatal) throw;
+    const std::string moved = quarantine(f, e.what());
+    say(str_cat(got.empty() ? "a session file" : "session '" + got + "'", " is not used: ", e.what(), "; ",
+                moved.empty() ? "it is left where it is" : "moved aside to '" + moved + "' (kept, not deleted)",
+                "; the session starts afresh"));
+    return "";
   }
-
-  // The folder's own files: session files checked, own temporaries removed, the rest left alone.
-  std::vector<std::string> files;
-  int temporaries = 0;
-  {
-    const int dup = ::fcntl(dirfd_.fd, F_DUPFD_CLOEXEC, 0);
-    WM_CHECK(dup >= 0, "cannot list the session folder '", dir_, "': ", errno_text(errno));
-    DIR* d = ::fdopendir(dup);
-    if (!d) {
-      ::close(dup);
-      WM_CHECK(false, "cannot list the session folder '", dir_, "': ", errno_text(errno));
-    }
-    ::rewinddir(d);
-    while (const dirent* e = ::readdir(d)) {
-      const std::string f = e->d_name;
-      if (is_session_file(f)) {
-        files.push_back(f);
-      } else if (is_own_temporary(f)) {
-        if (::unlinkat(dirfd_.fd, f.c_str(), 0) == 0) ++temporaries;
-      }
-    }
-    ::closedir(d);
-  }
-  if (temporaries > 0) say(str_cat(dir_, ": removed ", temporaries, " temporary file(s) of writes cut short"));
-  std::sort(files.begin(), files.end());
-
-  std::vector<std::pair<int64_t, std::string>> by_time;  // (mtime in ns, name): the first clock
-  std::vector<std::string> adopted;
-  for (const auto& f : files) {
-    const std::string where = str_cat(dir_, "/", f);
-    std::string got;
-    bool fatal = false;
-    try {
-      StoredSession s;
-      Entry en;
-      int why = 0;
-      std::string bytes;
-      try {
-        bytes = read_file_at(dirfd_.fd, f, where, &why);
-      } catch (const Error&) {
-        if (why == ENOENT) continue;  // gone meanwhile
-        // Out of resources, not a fault of the file: the folder is not opened.
-        fatal = why == EMFILE || why == ENFILE || why == ENOMEM || why == EINTR || why == EAGAIN;
-        throw;  // else below: moved aside
-      }
-      const SessionSnapshot snap = bytes.compare(0, kMagicLen, kMagic3) == 0
-                                       ? decode3(bytes, where, &got, &s.note, &en.layout)
-                                       : decode(bytes, where, &got, &s.note);
-      if (file_of(got) != f) throw CorruptData(str_cat(where, ": holds session '", got, "', whose file is ", file_of(got)));
-      s.file = f;
-      s.next_position = next_position_of(snap);
-      en.bytes = bytes.size();
-      struct stat st {};
-      int64_t mtime = 0;
-      if (::fstatat(dirfd_.fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
-        mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-      by_time.emplace_back(mtime, got);
-      if (!listed.count(got)) adopted.push_back(got);
-      found_[got] = std::move(s);
-      entries_[got] = std::move(en);
-    } catch (const std::exception& e) {
-      if (fatal) throw;
-      const std::string moved = quarantine(f, e.what());
-      say(str_cat(got.empty() ? "a session file" : "session '" + got + "'", " is not used: ", e.what(), "; ",
-                  moved.empty() ? "it is left where it is" : "moved aside to '" + moved + "' (kept, not deleted)",
-                  "; the session starts afresh"));
-    }
-  }
-  for (const auto& [n, f] : listed)
-    if (!entries_.count(n)) say(str_cat("session '", n, "': the index names it, its file ", f, " is missing or not used; the session starts afresh"));
-  if (!have_index && !entries_.empty())
-    say(str_cat(dir_, ": no index: rebuilt from the headers of ", entries_.size(), " session file(s)"));
-  else if (!adopted.empty())
-    say(str_cat(dir_, ": adopted ", adopted.size(), " session file(s) the index did not name (",
-                adopted.size() <= 8 ? nlohmann::json(adopted).dump() : std::string("...") , ")"));
-  std::sort(by_time.begin(), by_time.end());
-  for (const auto& [t, n] : by_time) entries_[n].used = ++clock_;
-  bool same = have_index && !ignored && listed.size() == entries_.size();
-  for (const auto& [n, en] : entries_) same = same && listed.count(n);
-  if (!same && (have_index || !entries_.empty())) write_index();
 }
 
 SessionFiles::~SessionFiles() = default;
@@ -635,80 +826,17 @@ SaveReport SessionFiles::store(const std::string& name, const SessionSnapshot& s
   // The records to append (or, written whole, to follow the magic), and the manifest.
   for (int pass = 0; pass < 2; ++pass) {
     const bool whole = pass == 1 || old == nullptr;
-    const uint64_t base = whole ? kMagicLen : old->end;
-    std::string out;
-    Layout lay;
-    lay.current = true;
-    if (!whole) lay.blobs = old->blobs;
-    std::set<uint64_t> used;
-    // A blob the file holds (or this save writes) with these bytes; else appended.
-    auto put = [&](const std::string& payload, Piece* p) {
-      p->sum = xxh64(payload.data(), payload.size());
-      p->bytes = payload.size();
-      auto b = lay.blobs.find({p->sum, p->bytes});
-      if (b != lay.blobs.end()) {
-        p->offset = b->second;
-      } else {
-        p->offset = base + out.size() + kRecordHead;
-        put_record(out, "BLOB", payload);
-        lay.blobs[{p->sum, p->bytes}] = p->offset;
-      }
-      if (used.insert(p->offset).second) lay.live += p->bytes + kRecordOver;
-    };
-    nlohmann::json blocks = nlohmann::json::array();
-    auto add = [&](const Block& b, const char* kind) {
-      nlohmann::json e = {{"kind", kind}};
-      Piece head;
-      put(encode_block(head_of(b), nullptr), &head);
-      e["head"] = piece_json(head);
-      std::vector<Piece>& chain = lay.chains[std::string(kind) + ":" + b.id];
-      WM_CHECK(chain.empty(), kind, " block '", b.id, "' is in the snapshot twice");
-      const size_t nl = b.layers.size();
-      std::vector<int64_t> from(nl, 0);
-      // The pieces the file holds of this block, as long as they are its first tokens still.
-      if (!whole) {
-        // Its pieces where it was (window or bank), else where it was of the other kind.
-        auto c = old->chains.find(std::string(kind) + ":" + b.id);
-        if (c == old->chains.end()) c = old->chains.find((kind[0] == 'w' ? "bank:" : "window:") + b.id);
-        if (c != old->chains.end())
-          for (const Piece& p : c->second) {
-            bool fits = p.tokens.size() == nl;
-            for (size_t l = 0; fits && l < nl; ++l) fits = from[l] + p.tokens[l] <= b.layers[l].n_tokens();
-            if (!fits) break;
-            const std::string bytes = encode_block(slice_of(b, from, p.tokens), nullptr);
-            if (bytes.size() != p.bytes || xxh64(bytes.data(), bytes.size()) != p.sum) break;
-            Piece q = p;
-            if (used.insert(q.offset).second) lay.live += q.bytes + kRecordOver;
-            chain.push_back(q);
-            for (size_t l = 0; l < nl; ++l) from[l] += p.tokens[l];
-          }
-      }
-      std::vector<int64_t> rest(nl);
-      bool any = false;
-      for (size_t l = 0; l < nl; ++l) {
-        rest[l] = b.layers[l].n_tokens() - from[l];
-        if (rest[l] > 0) any = true;
-      }
-      if (any || chain.empty()) {
-        Piece p;
-        p.tokens = rest;
-        put(encode_block(slice_of(b, from, rest), nullptr), &p);
-        chain.push_back(std::move(p));
-      }
-      nlohmann::json pieces = nlohmann::json::array();
-      for (const Piece& p : chain) pieces.push_back(piece_json(p));
-      e["pieces"] = std::move(pieces);
-      e["stats"] = {bits_of(b.stats.attn_ema), b.stats.last_use, b.stats.uses};
-      blocks.push_back(std::move(e));
-    };
-    for (const auto& b : snap.window) add(b, "window");
-    for (const auto& b : snap.bank) add(b, "bank");
+    ManifestWriter w(whole ? kMagicLen : old->end, whole ? nullptr : old);
+    for (const auto& b : snap.window) w.add(b, "window");
+    for (const auto& b : snap.bank) w.add(b, "bank");
     const std::string manifest =
-        nlohmann::json{{"name", name}, {"note", note}, {"state", snap.state}, {"blocks", blocks}}.dump();
+        nlohmann::json{{"name", name}, {"note", note}, {"state", snap.state}, {"blocks", w.blocks}}.dump();
+    std::string& out = w.out;
+    Layout& lay = w.lay;
     const size_t blobs_end = out.size();
     put_record(out, "MANI", manifest);
     lay.live += kMagicLen + manifest.size() + kRecordOver;
-    lay.end = base + out.size();
+    lay.end = w.base + out.size();
     // Dead bytes past the live ones: the file is written whole instead.
     if (!whole && lay.end - lay.live > lay.live) continue;
     SaveReport rep;
@@ -717,34 +845,12 @@ SaveReport SessionFiles::store(const std::string& name, const SessionSnapshot& s
       // Only the blobs this save names (a whole file starts afresh).
       out.insert(0, kMagic3, kMagicLen);
       write_whole_at(dirfd_.fd, dir_, f, out);
-      rep.written = out.size();
       rep.rewritten = true;
-    } else {
-      // Appended in place: never through a link, never into a file with other names.
-      const int fd = ::openat(dirfd_.fd, f.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-      struct stat st {};
-      if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-          static_cast<uint64_t>(st.st_size) < old->end) {
-        if (fd >= 0) ::close(fd);
-        old = nullptr;  // written whole
-        continue;
-      }
-      try {
-        if (static_cast<uint64_t>(st.st_size) != old->end && ::ftruncate(fd, static_cast<off_t>(old->end)) != 0)
-          throw Error(str_cat("cannot cut ", where, " to its last manifest: ", errno_text(errno)));
-        write_all(fd, out.data(), blobs_end, old->end, where);
-        if (blobs_end > 0 && ::fdatasync(fd) != 0)
-          throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
-        write_all(fd, out.data() + blobs_end, out.size() - blobs_end, old->end + blobs_end, where);
-        if (::fdatasync(fd) != 0) throw Error(str_cat("cannot flush ", where, " to the disk: ", errno_text(errno)));
-      } catch (...) {
-        (void)!::ftruncate(fd, static_cast<off_t>(old->end));  // the file as it was
-        ::close(fd);
-        throw;
-      }
-      ::close(fd);
-      rep.written = out.size();
+    } else if (!append_records(dirfd_.fd, f, where, out, blobs_end, old->end)) {
+      old = nullptr;  // written whole
+      continue;
     }
+    rep.written = out.size();
     const bool fresh = it == entries_.end();
     Entry& en = entries_[name];
     en.bytes = lay.end;

@@ -154,6 +154,13 @@ class SessionFiles {
   std::string quarantine(const std::string& file, const std::string& why);
   void remove_file(const std::string& file);  // the session file, then the folder flushed
   std::vector<std::string> apply_budget(const std::string& saved);
+  // Takes the folder's lock (one owner at a time) and writes this process's id into the lock
+  // file. Throws wm::Error naming the holder's pid when another process holds it.
+  void lock_folder();
+  // Reads session file f of the folder into found_ and entries_: its session's name, *mtime its
+  // modification time in ns. A file gone meanwhile gives ""; a damaged one is moved aside (logged)
+  // and gives "". Throws wm::Error when out of resources (not a fault of the file).
+  std::string adopt_file(const std::string& f, int64_t* mtime);
   void say(const std::string& msg) const {
     if (log_) log_(msg);
   }

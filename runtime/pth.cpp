@@ -417,6 +417,17 @@ class Unpickler {
   uint32_t reduce(uint32_t callable, uint32_t args);
   uint32_t persistent_load(uint32_t pid);
   uint32_t rebuild_tensor(const std::vector<uint32_t>& args);
+
+  // The opcodes by family (pickletools' names in the comments): each reads one opcode `op` of
+  // its family and returns true, or returns false for an opcode of another family.
+  bool load_control(uint8_t op);    // PROTO, FRAME, MARK, POP, POP_MARK, DUP
+  bool load_scalar(uint8_t op);     // None, booleans, integers, floats
+  bool load_string(uint8_t op);     // str (UTF-8 checked) and bytes
+  bool load_container(uint8_t op);  // tuples, lists and dicts, and their items
+  bool load_memo(uint8_t op);       // PUT and GET, binary and text
+  bool load_object(uint8_t op);     // GLOBAL, REDUCE, NEWOBJ, BUILD, BINPERSID
+  uint32_t load_long(uint8_t op);   // LONG1 or LONG4: a little-endian two's complement integer
+  uint32_t new_object(uint8_t op);  // NEWOBJ or NEWOBJ_EX: only an empty OrderedDict
   void memo_put(uint64_t key) {
     if (stack_.empty()) bad("memoizing with an empty stack");
     if (memo_.size() >= kMaxValues) bad(str_cat("the memo grows past ", kMaxValues, " objects"));
@@ -635,234 +646,257 @@ uint32_t Unpickler::run() {
   while (true) {
     op_pos_ = pos_;
     const uint8_t op = u8();
-    switch (op) {
-      case 0x80: {  // PROTO
-        const uint8_t v = u8();
-        if (v > 5) bad(str_cat("pickle protocol ", int(v), " (at most 5 is read)"));
-        break;
-      }
-      case 0x95: {  // FRAME: a length hint; the frame's opcodes follow inline
-        const uint64_t len = le64(take(8));
-        if (len > n_ - pos_) bad(str_cat("a frame of ", len, " bytes runs past the pickle"));
-        break;
-      }
-      case '.':  // STOP
-        if (stack_.size() != 1 || !marks_.empty())
-          bad(str_cat("STOP with ", stack_.size(), " objects on the stack and ", marks_.size(), " marks (expected 1 and 0)"));
-        return stack_.back();
-      case '(':  // MARK
-        if (marks_.size() >= kMaxValues) bad("too many marks");
-        marks_.push_back(stack_.size());
-        break;
-      case '0':  // POP
-        pop();
-        break;
-      case '1':  // POP_MARK
-        pop_mark();
-        break;
-      case '2':  // DUP
-        push(top());
-        break;
-      case 'N': push(make_kind(Kind::None)); break;
-      case 0x88: push(make_int(1, Kind::Bool)); break;  // NEWTRUE
-      case 0x89: push(make_int(0, Kind::Bool)); break;  // NEWFALSE
-      case 'K': push(make_int(u8())); break;                         // BININT1
-      case 'M': push(make_int(le16(take(2)))); break;                // BININT2
-      case 'J': push(make_int(static_cast<int32_t>(le32(take(4))))); break;  // BININT
-      case 0x8a:    // LONG1
-      case 0x8b: {  // LONG4
-        const uint64_t len = op == 0x8a ? u8() : le32(take(4));
-        const uint8_t* b = take(len);
-        uint64_t v = 0;
-        for (uint64_t k = 0; k < len && k < 8; ++k) v |= static_cast<uint64_t>(b[k]) << (8 * k);
-        const bool neg = len > 0 && (b[len - 1] & 0x80);
-        if (len > 0 && len < 8 && neg) v |= ~0ull << (8 * len);  // sign-extend
-        for (uint64_t k = 8; k < len; ++k)
-          if (b[k] != (neg ? 0xFF : 0x00)) bad("an integer does not fit 64 bits");
-        if (len > 8 && ((v >> 63) != 0) != neg) bad("an integer does not fit 64 bits");
-        push(make_int(static_cast<int64_t>(v)));
-        break;
-      }
-      case 'I': {  // INT (protocol 0/1; "01" and "00" are True and False)
-        const std::string s = line(kMaxTextNumber);
-        if (s == "01" || s == "00") push(make_int(s == "01", Kind::Bool));
-        else push(make_int(parse_text_int(s)));
-        break;
-      }
-      case 'L': push(make_int(parse_text_int(line(kMaxTextNumber)))); break;  // LONG (text)
-      case 'G': {  // BINFLOAT: big-endian double
-        const uint8_t* b = take(8);
-        uint64_t bits = 0;
-        for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];
-        Value v;
-        v.kind = Kind::Float;
-        std::memcpy(&v.f, &bits, 8);
-        push(make(std::move(v)));
-        break;
-      }
-      case 'F': {  // FLOAT (text)
-        const std::string s = line(kMaxTextNumber);
-        char* end = nullptr;
-        Value v;
-        v.kind = Kind::Float;
-        v.f = std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size()) bad(str_cat("'", shown(s), "' is not a float"));
-        push(make(std::move(v)));
-        break;
-      }
-      case 'X': {  // BINUNICODE
-        const uint64_t len = le32(take(4));
-        push(make_str(take(len), len, Kind::Str));
-        break;
-      }
-      case 0x8c: {  // SHORT_BINUNICODE
-        const uint64_t len = u8();
-        push(make_str(take(len), len, Kind::Str));
-        break;
-      }
-      case 0x8d: {  // BINUNICODE8
-        const uint64_t len = le64(take(8));
-        push(make_str(take(len), len, Kind::Str));
-        break;
-      }
-      case 'T':  // BINSTRING (a Python 2 str, read as bytes)
-      case 'B': {  // BINBYTES
-        const uint64_t len = le32(take(4));
-        if (op == 'T' && (len >> 31)) bad("a negative string length");
-        push(make_str(take(len), len, Kind::Bytes));
-        break;
-      }
-      case 'U':  // SHORT_BINSTRING
-      case 'C': {  // SHORT_BINBYTES
-        const uint64_t len = u8();
-        push(make_str(take(len), len, Kind::Bytes));
-        break;
-      }
-      case 0x8e: {  // BINBYTES8
-        const uint64_t len = le64(take(8));
-        push(make_str(take(len), len, Kind::Bytes));
-        break;
-      }
-      case '}': push(make_kind(Kind::Dict)); break;   // EMPTY_DICT
-      case ']': push(make_kind(Kind::List)); break;   // EMPTY_LIST
-      case ')': push(make_kind(Kind::Tuple)); break;  // EMPTY_TUPLE
-      case 't':    // TUPLE
-      case 'l': {  // LIST
-        Value v;
-        v.kind = op == 't' ? Kind::Tuple : Kind::List;
-        v.items = pop_mark();
-        push(make(std::move(v)));
-        break;
-      }
-      case 0x85:    // TUPLE1
-      case 0x86:    // TUPLE2
-      case 0x87: {  // TUPLE3
-        const size_t k = static_cast<size_t>(op - 0x84);
-        if (stack_.size() < floor() + k) bad(str_cat("TUPLE", k, " needs ", k, " objects on the stack"));
-        Value v;
-        v.kind = Kind::Tuple;
-        v.items.assign(stack_.end() - static_cast<std::ptrdiff_t>(k), stack_.end());
-        stack_.resize(stack_.size() - k);
-        push(make(std::move(v)));
-        break;
-      }
-      case 'd': {  // DICT
-        const std::vector<uint32_t> items = pop_mark();
-        if (items.size() % 2) bad("DICT needs key, value pairs");
-        const uint32_t d = make_kind(Kind::Dict);
-        for (size_t k = 0; k < items.size(); k += 2) dict_set(d, items[k], items[k + 1]);
-        push(d);
-        break;
-      }
-      case 's': {  // SETITEM
-        const uint32_t v = pop(), k = pop();
-        dict_set(top(), k, v);
-        break;
-      }
-      case 'u': {  // SETITEMS
-        const std::vector<uint32_t> items = pop_mark();
-        if (items.size() % 2) bad("SETITEMS needs key, value pairs");
-        const uint32_t d = top();
-        for (size_t k = 0; k < items.size(); k += 2) dict_set(d, items[k], items[k + 1]);
-        break;
-      }
-      case 'a': {  // APPEND
-        const uint32_t v = pop();
-        list_append(top(), {v});
-        break;
-      }
-      case 'e': {  // APPENDS
-        const std::vector<uint32_t> items = pop_mark();
-        list_append(top(), items);
-        break;
-      }
-      case 'q': memo_put(u8()); break;          // BINPUT
-      case 'r': memo_put(le32(take(4))); break;  // LONG_BINPUT
-      case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
-      case 'p': {                                // PUT (text)
-        const int64_t k = parse_text_int(line(kMaxTextNumber));
-        if (k < 0) bad("a negative memo key");
-        memo_put(static_cast<uint64_t>(k));
-        break;
-      }
-      case 'h': push(memo_get(u8())); break;          // BINGET
-      case 'j': push(memo_get(le32(take(4)))); break;  // LONG_BINGET
-      case 'g': {                                      // GET (text)
-        const int64_t k = parse_text_int(line(kMaxTextNumber));
-        if (k < 0) bad("a negative memo key");
-        push(memo_get(static_cast<uint64_t>(k)));
-        break;
-      }
-      case 'c': {  // GLOBAL "module\nname\n"
-        const std::string module = line(kMaxGlobalName);
-        const std::string name = line(kMaxGlobalName);
-        push(global(module, name));
-        break;
-      }
-      case 0x93: {  // STACK_GLOBAL
-        const uint32_t name = pop(), module = pop();
-        if (vals_[name].kind != Kind::Str || vals_[module].kind != Kind::Str)
-          bad("STACK_GLOBAL needs a module and a name as str");
-        push(global(vals_[module].s, vals_[name].s));
-        break;
-      }
-      case 'R': {  // REDUCE
-        const uint32_t args = pop(), callable = pop();
-        push(reduce(callable, args));
-        break;
-      }
-      case 0x81:    // NEWOBJ
-      case 0x92: {  // NEWOBJ_EX
-        if (op == 0x92) {
-          const uint32_t kwargs = pop();
-          if (vals_[kwargs].kind != Kind::Dict || !vals_[kwargs].items.empty()) bad("NEWOBJ_EX with keyword arguments");
-        }
-        const uint32_t args = pop(), cls = pop();
-        const Value& c = vals_[cls];
-        if (c.kind != Kind::Global || c.global != Global::OrderedDict)
-          bad(str_cat("NEWOBJ of ", c.kind == Kind::Global ? "'" + shown(c.s) + "'" : kind_name(c.kind),
-                      " (only collections.OrderedDict is built this way)"));
-        if (!expect(args, Kind::Tuple, "NEWOBJ's arguments").items.empty())
-          bad("collections.OrderedDict is only read when built empty");
-        push(make_kind(Kind::Dict));
-        break;
-      }
-      case 'b': {  // BUILD: an OrderedDict's attributes (_metadata) or a tensor's state, ignored
-        pop();
-        const Kind k = vals_[top()].kind;
-        if (k != Kind::Dict && k != Kind::Tensor) bad(str_cat("BUILD on ", kind_name(k), " (only dicts and tensors)"));
-        break;
-      }
-      case 'Q': push(persistent_load(pop())); break;  // BINPERSID
-      default:
-        bad(str_cat("unsupported pickle opcode 0x", [&] {
-              char b[4];
-              std::snprintf(b, sizeof b, "%02x", op);
-              return std::string(b);
-            }(), op >= 0x20 && op < 0x7f ? str_cat(" ('", static_cast<char>(op), "')") : std::string(),
-            " (a state dict does not use it)"));
+    if (op == '.') {  // STOP
+      if (stack_.size() != 1 || !marks_.empty())
+        bad(str_cat("STOP with ", stack_.size(), " objects on the stack and ", marks_.size(), " marks (expected 1 and 0)"));
+      return stack_.back();
     }
+    if (!load_control(op) && !load_scalar(op) && !load_string(op) && !load_container(op) && !load_memo(op) &&
+        !load_object(op))
+      bad(str_cat("unsupported pickle opcode 0x", [&] {
+            char b[4];
+            std::snprintf(b, sizeof b, "%02x", op);
+            return std::string(b);
+          }(), op >= 0x20 && op < 0x7f ? str_cat(" ('", static_cast<char>(op), "')") : std::string(),
+          " (a state dict does not use it)"));
   }
+}
+
+bool Unpickler::load_control(uint8_t op) {
+  switch (op) {
+    case 0x80: {  // PROTO
+      const uint8_t v = u8();
+      if (v > 5) bad(str_cat("pickle protocol ", int(v), " (at most 5 is read)"));
+      return true;
+    }
+    case 0x95: {  // FRAME: a length hint; the frame's opcodes follow inline
+      const uint64_t len = le64(take(8));
+      if (len > n_ - pos_) bad(str_cat("a frame of ", len, " bytes runs past the pickle"));
+      return true;
+    }
+    case '(':  // MARK
+      if (marks_.size() >= kMaxValues) bad("too many marks");
+      marks_.push_back(stack_.size());
+      return true;
+    case '0': pop(); return true;        // POP
+    case '1': pop_mark(); return true;   // POP_MARK
+    case '2': push(top()); return true;  // DUP
+    default: return false;
+  }
+}
+
+uint32_t Unpickler::load_long(uint8_t op) {
+  const uint64_t len = op == 0x8a ? u8() : le32(take(4));
+  const uint8_t* b = take(len);
+  uint64_t v = 0;
+  for (uint64_t k = 0; k < len && k < 8; ++k) v |= static_cast<uint64_t>(b[k]) << (8 * k);
+  const bool neg = len > 0 && (b[len - 1] & 0x80);
+  if (len > 0 && len < 8 && neg) v |= ~0ull << (8 * len);  // sign-extend
+  for (uint64_t k = 8; k < len; ++k)
+    if (b[k] != (neg ? 0xFF : 0x00)) bad("an integer does not fit 64 bits");
+  if (len > 8 && ((v >> 63) != 0) != neg) bad("an integer does not fit 64 bits");
+  return make_int(static_cast<int64_t>(v));
+}
+
+bool Unpickler::load_scalar(uint8_t op) {
+  switch (op) {
+    case 'N': push(make_kind(Kind::None)); return true;
+    case 0x88: push(make_int(1, Kind::Bool)); return true;  // NEWTRUE
+    case 0x89: push(make_int(0, Kind::Bool)); return true;  // NEWFALSE
+    case 'K': push(make_int(u8())); return true;                         // BININT1
+    case 'M': push(make_int(le16(take(2)))); return true;                // BININT2
+    case 'J': push(make_int(static_cast<int32_t>(le32(take(4))))); return true;  // BININT
+    case 0x8a:  // LONG1
+    case 0x8b:  // LONG4
+      push(load_long(op));
+      return true;
+    case 'I': {  // INT (protocol 0/1; "01" and "00" are True and False)
+      const std::string s = line(kMaxTextNumber);
+      if (s == "01" || s == "00") push(make_int(s == "01", Kind::Bool));
+      else push(make_int(parse_text_int(s)));
+      return true;
+    }
+    case 'L': push(make_int(parse_text_int(line(kMaxTextNumber)))); return true;  // LONG (text)
+    case 'G': {  // BINFLOAT: big-endian double
+      const uint8_t* b = take(8);
+      uint64_t bits = 0;
+      for (int k = 0; k < 8; ++k) bits = (bits << 8) | b[k];
+      Value v;
+      v.kind = Kind::Float;
+      std::memcpy(&v.f, &bits, 8);
+      push(make(std::move(v)));
+      return true;
+    }
+    case 'F': {  // FLOAT (text)
+      const std::string s = line(kMaxTextNumber);
+      char* end = nullptr;
+      Value v;
+      v.kind = Kind::Float;
+      v.f = std::strtod(s.c_str(), &end);
+      if (s.empty() || end != s.c_str() + s.size()) bad(str_cat("'", shown(s), "' is not a float"));
+      push(make(std::move(v)));
+      return true;
+    }
+    default: return false;
+  }
+}
+
+bool Unpickler::load_string(uint8_t op) {
+  uint64_t len = 0;
+  Kind kind = Kind::Str;
+  switch (op) {
+    case 'X': len = le32(take(4)); break;     // BINUNICODE
+    case 0x8c: len = u8(); break;             // SHORT_BINUNICODE
+    case 0x8d: len = le64(take(8)); break;    // BINUNICODE8
+    case 'T':  // BINSTRING (a Python 2 str, read as bytes)
+    case 'B':  // BINBYTES
+      len = le32(take(4));
+      if (op == 'T' && (len >> 31)) bad("a negative string length");
+      kind = Kind::Bytes;
+      break;
+    case 'U':  // SHORT_BINSTRING
+    case 'C':  // SHORT_BINBYTES
+      len = u8();
+      kind = Kind::Bytes;
+      break;
+    case 0x8e:  // BINBYTES8
+      len = le64(take(8));
+      kind = Kind::Bytes;
+      break;
+    default: return false;
+  }
+  push(make_str(take(len), len, kind));
+  return true;
+}
+
+bool Unpickler::load_container(uint8_t op) {
+  switch (op) {
+    case '}': push(make_kind(Kind::Dict)); return true;   // EMPTY_DICT
+    case ']': push(make_kind(Kind::List)); return true;   // EMPTY_LIST
+    case ')': push(make_kind(Kind::Tuple)); return true;  // EMPTY_TUPLE
+    case 't':    // TUPLE
+    case 'l': {  // LIST
+      Value v;
+      v.kind = op == 't' ? Kind::Tuple : Kind::List;
+      v.items = pop_mark();
+      push(make(std::move(v)));
+      return true;
+    }
+    case 0x85:    // TUPLE1
+    case 0x86:    // TUPLE2
+    case 0x87: {  // TUPLE3
+      const size_t k = static_cast<size_t>(op - 0x84);
+      if (stack_.size() < floor() + k) bad(str_cat("TUPLE", k, " needs ", k, " objects on the stack"));
+      Value v;
+      v.kind = Kind::Tuple;
+      v.items.assign(stack_.end() - static_cast<std::ptrdiff_t>(k), stack_.end());
+      stack_.resize(stack_.size() - k);
+      push(make(std::move(v)));
+      return true;
+    }
+    case 'd': {  // DICT
+      const std::vector<uint32_t> items = pop_mark();
+      if (items.size() % 2) bad("DICT needs key, value pairs");
+      const uint32_t d = make_kind(Kind::Dict);
+      for (size_t k = 0; k < items.size(); k += 2) dict_set(d, items[k], items[k + 1]);
+      push(d);
+      return true;
+    }
+    case 's': {  // SETITEM
+      const uint32_t v = pop(), k = pop();
+      dict_set(top(), k, v);
+      return true;
+    }
+    case 'u': {  // SETITEMS
+      const std::vector<uint32_t> items = pop_mark();
+      if (items.size() % 2) bad("SETITEMS needs key, value pairs");
+      const uint32_t d = top();
+      for (size_t k = 0; k < items.size(); k += 2) dict_set(d, items[k], items[k + 1]);
+      return true;
+    }
+    case 'a': {  // APPEND
+      const uint32_t v = pop();
+      list_append(top(), {v});
+      return true;
+    }
+    case 'e': {  // APPENDS
+      const std::vector<uint32_t> items = pop_mark();
+      list_append(top(), items);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+bool Unpickler::load_memo(uint8_t op) {
+  switch (op) {
+    case 'q': memo_put(u8()); return true;          // BINPUT
+    case 'r': memo_put(le32(take(4))); return true;  // LONG_BINPUT
+    case 0x94: memo_put(memo_.size()); return true;  // MEMOIZE
+    case 'h': push(memo_get(u8())); return true;          // BINGET
+    case 'j': push(memo_get(le32(take(4)))); return true;  // LONG_BINGET
+    case 'p':    // PUT (text)
+    case 'g': {  // GET (text)
+      const int64_t k = parse_text_int(line(kMaxTextNumber));
+      if (k < 0) bad("a negative memo key");
+      if (op == 'p')
+        memo_put(static_cast<uint64_t>(k));
+      else
+        push(memo_get(static_cast<uint64_t>(k)));
+      return true;
+    }
+    default: return false;
+  }
+}
+
+bool Unpickler::load_object(uint8_t op) {
+  switch (op) {
+    case 'c': {  // GLOBAL "module\nname\n"
+      const std::string module = line(kMaxGlobalName);
+      const std::string name = line(kMaxGlobalName);
+      push(global(module, name));
+      return true;
+    }
+    case 0x93: {  // STACK_GLOBAL
+      const uint32_t name = pop(), module = pop();
+      if (vals_[name].kind != Kind::Str || vals_[module].kind != Kind::Str)
+        bad("STACK_GLOBAL needs a module and a name as str");
+      push(global(vals_[module].s, vals_[name].s));
+      return true;
+    }
+    case 'R': {  // REDUCE
+      const uint32_t args = pop(), callable = pop();
+      push(reduce(callable, args));
+      return true;
+    }
+    case 0x81:  // NEWOBJ
+    case 0x92:  // NEWOBJ_EX
+      push(new_object(op));
+      return true;
+    case 'b': {  // BUILD: an OrderedDict's attributes (_metadata) or a tensor's state, ignored
+      pop();
+      const Kind k = vals_[top()].kind;
+      if (k != Kind::Dict && k != Kind::Tensor) bad(str_cat("BUILD on ", kind_name(k), " (only dicts and tensors)"));
+      return true;
+    }
+    case 'Q': push(persistent_load(pop())); return true;  // BINPERSID
+    default: return false;
+  }
+}
+
+uint32_t Unpickler::new_object(uint8_t op) {
+  if (op == 0x92) {
+    const uint32_t kwargs = pop();
+    if (vals_[kwargs].kind != Kind::Dict || !vals_[kwargs].items.empty()) bad("NEWOBJ_EX with keyword arguments");
+  }
+  const uint32_t args = pop(), cls = pop();
+  const Value& c = vals_[cls];
+  if (c.kind != Kind::Global || c.global != Global::OrderedDict)
+    bad(str_cat("NEWOBJ of ", c.kind == Kind::Global ? "'" + shown(c.s) + "'" : kind_name(c.kind),
+                " (only collections.OrderedDict is built this way)"));
+  if (!expect(args, Kind::Tuple, "NEWOBJ's arguments").items.empty())
+    bad("collections.OrderedDict is only read when built empty");
+  return make_kind(Kind::Dict);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -892,6 +926,120 @@ bool contiguous_layout(const std::vector<int64_t>& shape, const std::vector<int6
     expect *= shape[k];
   }
   return true;
+}
+
+// The folder of a torch.save archive: whatever precedes its one data.pkl ("" or "name/"). Throws
+// wm::CorruptData for no or several data.pkl, a TorchScript archive, or a big-endian file.
+std::string archive_prefix(const ZipDirectory& zip, const uint8_t* b, const std::string& path) {
+  std::string prefix;
+  int found = 0;
+  for (const ZipEntry& e : zip.entries()) {
+    const std::string& s = e.name;
+    if (s == "data.pkl" || (s.size() > 9 && s.compare(s.size() - 9, 9, "/data.pkl") == 0 &&
+                            s.find('/') == s.size() - 9)) {
+      prefix = s.substr(0, s.size() - 8);
+      ++found;
+    }
+  }
+  if (found != 1)
+    throw CorruptData(str_cat(path, ": ", found == 0 ? "no" : "more than one", " <archive>/data.pkl entry (", found,
+                              "); not a torch.save checkpoint"));
+  for (const ZipEntry& e : zip.entries())
+    if (e.name == prefix + "constants.pkl" || e.name.compare(0, prefix.size() + 5, prefix + "code/") == 0)
+      throw CorruptData(str_cat(path, ": a TorchScript archive (torch.jit.save), not a torch.save state dict"));
+  if (zip.find(prefix + "byteorder") != nullptr) {
+    const ZipEntry& e = zip.stored(prefix + "byteorder");
+    const std::string order(reinterpret_cast<const char*>(b + e.data), static_cast<size_t>(std::min<uint64_t>(e.size, 16)));
+    if (order == "big") throw CorruptData(str_cat(path, ": saved big-endian; only little-endian files are read"));
+    if (order != "little") throw CorruptData(str_cat(path, ": byteorder entry holds '", shown(order), "'"));
+  }
+  return prefix;
+}
+
+// The storages the pickle references, each checked against its archive entry once.
+struct StorageTable {
+  const ZipDirectory& zip;
+  std::string prefix;
+  std::vector<StorageRef> storages;
+  std::unordered_map<std::string, size_t> index;  // key -> its place in storages
+
+  // The index of storage `key` of numel x dtype (the Unpickler's storage callback). Throws
+  // wm::CorruptData when it has no entry, its entry is unreadable or of another size, or an
+  // earlier reference gave it another dtype or count.
+  size_t resolve(const std::string& key, at::ScalarType dtype, int64_t numel) {
+    auto it = index.find(key);
+    if (it != index.end()) {
+      const StorageRef& s = storages[it->second];
+      if (s.dtype != dtype || s.numel != numel)
+        throw CorruptData(str_cat("storage '", shown(key), "' is referenced as ", numel, " x ", dtype_text(dtype),
+                                  " and as ", s.numel, " x ", dtype_text(s.dtype)));
+      return it->second;
+    }
+    const std::string name = storage_entry(prefix, key);
+    const ZipEntry* e = zip.find(name);
+    if (e == nullptr) throw CorruptData(str_cat("storage '", shown(key), "' has no entry '", shown(name), "'"));
+    const std::string why = ZipDirectory::problem(*e);
+    if (!why.empty()) throw CorruptData(why);
+    const uint64_t elsize = c10::elementSize(dtype);
+    if (static_cast<uint64_t>(numel) > e->size / elsize || static_cast<uint64_t>(numel) * elsize != e->size)
+      throw CorruptData(str_cat("storage '", shown(key), "' holds ", e->size, " bytes, but is referenced as ", numel,
+                                " elements of ", dtype_text(dtype), " (", elsize, " bytes each)"));
+    storages.push_back({key, dtype, numel, e->data});
+    index.emplace(key, storages.size() - 1);
+    return storages.size() - 1;
+  }
+};
+
+// The state dict in the unpickled object `root`: root itself when it maps names to tensors, else
+// the value of the first of the usual keys that does, else the one non-empty such dict under its
+// keys (*key then names where it was found). Throws wm::CorruptData when there is none.
+const Value* find_state_dict(const Unpickler& up, uint32_t root, const std::string& path, std::string* key_out) {
+  auto is_tensor_dict = [&](const Value& v) {
+    if (v.kind != Kind::Dict) return false;
+    for (size_t k = 0; k < v.items.size(); k += 2)
+      if (up.at(v.items[k]).kind != Kind::Str || up.at(v.items[k + 1]).kind != Kind::Tensor) return false;
+    return true;
+  };
+  const Value& top = up.at(root);
+  if (top.kind != Kind::Dict)
+    throw CorruptData(str_cat(path, ": holds ", kind_name(top.kind), ", not a dict of tensors (a state dict)"));
+  if (is_tensor_dict(top)) return &top;
+  auto value_of = [&](const std::string& key) -> const Value* {
+    for (size_t k = 0; k < top.items.size(); k += 2)
+      if (up.at(top.items[k]).kind == Kind::Str && up.at(top.items[k]).s == key) return &up.at(top.items[k + 1]);
+    return nullptr;
+  };
+  for (const char* key : {"state_dict", "model_state_dict", "model", "module"}) {
+    const Value* v = value_of(key);
+    if (v != nullptr && is_tensor_dict(*v)) {
+      *key_out = key;
+      return v;
+    }
+  }
+  std::vector<size_t> candidates;
+  std::string keys;
+  for (size_t k = 0; k < top.items.size(); k += 2) {
+    const Value& key = up.at(top.items[k]);
+    const std::string ks = key.kind == Kind::Str ? "'" + shown(key.s) + "'" : std::string(kind_name(key.kind));
+    if (k < 20) keys += (keys.empty() ? "" : ", ") + ks + ": " + kind_name(up.at(top.items[k + 1]).kind);
+    const Value& v = up.at(top.items[k + 1]);
+    if (key.kind == Kind::Str && is_tensor_dict(v) && !v.items.empty()) candidates.push_back(k);
+  }
+  if (top.items.size() > 20) keys += ", ...";
+  if (candidates.size() != 1)
+    throw CorruptData(str_cat(path, ": the top-level dict is not a state dict (name -> tensor) and ",
+                              candidates.empty() ? "holds none" : "holds several", " under its keys {", keys, "}"));
+  *key_out = up.at(top.items[candidates[0]]).s;
+  return &up.at(top.items[candidates[0] + 1]);
+}
+
+// Tensor `where` (described by d) reads only elements of its storage s; throws wm::CorruptData.
+void check_extent(const TensorDesc& d, const StorageRef& s, const std::string& where) {
+  if (d.numel > 0 && d.last >= s.numel)
+    throw CorruptData(str_cat(where, " reads element ", d.last, " of storage '", shown(s.key), "', which holds ",
+                              s.numel, " ", dtype_text(s.dtype), " elements"));
+  if (d.numel == 0 && d.offset > s.numel)
+    throw CorruptData(str_cat(where, " starts past storage '", shown(s.key), "' (", s.numel, " elements)"));
 }
 
 }  // namespace
@@ -926,109 +1074,18 @@ PthFile PthFile::open(const std::string& path) {
     throw CorruptData(str_cat(path, ": saved in torch's legacy format (torch < 1.6, not a zip archive), which is not "
                                     "read; load and save it again with a newer torch"));
   const ZipDirectory zip(b, n, path);
-
-  // The archive's folder: whatever precedes the one data.pkl.
-  std::string prefix;
-  int found = 0;
-  for (const ZipEntry& e : zip.entries()) {
-    const std::string& s = e.name;
-    if (s == "data.pkl" || (s.size() > 9 && s.compare(s.size() - 9, 9, "/data.pkl") == 0 &&
-                            s.find('/') == s.size() - 9)) {
-      prefix = s.substr(0, s.size() - 8);
-      ++found;
-    }
-  }
-  if (found != 1)
-    throw CorruptData(str_cat(path, ": ", found == 0 ? "no" : "more than one", " <archive>/data.pkl entry (", found,
-                              "); not a torch.save checkpoint"));
-  for (const ZipEntry& e : zip.entries())
-    if (e.name == prefix + "constants.pkl" || e.name.compare(0, prefix.size() + 5, prefix + "code/") == 0)
-      throw CorruptData(str_cat(path, ": a TorchScript archive (torch.jit.save), not a torch.save state dict"));
-  if (zip.find(prefix + "byteorder") != nullptr) {
-    const ZipEntry& e = zip.stored(prefix + "byteorder");
-    const std::string order(reinterpret_cast<const char*>(b + e.data), static_cast<size_t>(std::min<uint64_t>(e.size, 16)));
-    if (order == "big") throw CorruptData(str_cat(path, ": saved big-endian; only little-endian files are read"));
-    if (order != "little") throw CorruptData(str_cat(path, ": byteorder entry holds '", shown(order), "'"));
-  }
-
+  const std::string prefix = archive_prefix(zip, b, path);
   const ZipEntry& pkl = zip.stored(prefix + "data.pkl");
   if (pkl.size > kMaxPickleBytes)
     throw CorruptData(str_cat(path, ": data.pkl is ", pkl.size, " bytes (at most ", kMaxPickleBytes, " are read)"));
   if (crc32(b + pkl.data, static_cast<size_t>(pkl.size)) != pkl.crc)
     throw CorruptData(str_cat(path, ": data.pkl fails its CRC-32 check (the file is damaged)"));
 
-  std::vector<StorageRef> storages;
-  std::unordered_map<std::string, size_t> storage_index;
-  auto resolve = [&](const std::string& key, at::ScalarType dtype, int64_t numel) -> size_t {
-    auto it = storage_index.find(key);
-    if (it != storage_index.end()) {
-      const StorageRef& s = storages[it->second];
-      if (s.dtype != dtype || s.numel != numel)
-        throw CorruptData(str_cat("storage '", shown(key), "' is referenced as ", numel, " x ", dtype_text(dtype),
-                                  " and as ", s.numel, " x ", dtype_text(s.dtype)));
-      return it->second;
-    }
-    const std::string name = storage_entry(prefix, key);
-    const ZipEntry* e = zip.find(name);
-    if (e == nullptr) throw CorruptData(str_cat("storage '", shown(key), "' has no entry '", shown(name), "'"));
-    const std::string why = ZipDirectory::problem(*e);
-    if (!why.empty()) throw CorruptData(why);
-    const uint64_t elsize = c10::elementSize(dtype);
-    if (static_cast<uint64_t>(numel) > e->size / elsize || static_cast<uint64_t>(numel) * elsize != e->size)
-      throw CorruptData(str_cat("storage '", shown(key), "' holds ", e->size, " bytes, but is referenced as ", numel,
-                                " elements of ", dtype_text(dtype), " (", elsize, " bytes each)"));
-    storages.push_back({key, dtype, numel, e->data});
-    storage_index.emplace(key, storages.size() - 1);
-    return storages.size() - 1;
-  };
-  Unpickler up(b + pkl.data, static_cast<size_t>(pkl.size), str_cat(path, ": data.pkl"), resolve);
+  StorageTable table{zip, prefix, {}, {}};
+  Unpickler up(b + pkl.data, static_cast<size_t>(pkl.size), str_cat(path, ": data.pkl"),
+               [&](const std::string& key, at::ScalarType dtype, int64_t numel) { return table.resolve(key, dtype, numel); });
   const uint32_t root = up.run();
-
-  // Find the state dict: the top-level dict, or one nested in it.
-  auto is_tensor_dict = [&](const Value& v) {
-    if (v.kind != Kind::Dict) return false;
-    for (size_t k = 0; k < v.items.size(); k += 2)
-      if (up.at(v.items[k]).kind != Kind::Str || up.at(v.items[k + 1]).kind != Kind::Tensor) return false;
-    return true;
-  };
-  const Value& top = up.at(root);
-  if (top.kind != Kind::Dict)
-    throw CorruptData(str_cat(path, ": holds ", kind_name(top.kind), ", not a dict of tensors (a state dict)"));
-  const Value* sd = nullptr;
-  if (is_tensor_dict(top)) {
-    sd = &top;
-  } else {
-    auto value_of = [&](const std::string& key) -> const Value* {
-      for (size_t k = 0; k < top.items.size(); k += 2)
-        if (up.at(top.items[k]).kind == Kind::Str && up.at(top.items[k]).s == key) return &up.at(top.items[k + 1]);
-      return nullptr;
-    };
-    for (const char* key : {"state_dict", "model_state_dict", "model", "module"}) {
-      const Value* v = value_of(key);
-      if (v != nullptr && is_tensor_dict(*v)) {
-        sd = v;
-        f.state_dict_key_ = key;
-        break;
-      }
-    }
-    if (sd == nullptr) {
-      std::vector<size_t> candidates;
-      std::string keys;
-      for (size_t k = 0; k < top.items.size(); k += 2) {
-        const Value& key = up.at(top.items[k]);
-        const std::string ks = key.kind == Kind::Str ? "'" + shown(key.s) + "'" : std::string(kind_name(key.kind));
-        if (k < 20) keys += (keys.empty() ? "" : ", ") + ks + ": " + kind_name(up.at(top.items[k + 1]).kind);
-        const Value& v = up.at(top.items[k + 1]);
-        if (key.kind == Kind::Str && is_tensor_dict(v) && !v.items.empty()) candidates.push_back(k);
-      }
-      if (top.items.size() > 20) keys += ", ...";
-      if (candidates.size() != 1)
-        throw CorruptData(str_cat(path, ": the top-level dict is not a state dict (name -> tensor) and ",
-                                  candidates.empty() ? "holds none" : "holds several", " under its keys {", keys, "}"));
-      sd = &up.at(top.items[candidates[0] + 1]);
-      f.state_dict_key_ = up.at(top.items[candidates[0]]).s;
-    }
-  }
+  const Value* sd = find_state_dict(up, root, path, &f.state_dict_key_);
 
   // The tensors, with the bytes they will take checked against the file.
   const auto& descs = up.tensors();
@@ -1040,7 +1097,7 @@ PthFile PthFile::open(const std::string& path) {
   for (size_t k = 0; k < sd->items.size(); k += 2) {
     const Value& tv = up.at(sd->items[k + 1]);
     const TensorDesc& d = descs[static_cast<size_t>(tv.i)];
-    const StorageRef& s = storages[d.storage];
+    const StorageRef& s = table.storages[d.storage];
     PthTensorInfo info;
     info.name = up.at(sd->items[k]).s;
     info.dtype = s.dtype;
@@ -1052,11 +1109,7 @@ PthFile PthFile::open(const std::string& path) {
     info.object = static_cast<size_t>(tv.i);
     const std::string where = str_cat(path, ": tensor '", shown(info.name), "' (size ", c10::IntArrayRef(d.shape),
                                       ", stride ", c10::IntArrayRef(d.stride), ", offset ", d.offset, ")");
-    if (d.numel > 0 && d.last >= s.numel)
-      throw CorruptData(str_cat(where, " reads element ", d.last, " of storage '", shown(s.key), "', which holds ",
-                                s.numel, " ", dtype_text(s.dtype), " elements"));
-    if (d.numel == 0 && d.offset > s.numel)
-      throw CorruptData(str_cat(where, " starts past storage '", shown(s.key), "' (", s.numel, " elements)"));
+    check_extent(d, s, where);
     if (counted.insert(info.object).second) {
       const uint64_t bytes = static_cast<uint64_t>(d.numel) * c10::elementSize(s.dtype);
       if (bytes > budget - total)

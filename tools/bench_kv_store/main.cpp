@@ -494,6 +494,377 @@ std::string loadavg() {
   return f ? a + " " + b + " " + c : "?";
 }
 
+// ---------------------------------------------------------------------------------------------
+// The program: its options, one configuration's measurement and report, the run.
+
+struct Options {
+  std::string url, json_out, rb_name = "redis-benchmark", dtype_name = "float32";
+  std::vector<std::string> shape_names = {"tiny", "qwen2-0.5b"};
+  std::vector<int> thread_counts = {1, 8}, batches = {1, 16};
+  int tokens = 512, blocks = 64, rounds = 3, deadline_ms = 10000;
+  double baseline_s = 2.0;
+  bool default_malloc = false;
+  bool rb_named = false;  // --redis-benchmark was given
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("--kv-store", o.url, "the Redis server: redis://HOST[:PORT][/DB] or unix:///PATH[?db=N]; a password "
+                                      "comes from $WM_KV_STORE_PASSWORD")
+      ->required();
+  app.add_option("--shapes", o.shape_names,
+                 "block shapes, one layer's K and V of --tokens tokens each: tiny (the embedded LLM's layer, its KV "
+                 "heads and head size read from " +
+                     std::string(kEmbeddedModel) + "/config.json), qwen2-0.5b (configs/qwen2-0.5b.json: 2 KV heads x 64)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
+  app.add_option("--tokens", o.tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--dtype", o.dtype_name, "the K/V dtype")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--threads", o.thread_counts,
+                 "client thread counts to measure (sharing one store and its connection pool; redis-benchmark "
+                 "gets as many clients, -c)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--blocks", o.blocks, "blocks each thread puts and gets back per round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--rounds", o.rounds, "rounds per configuration after a warm-up (medians reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--batch", o.batches,
+                 "blocks per pipelined put_many / get_many to measure (redis-benchmark -P when above 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--deadline-ms", o.deadline_ms,
+                 "the store's limit per operation; a benchmark wants figures, not misses, so it is longer than a "
+                 "program's default")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600000));
+  app.add_option("--redis-benchmark", o.rb_name,
+                 "redis-benchmark to compare with (a name on $PATH or a path); the comparison is skipped with a note "
+                 "when the default is not installed")
+      ->capture_default_str();
+  app.add_option("--baseline-s", o.baseline_s,
+                 "seconds each redis-benchmark run aims at (its -n from the previous run's rate); 0: no comparison")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(0, 3600));
+  app.add_flag("--default-malloc", o.default_malloc,
+               "leave glibc's allocator as it is (as wm_plan_bench does) instead of wm::keep_freed_memory() (as "
+               "wm_render and wm_revisit_bench do): the memory of large values then goes back to the kernel and is "
+               "faulted in again");
+  app.add_option("--json", o.json_out, "also write every figure (each round's too) as JSON to this file");
+}
+
+// The comparison: baseline.exe becomes the redis-benchmark to run, or stays empty; returns the
+// note that says why there is no comparison ("" when there is one). redis-benchmark takes a
+// password only on its command line (visible to every user in `ps`), so a server with one is
+// measured without it. Throws wm::Error when the --redis-benchmark named is not found.
+std::string choose_baseline(const Options& o, const std::string& password, Baseline& baseline) {
+  if (o.baseline_s <= 0) return "--baseline-s 0: no comparison";
+  baseline.exe = find_program(o.rb_name);
+  if (baseline.exe.empty() && o.rb_named)
+    throw wm::Error(str_cat("--redis-benchmark ", o.rb_name, ": not found or not executable"));
+  if (baseline.exe.empty()) return "redis-benchmark is not installed (Debian: redis-tools): no comparison";
+  if (!password.empty()) {
+    baseline.exe.clear();
+    return "the server needs a password and redis-benchmark takes it only on its command line: no comparison";
+  }
+  return "";
+}
+
+// Each of nt threads' blocks of shape sh: random K/V, its own identities (made here: the
+// generator is not the threads' to share).
+std::vector<ThreadBlocks> make_blocks(wm::RemoteStore& store, const Shape& sh, int nt, const Options& o,
+                                      at::ScalarType dtype) {
+  std::vector<ThreadBlocks> data(nt);
+  at::Tensor pos = at::arange(o.tokens, at::kLong).unsqueeze(1);
+  for (int t = 0; t < nt; ++t)
+    for (int i = 0; i < o.blocks; ++i) {
+      const std::string id = str_cat("bench:", sh.name, ":", t, ":", i);
+      std::vector<at::Tensor> k = {at::randn({sh.kv_heads, o.tokens, sh.head_dim}).to(dtype)};
+      std::vector<at::Tensor> v = {at::randn({sh.kv_heads, o.tokens, sh.head_dim}).to(dtype)};
+      data[t].blocks.push_back(wm::make_block(id, k, v, pos));
+      data[t].blocks.back().meta.kind = "kv";
+      data[t].ids.push_back(id);
+      data[t].keys.push_back(store.key_for_id(id));
+    }
+  return data;
+}
+
+// Decoding `sample` alone, on one thread: its CPU time in seconds, the median of 15 after 3 to
+// warm up.
+double decode_cpu_s(const std::string& sample) {
+  std::vector<double> dec;
+  for (int i = 0; i < 18; ++i) {
+    const double c0 = thread_cpu_s();
+    wm::Block b = wm::decode_block(sample.data(), sample.size(), "sample");
+    if (i >= 3) dec.push_back(thread_cpu_s() - c0);
+  }
+  return median(dec);
+}
+
+// One configuration: a shape's blocks, threads and blocks per batch.
+struct Config {
+  const Shape& sh;
+  int nt = 0, batch = 0;
+  size_t raw_bytes = 0;     // a block's tensors
+  int64_t value_bytes = 0;  // a block encoded
+  double decode_s = 0;      // decoding one block alone, CPU seconds
+};
+
+// A configuration's rounds: ours, and redis-benchmark's (requests/s and requests) when compared.
+struct Measured {
+  std::vector<OursRound> ours;
+  std::vector<double> rb_set, rb_get;
+  std::vector<int64_t> rb_set_n, rb_get_n;
+};
+
+// A warm-up, then o.rounds rounds of ours, each followed by redis-benchmark's SET and GET when
+// baseline is given (its -n from the previous run's rate, after a calibration run); the
+// configuration's keys are deleted after. `what` names the configuration on the progress line.
+Measured measure(wm::RemoteStore& store, const std::vector<ThreadBlocks>& data, const Config& c, const Options& o,
+                 const Baseline* baseline, KeysCleanup& cleanup, wm::cli::ProgressLine& progress,
+                 const std::string& what) {
+  progress.show(false, "%s: warm-up", what.c_str());
+  run_ours(store, data, c.batch, o.tokens);  // warm-up: connections, the server's memory
+  const int64_t min_req = static_cast<int64_t>(c.nt) * c.batch * 4;
+  double set_rps = 0, get_rps = 0;
+  const double rb_timeout = 120 + 20 * o.baseline_s;
+  if (baseline) {  // calibration for -n
+    const int64_t n0 = std::max<int64_t>(min_req, 200);
+    set_rps = baseline->run("SET", c.value_bytes, c.nt, c.batch, n0, rb_timeout);
+    get_rps = baseline->run("GET", c.value_bytes, c.nt, c.batch, n0, rb_timeout);
+  }
+  Measured m;
+  for (int r = 0; r < o.rounds; ++r) {
+    m.ours.push_back(run_ours(store, data, c.batch, o.tokens));
+    if (baseline) {
+      const int64_t n_set = std::max<int64_t>(min_req, static_cast<int64_t>(o.baseline_s * set_rps));
+      set_rps = baseline->run("SET", c.value_bytes, c.nt, c.batch, n_set, rb_timeout);
+      const int64_t n_get = std::max<int64_t>(min_req, static_cast<int64_t>(o.baseline_s * get_rps));
+      get_rps = baseline->run("GET", c.value_bytes, c.nt, c.batch, n_get, rb_timeout);
+      m.rb_set.push_back(set_rps), m.rb_get.push_back(get_rps);
+      m.rb_set_n.push_back(n_set), m.rb_get_n.push_back(n_get);
+    }
+    progress.show(false, "%s: round %d/%d: put %.0f blocks/s, get %.0f blocks/s%s", what.c_str(), r + 1, o.rounds,
+                  m.ours.back().put_blocks_per_s, m.ours.back().get_blocks_per_s,
+                  baseline ? str_cat("; SET ", static_cast<int64_t>(set_rps), "/s, GET ",
+                                     static_cast<int64_t>(get_rps), "/s").c_str()
+                           : "");
+  }
+  cleanup.admin->delete_matching(cleanup.pattern);  // this configuration's keys and counters
+  return m;
+}
+
+// redis-benchmark's figures of a configuration, and ours over theirs, as JSON.
+void add_baseline_json(nlohmann::json& j, const Config& c, const Measured& m, const std::vector<double>& put_bps,
+                       const std::vector<double>& get_bps) {
+  const double vmib = c.value_bytes / kMiB;
+  j["redis_benchmark"] = {
+      {"set",
+       {{"requests_per_s", median(m.rb_set)},
+        {"mib_per_s", median(m.rb_set) * vmib},
+        {"rounds_requests_per_s", m.rb_set},
+        {"rounds_requests", m.rb_set_n}}},
+      {"get",
+       {{"requests_per_s", median(m.rb_get)},
+        {"mib_per_s", median(m.rb_get) * vmib},
+        {"rounds_requests_per_s", m.rb_get},
+        {"rounds_requests", m.rb_get_n}}},
+      {"clients", c.nt},
+      {"pipeline", c.batch}};
+  j["ratio"] = {{"put_over_set", median(ratios(put_bps, m.rb_set))},
+                {"get_over_get", median(ratios(get_bps, m.rb_get))},
+                {"rounds_put_over_set", ratios(put_bps, m.rb_set)},
+                {"rounds_get_over_get", ratios(get_bps, m.rb_get)}};
+}
+
+// Prints a configuration's two rows (put, get) and returns its figures as JSON.
+nlohmann::json report(const Config& c, const Options& o, const Measured& m, bool with_baseline) {
+  const auto put_bps = field(m.ours, &OursRound::put_blocks_per_s);
+  const auto get_bps = field(m.ours, &OursRound::get_blocks_per_s);
+  const double put_med = median(put_bps), get_med = median(get_bps);
+  const double n_round = static_cast<double>(c.nt) * o.blocks;
+  std::vector<double> enc_shares, dec_shares, put_us, get_us;
+  for (const auto& r : m.ours) {
+    enc_shares.push_back(r.put_cpu_s > 0 ? r.encode_cpu_s / r.put_cpu_s : 0);
+    dec_shares.push_back(r.get_cpu_s > 0 ? std::min(1.0, n_round * c.decode_s / r.get_cpu_s) : 0);
+    put_us.push_back(1e6 * r.put_cpu_s / n_round);
+    get_us.push_back(1e6 * r.get_cpu_s / n_round);
+  }
+  const double enc_share = median(enc_shares), dec_share = median(dec_shares);
+  const double vmib = c.value_bytes / kMiB;
+  auto row = [&](const char* op, double bps, double us, double share, const std::vector<double>& rb,
+                 const std::vector<double>& mine) {
+    std::printf("%-10s %9lld %4d %5d %4s | %10.0f %9.1f %7.0f %5.0f%% | ", c.sh.name.c_str(),
+                static_cast<long long>(c.value_bytes), c.nt, c.batch, op, bps, bps * vmib, us, 100 * share);
+    if (with_baseline)
+      std::printf("%10.0f %9.1f | %6.2f\n", median(rb), median(rb) * vmib, median(ratios(mine, rb)));
+    else
+      std::printf("%10s %9s | %6s\n", "-", "-", "-");
+  };
+  row("put", put_med, median(put_us), enc_share, m.rb_set, put_bps);
+  row("get", get_med, median(get_us), dec_share, m.rb_get, get_bps);
+  std::fflush(stdout);
+
+  nlohmann::json j;
+  j["shape"] = c.sh.name;
+  j["shape_source"] = c.sh.source;
+  j["kv_heads"] = c.sh.kv_heads;
+  j["head_dim"] = c.sh.head_dim;
+  j["tokens"] = o.tokens;
+  j["dtype"] = o.dtype_name;
+  j["block_bytes"] = c.raw_bytes;
+  j["value_bytes"] = c.value_bytes;
+  j["threads"] = c.nt;
+  j["batch"] = c.batch;
+  j["blocks_per_round"] = static_cast<int64_t>(c.nt) * o.blocks;
+  j["put"] = {{"blocks_per_s", put_med},
+              {"mib_per_s", median(field(m.ours, &OursRound::put_mib_per_s))},
+              {"client_cpu_us_per_block", median(put_us)},
+              {"encode_share_of_cpu", enc_share},
+              {"rounds_blocks_per_s", put_bps},
+              {"rounds_s", field(m.ours, &OursRound::put_s)}};
+  j["get"] = {{"blocks_per_s", get_med},
+              {"mib_per_s", median(field(m.ours, &OursRound::get_mib_per_s))},
+              {"client_cpu_us_per_block", median(get_us)},
+              {"decode_share_of_cpu_estimated", dec_share},
+              {"decode_cpu_s_per_block_alone", c.decode_s},
+              {"rounds_blocks_per_s", get_bps},
+              {"rounds_s", field(m.ours, &OursRound::get_s)}};
+  if (with_baseline) add_baseline_json(j, c, m, put_bps, get_bps);
+  return j;
+}
+
+// The run's settings, as the table's heading prints them and as the JSON's top level.
+struct RunInfo {
+  std::string redis_version, ns, load_before, baseline_note;
+  const Baseline* baseline = nullptr;  // null: no comparison
+};
+
+// Prints the heading of the table.
+void print_heading(const Options& o, const RunInfo& info) {
+  std::printf("wm_bench_kv_store: %s (redis-server %s), %u cores, load average %s; %d blocks per thread per round, "
+              "median of %d rounds after a warm-up; %s; %s%s\n",
+              o.url.c_str(), info.redis_version.c_str(), std::thread::hardware_concurrency(), info.load_before.c_str(),
+              o.blocks, o.rounds, o.default_malloc ? "glibc's default malloc" : "keep_freed_memory",
+              info.baseline ? "redis-benchmark: " : "",
+              info.baseline ? info.baseline->exe.c_str() : info.baseline_note.c_str());
+  std::printf("put = encode + put_many, get = get_many + decode; ratio = ours blocks/s / redis-benchmark requests/s "
+              "(median of the rounds' ratios); cpu = the client threads' CPU time per block (user + system); codec = "
+              "encode's share of it (measured), decode's (estimated from decoding alone)\n\n");
+  std::printf("%-10s %9s %4s %5s %4s | %10s %9s %7s %6s | %10s %9s | %6s\n", "shape", "value B", "thr", "batch",
+              "op", "blocks/s", "MiB/s", "cpu us", "codec", "r-b req/s", "MiB/s", "ratio");
+  std::fflush(stdout);
+}
+
+// The JSON's top level before the configurations.
+nlohmann::json run_json(const Options& o, const RunInfo& info) {
+  nlohmann::json out;
+  out["program"] = "wm_bench_kv_store";
+  out["url"] = o.url;
+  out["redis_version"] = info.redis_version;
+  out["namespace"] = info.ns;
+  out["tokens"] = o.tokens;
+  out["dtype"] = o.dtype_name;
+  out["blocks_per_thread"] = o.blocks;
+  out["rounds"] = o.rounds;
+  out["deadline_ms"] = o.deadline_ms;
+  out["keep_freed_memory"] = !o.default_malloc;
+  out["cores"] = std::thread::hardware_concurrency();
+  out["load_average_before"] = info.load_before;
+  out["redis_benchmark"] = info.baseline ? nlohmann::json(info.baseline->exe) : nlohmann::json(nullptr);
+  if (!info.baseline_note.empty()) out["baseline_note"] = info.baseline_note;
+  out["configs"] = nlohmann::json::array();
+  return out;
+}
+
+// Every configuration (shapes x threads x batches), its rows printed and its JSON appended to
+// out["configs"].
+void run_configs(wm::RemoteStore& store, const Options& o, const std::vector<Shape>& shapes, at::ScalarType dtype,
+                 const RunInfo& info, KeysCleanup& cleanup, nlohmann::json& out) {
+  wm::cli::ProgressLine progress(10);
+  const int n_configs = static_cast<int>(shapes.size() * o.thread_counts.size() * o.batches.size());
+  int config_no = 0;
+  for (const Shape& sh : shapes)
+    for (int nt : o.thread_counts) {
+      const std::vector<ThreadBlocks> data = make_blocks(store, sh, nt, o, dtype);
+      const std::string sample = store.encode(data[0].blocks[0]);
+      Config c{sh, nt, 0, data[0].blocks[0].nbytes(), static_cast<int64_t>(sample.size()), decode_cpu_s(sample)};
+      for (int batch : o.batches) {
+        ++config_no;
+        c.batch = batch;
+        const std::string what = str_cat("wm_bench_kv_store: [", config_no, "/", n_configs, "] ", sh.name, ", ", nt,
+                                         nt == 1 ? " thread" : " threads", ", batch ", batch);
+        const Measured m = measure(store, data, c, o, info.baseline, cleanup, progress, what);
+        out["configs"].push_back(report(c, o, m, info.baseline != nullptr));
+      }
+    }
+  progress.show(true, "wm_bench_kv_store: %d configurations done", n_configs);
+  progress.finish();
+}
+
+void run(const Options& o) {
+  wm::RemoteEndpoint ep;
+  try {
+    ep = wm::parse_store_url(o.url);
+  } catch (const wm::Error& e) {
+    throw wm::Error(str_cat("--kv-store: ", e.what()));
+  }
+  std::vector<Shape> shapes;
+  for (const auto& n : o.shape_names) shapes.push_back(shape_named(n));
+  const at::ScalarType dtype = wm::parse_compute_dtype(o.dtype_name);
+  std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
+  if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+
+  const char* pw = std::getenv("WM_KV_STORE_PASSWORD");
+  const std::string password = pw ? pw : "";
+  Admin admin(ep, password);
+  RunInfo info;
+  info.redis_version = admin.version();
+  Baseline baseline;
+  baseline.ep = ep;
+  info.baseline_note = choose_baseline(o, password, baseline);
+  if (!baseline.exe.empty()) info.baseline = &baseline;
+
+  at::set_num_threads(1);  // the client threads are the parallelism; encode/decode are copies
+  if (!o.default_malloc) wm::keep_freed_memory();  // blocks come and go without mmap/munmap each time
+  info.ns = str_cat("bench-", ::getpid());
+  KeysCleanup cleanup;
+  cleanup.admin = &admin;
+  cleanup.pattern = str_cat("wm:", info.ns, ":*");
+  const std::string rb_key = "key:__rand_int__";  // redis-benchmark's SET/GET key without -r
+  if (info.baseline && admin.command({"EXISTS", rb_key}) == "0") cleanup.also.push_back(rb_key);
+
+  wm::RemoteConfig rc;
+  rc.url = o.url;
+  rc.ns = info.ns;
+  rc.deadline_ms = o.deadline_ms;
+  rc.flush_ms = 0;
+  rc.log = [](const std::string& m) { std::cerr << "wm_bench_kv_store: store: " << m << "\n"; };
+  wm::RemoteStore store(rc);
+  if (!store.available()) throw wm::Error(str_cat("--kv-store ", o.url, ": the store could not connect"));
+
+  info.load_before = loadavg();
+  print_heading(o, info);
+  nlohmann::json out = run_json(o, info);
+  run_configs(store, o, shapes, dtype, info, cleanup, out);
+  out["store_stats"] = store.stats_json();
+  out["load_average_after"] = loadavg();
+  out["keys_deleted_at_end"] = cleanup.run();
+  if (!info.baseline_note.empty()) std::printf("\nnote: %s\n", info.baseline_note.c_str());
+  if (info.baseline && std::any_of(o.batches.begin(), o.batches.end(), [](int b) { return b > 1; }))
+    std::printf("\nnote: with -P and values this large redis-benchmark can be bound by its own client (7.0.15's "
+                "write path copies the unwritten rest of a pipeline on every partial write): read its SET figure "
+                "with a batch above 1 as its client's limit, not the server's\n");
+  std::printf("\nload average before %s, after %s\n", info.load_before.c_str(), loadavg().c_str());
+  if (json_file) {
+    json_file->stream() << out.dump(2) << "\n";
+    json_file->commit();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -503,300 +874,13 @@ int main(int argc, char** argv) {
       "redis-benchmark's SET and GET of values of the same size on the same server, run interleaved round by "
       "round. Start a redis-server of its own for it (a Unix socket, no persistence): every figure is this "
       "machine's, and the keys it writes (wm:bench-<pid>:*) are deleted at the end"};
-  std::string url, json_out, rb_name = "redis-benchmark", dtype_name = "float32";
-  std::vector<std::string> shape_names = {"tiny", "qwen2-0.5b"};
-  std::vector<int> thread_counts = {1, 8}, batches = {1, 16};
-  int tokens = 512, blocks = 64, rounds = 3, deadline_ms = 10000;
-  double baseline_s = 2.0;
-  bool default_malloc = false;
-  app.add_option("--kv-store", url, "the Redis server: redis://HOST[:PORT][/DB] or unix:///PATH[?db=N]; a password "
-                                    "comes from $WM_KV_STORE_PASSWORD")
-      ->required();
-  app.add_option("--shapes", shape_names,
-                 "block shapes, one layer's K and V of --tokens tokens each: tiny (the embedded LLM's layer, its KV "
-                 "heads and head size read from " +
-                     std::string(kEmbeddedModel) + "/config.json), qwen2-0.5b (configs/qwen2-0.5b.json: 2 KV heads x 64)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
-  app.add_option("--tokens", tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--dtype", dtype_name, "the K/V dtype")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
-  app.add_option("--threads", thread_counts,
-                 "client thread counts to measure (sharing one store and its connection pool; redis-benchmark "
-                 "gets as many clients, -c)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--blocks", blocks, "blocks each thread puts and gets back per round")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("--rounds", rounds, "rounds per configuration after a warm-up (medians reported)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--batch", batches,
-                 "blocks per pipelined put_many / get_many to measure (redis-benchmark -P when above 1)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--deadline-ms", deadline_ms,
-                 "the store's limit per operation; a benchmark wants figures, not misses, so it is longer than a "
-                 "program's default")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 600000));
-  app.add_option("--redis-benchmark", rb_name,
-                 "redis-benchmark to compare with (a name on $PATH or a path); the comparison is skipped with a note "
-                 "when the default is not installed")
-      ->capture_default_str();
-  app.add_option("--baseline-s", baseline_s,
-                 "seconds each redis-benchmark run aims at (its -n from the previous run's rate); 0: no comparison")
-      ->capture_default_str()
-      ->check(wm::cli::FiniteRange(0, 3600));
-  app.add_flag("--default-malloc", default_malloc,
-               "leave glibc's allocator as it is (as wm_plan_bench does) instead of wm::keep_freed_memory() (as "
-               "wm_render and wm_revisit_bench do): the memory of large values then goes back to the kernel and is "
-               "faulted in again");
-  app.add_option("--json", json_out, "also write every figure (each round's too) as JSON to this file");
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
+  o.rb_named = app.count("--redis-benchmark") > 0;
   wm::cli::remove_temporaries_on_signal();
   try {
-    wm::RemoteEndpoint ep;
-    try {
-      ep = wm::parse_store_url(url);
-    } catch (const wm::Error& e) {
-      throw wm::Error(str_cat("--kv-store: ", e.what()));
-    }
-    std::vector<Shape> shapes;
-    for (const auto& n : shape_names) shapes.push_back(shape_named(n));
-    const at::ScalarType dtype = wm::parse_compute_dtype(dtype_name);
-    std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
-    if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
-
-    const char* pw = std::getenv("WM_KV_STORE_PASSWORD");
-    const std::string password = pw ? pw : "";
-    Admin admin(ep, password);
-    const std::string redis_version = admin.version();
-
-    // The comparison: redis-benchmark takes a password only on its command line (visible to every
-    // user in `ps`), so a server with one is measured without it.
-    std::string baseline_note;
-    Baseline baseline;
-    baseline.ep = ep;
-    if (baseline_s > 0) {
-      baseline.exe = find_program(rb_name);
-      if (baseline.exe.empty() && app.count("--redis-benchmark"))
-        throw wm::Error(str_cat("--redis-benchmark ", rb_name, ": not found or not executable"));
-      if (baseline.exe.empty()) {
-        baseline_note = "redis-benchmark is not installed (Debian: redis-tools): no comparison";
-      } else if (!password.empty()) {
-        baseline_note =
-            "the server needs a password and redis-benchmark takes it only on its command line: no comparison";
-        baseline.exe.clear();
-      }
-    } else {
-      baseline_note = "--baseline-s 0: no comparison";
-    }
-    const bool with_baseline = !baseline.exe.empty();
-
-    at::set_num_threads(1);  // the client threads are the parallelism; encode/decode are copies
-    if (!default_malloc) wm::keep_freed_memory();  // blocks come and go without mmap/munmap each time
-    const std::string ns = str_cat("bench-", ::getpid());
-    KeysCleanup cleanup;
-    cleanup.admin = &admin;
-    cleanup.pattern = str_cat("wm:", ns, ":*");
-    const std::string rb_key = "key:__rand_int__";  // redis-benchmark's SET/GET key without -r
-    if (with_baseline && admin.command({"EXISTS", rb_key}) == "0") cleanup.also.push_back(rb_key);
-
-    wm::RemoteConfig rc;
-    rc.url = url;
-    rc.ns = ns;
-    rc.deadline_ms = deadline_ms;
-    rc.flush_ms = 0;
-    rc.log = [](const std::string& m) { std::cerr << "wm_bench_kv_store: store: " << m << "\n"; };
-    wm::RemoteStore store(rc);
-    if (!store.available()) throw wm::Error(str_cat("--kv-store ", url, ": the store could not connect"));
-
-    const std::string load_before = loadavg();
-    std::printf("wm_bench_kv_store: %s (redis-server %s), %u cores, load average %s; %d blocks per thread per round, "
-                "median of %d rounds after a warm-up; %s; %s%s\n",
-                url.c_str(), redis_version.c_str(), std::thread::hardware_concurrency(), load_before.c_str(), blocks,
-                rounds, default_malloc ? "glibc's default malloc" : "keep_freed_memory",
-                with_baseline ? "redis-benchmark: " : "", with_baseline ? baseline.exe.c_str() : baseline_note.c_str());
-    std::printf("put = encode + put_many, get = get_many + decode; ratio = ours blocks/s / redis-benchmark requests/s "
-                "(median of the rounds' ratios); cpu = the client threads' CPU time per block (user + system); codec = "
-                "encode's share of it (measured), decode's (estimated from decoding alone)\n\n");
-    std::printf("%-10s %9s %4s %5s %4s | %10s %9s %7s %6s | %10s %9s | %6s\n", "shape", "value B", "thr", "batch",
-                "op", "blocks/s", "MiB/s", "cpu us", "codec", "r-b req/s", "MiB/s", "ratio");
-    std::fflush(stdout);
-
-    nlohmann::json out;
-    out["program"] = "wm_bench_kv_store";
-    out["url"] = url;
-    out["redis_version"] = redis_version;
-    out["namespace"] = ns;
-    out["tokens"] = tokens;
-    out["dtype"] = dtype_name;
-    out["blocks_per_thread"] = blocks;
-    out["rounds"] = rounds;
-    out["deadline_ms"] = deadline_ms;
-    out["keep_freed_memory"] = !default_malloc;
-    out["cores"] = std::thread::hardware_concurrency();
-    out["load_average_before"] = load_before;
-    out["redis_benchmark"] = with_baseline ? nlohmann::json(baseline.exe) : nlohmann::json(nullptr);
-    if (!baseline_note.empty()) out["baseline_note"] = baseline_note;
-    out["configs"] = nlohmann::json::array();
-
-    wm::cli::ProgressLine progress(10);
-    const int n_configs = static_cast<int>(shapes.size() * thread_counts.size() * batches.size());
-    int config_no = 0;
-    for (const Shape& sh : shapes)
-      for (int nt : thread_counts) {
-        // Each thread's blocks: random K/V, its own identities (made here: the generator is not
-        // the threads' to share).
-        std::vector<ThreadBlocks> data(nt);
-        at::Tensor pos = at::arange(tokens, at::kLong).unsqueeze(1);
-        for (int t = 0; t < nt; ++t)
-          for (int i = 0; i < blocks; ++i) {
-            const std::string id = str_cat("bench:", sh.name, ":", t, ":", i);
-            std::vector<at::Tensor> k = {at::randn({sh.kv_heads, tokens, sh.head_dim}).to(dtype)};
-            std::vector<at::Tensor> v = {at::randn({sh.kv_heads, tokens, sh.head_dim}).to(dtype)};
-            data[t].blocks.push_back(wm::make_block(id, k, v, pos));
-            data[t].blocks.back().meta.kind = "kv";
-            data[t].ids.push_back(id);
-            data[t].keys.push_back(store.key_for_id(id));
-          }
-        const size_t raw_bytes = data[0].blocks[0].nbytes();
-        const std::string sample = store.encode(data[0].blocks[0]);
-        const int64_t value_bytes = static_cast<int64_t>(sample.size());
-        std::vector<double> dec;  // decoding alone, one thread, CPU time (after 3 to warm up)
-        for (int i = 0; i < 18; ++i) {
-          const double c0 = thread_cpu_s();
-          wm::Block b = wm::decode_block(sample.data(), sample.size(), "sample");
-          if (i >= 3) dec.push_back(thread_cpu_s() - c0);
-        }
-        const double decode_s = median(dec);
-
-        for (int batch : batches) {
-          ++config_no;
-          const std::string what = str_cat(sh.name, ", ", nt, nt == 1 ? " thread" : " threads", ", batch ", batch);
-          progress.show(false, "wm_bench_kv_store: [%d/%d] %s: warm-up", config_no, n_configs, what.c_str());
-          run_ours(store, data, batch, tokens);  // warm-up: connections, the server's memory
-          const int64_t min_req = static_cast<int64_t>(nt) * batch * 4;
-          double set_rps = 0, get_rps = 0;
-          const double rb_timeout = 120 + 20 * baseline_s;
-          if (with_baseline) {  // calibration for -n
-            const int64_t n0 = std::max<int64_t>(min_req, 200);
-            set_rps = baseline.run("SET", value_bytes, nt, batch, n0, rb_timeout);
-            get_rps = baseline.run("GET", value_bytes, nt, batch, n0, rb_timeout);
-          }
-          std::vector<OursRound> ours;
-          std::vector<double> rb_set, rb_get;
-          std::vector<int64_t> rb_set_n, rb_get_n;
-          for (int r = 0; r < rounds; ++r) {
-            ours.push_back(run_ours(store, data, batch, tokens));
-            if (with_baseline) {
-              const int64_t n_set = std::max<int64_t>(min_req, static_cast<int64_t>(baseline_s * set_rps));
-              set_rps = baseline.run("SET", value_bytes, nt, batch, n_set, rb_timeout);
-              const int64_t n_get = std::max<int64_t>(min_req, static_cast<int64_t>(baseline_s * get_rps));
-              get_rps = baseline.run("GET", value_bytes, nt, batch, n_get, rb_timeout);
-              rb_set.push_back(set_rps), rb_get.push_back(get_rps);
-              rb_set_n.push_back(n_set), rb_get_n.push_back(n_get);
-            }
-            progress.show(false, "wm_bench_kv_store: [%d/%d] %s: round %d/%d: put %.0f blocks/s, get %.0f blocks/s%s",
-                          config_no, n_configs, what.c_str(), r + 1, rounds, ours.back().put_blocks_per_s,
-                          ours.back().get_blocks_per_s,
-                          with_baseline ? str_cat("; SET ", static_cast<int64_t>(set_rps), "/s, GET ",
-                                                  static_cast<int64_t>(get_rps), "/s").c_str()
-                                        : "");
-          }
-          cleanup.admin->delete_matching(cleanup.pattern);  // this configuration's keys and counters
-
-          const auto put_bps = field(ours, &OursRound::put_blocks_per_s);
-          const auto get_bps = field(ours, &OursRound::get_blocks_per_s);
-          const double put_med = median(put_bps), get_med = median(get_bps);
-          const double n_round = static_cast<double>(nt) * blocks;
-          std::vector<double> enc_shares, dec_shares, put_us, get_us;
-          for (const auto& o : ours) {
-            enc_shares.push_back(o.put_cpu_s > 0 ? o.encode_cpu_s / o.put_cpu_s : 0);
-            dec_shares.push_back(o.get_cpu_s > 0 ? std::min(1.0, n_round * decode_s / o.get_cpu_s) : 0);
-            put_us.push_back(1e6 * o.put_cpu_s / n_round);
-            get_us.push_back(1e6 * o.get_cpu_s / n_round);
-          }
-          const double enc_share = median(enc_shares), dec_share = median(dec_shares);
-          const double vmib = value_bytes / kMiB;
-          auto row = [&](const char* op, double bps, double us, double share, const std::vector<double>& rb,
-                         const std::vector<double>& mine) {
-            std::printf("%-10s %9lld %4d %5d %4s | %10.0f %9.1f %7.0f %5.0f%% | ", sh.name.c_str(),
-                        static_cast<long long>(value_bytes), nt, batch, op, bps, bps * vmib, us, 100 * share);
-            if (with_baseline)
-              std::printf("%10.0f %9.1f | %6.2f\n", median(rb), median(rb) * vmib, median(ratios(mine, rb)));
-            else
-              std::printf("%10s %9s | %6s\n", "-", "-", "-");
-          };
-          row("put", put_med, median(put_us), enc_share, rb_set, put_bps);
-          row("get", get_med, median(get_us), dec_share, rb_get, get_bps);
-          std::fflush(stdout);
-
-          nlohmann::json c;
-          c["shape"] = sh.name;
-          c["shape_source"] = sh.source;
-          c["kv_heads"] = sh.kv_heads;
-          c["head_dim"] = sh.head_dim;
-          c["tokens"] = tokens;
-          c["dtype"] = dtype_name;
-          c["block_bytes"] = raw_bytes;
-          c["value_bytes"] = value_bytes;
-          c["threads"] = nt;
-          c["batch"] = batch;
-          c["blocks_per_round"] = static_cast<int64_t>(nt) * blocks;
-          c["put"] = {{"blocks_per_s", put_med},
-                      {"mib_per_s", median(field(ours, &OursRound::put_mib_per_s))},
-                      {"client_cpu_us_per_block", median(put_us)},
-                      {"encode_share_of_cpu", enc_share},
-                      {"rounds_blocks_per_s", put_bps},
-                      {"rounds_s", field(ours, &OursRound::put_s)}};
-          c["get"] = {{"blocks_per_s", get_med},
-                      {"mib_per_s", median(field(ours, &OursRound::get_mib_per_s))},
-                      {"client_cpu_us_per_block", median(get_us)},
-                      {"decode_share_of_cpu_estimated", dec_share},
-                      {"decode_cpu_s_per_block_alone", decode_s},
-                      {"rounds_blocks_per_s", get_bps},
-                      {"rounds_s", field(ours, &OursRound::get_s)}};
-          if (with_baseline) {
-            c["redis_benchmark"] = {
-                {"set",
-                 {{"requests_per_s", median(rb_set)},
-                  {"mib_per_s", median(rb_set) * vmib},
-                  {"rounds_requests_per_s", rb_set},
-                  {"rounds_requests", rb_set_n}}},
-                {"get",
-                 {{"requests_per_s", median(rb_get)},
-                  {"mib_per_s", median(rb_get) * vmib},
-                  {"rounds_requests_per_s", rb_get},
-                  {"rounds_requests", rb_get_n}}},
-                {"clients", nt},
-                {"pipeline", batch}};
-            c["ratio"] = {{"put_over_set", median(ratios(put_bps, rb_set))},
-                          {"get_over_get", median(ratios(get_bps, rb_get))},
-                          {"rounds_put_over_set", ratios(put_bps, rb_set)},
-                          {"rounds_get_over_get", ratios(get_bps, rb_get)}};
-          }
-          out["configs"].push_back(c);
-        }
-      }
-    progress.show(true, "wm_bench_kv_store: %d configurations done", n_configs);
-    progress.finish();
-    out["store_stats"] = store.stats_json();
-    out["load_average_after"] = loadavg();
-    out["keys_deleted_at_end"] = cleanup.run();
-    if (!baseline_note.empty()) std::printf("\nnote: %s\n", baseline_note.c_str());
-    if (with_baseline && std::any_of(batches.begin(), batches.end(), [](int b) { return b > 1; }))
-      std::printf("\nnote: with -P and values this large redis-benchmark can be bound by its own client (7.0.15's "
-                  "write path copies the unwritten rest of a pipeline on every partial write): read its SET figure "
-                  "with a batch above 1 as its client's limit, not the server's\n");
-    std::printf("\nload average before %s, after %s\n", load_before.c_str(), loadavg().c_str());
-    if (json_file) {
-      json_file->stream() << out.dump(2) << "\n";
-      json_file->commit();
-    }
+    run(o);
   } catch (const std::exception& e) {
     std::cerr << "wm_bench_kv_store: error: " << wm::cli::error_text(e) << "\n";
     return 1;

@@ -135,102 +135,10 @@ World World::generate(uint64_t seed, const WorldSpec& spec, Goal* designed_goal)
   Rng rng(hash_combine(seed, hash_string("plan-world-core")));
   World w;
   std::set<std::string> used = {"agent", "hall"};
-  std::vector<std::string> room_pool = kRooms;
-  rng.shuffle(room_pool);
-  w.rooms_.push_back("hall");
-  for (int i = 0; i < spec.rooms; ++i) {
-    w.rooms_.push_back(room_pool[i]);
-    used.insert(room_pool[i]);
-  }
-  std::vector<std::string> holders(w.rooms_);  // where portable things can be: floors first
   std::vector<std::string> lockables;
-  for (int i = 1; i <= spec.rooms; ++i) {
-    Thing d;
-    d.name = w.rooms_[i] + "-door";
-    d.kind = Kind::Door;
-    d.room = w.rooms_[i];
-    used.insert(d.name);
-    lockables.push_back(d.name);
-    w.add(d);
-  }
-  for (const std::string& n : draw_names(rng, kContainers, kMaterials, spec.containers, used)) {
-    Thing c;
-    c.name = n;
-    c.kind = Kind::Container;
-    c.room = rng.pick(w.rooms_);
-    c.open = rng.chance(0.25);
-    holders.push_back(n);
-    lockables.push_back(n);
-    w.add(c);
-  }
-  for (const std::string& n : draw_names(rng, kFurniture, kMaterials, spec.furniture, used)) {
-    Thing f;
-    f.name = n;
-    f.kind = Kind::Furniture;
-    f.room = rng.pick(w.rooms_);
-    holders.push_back(n);
-    w.add(f);
-  }
-
-  // Locks in order; the key of lock i lies where only locks before i guard it.
-  rng.shuffle(lockables);
-  lockables.resize(spec.locks);
-  std::map<std::string, int> lock_index;
-  for (int i = 0; i < spec.locks; ++i) lock_index[lockables[i]] = i;
-  // Highest lock index guarding a holder (-1: none).
-  auto guard = [&](const std::string& h) {
-    auto lock_of = [&](const std::string& n) {
-      auto it = lock_index.find(n);
-      return it == lock_index.end() ? -1 : it->second;
-    };
-    if (std::find(w.rooms_.begin(), w.rooms_.end(), h) != w.rooms_.end())
-      return h == "hall" ? -1 : lock_of(h + "-door");
-    const Thing& t = w.thing(h);
-    int g = t.room == "hall" ? -1 : lock_of(t.room + "-door");
-    if (t.kind == Kind::Container) g = std::max(g, lock_of(h));
-    return g;
-  };
-  auto holders_with = [&](auto pred) {
-    std::vector<std::string> out;
-    for (const std::string& h : holders)
-      if (pred(guard(h))) out.push_back(h);
-    return out;
-  };
-  std::vector<std::string> metals = kMetals;
-  rng.shuffle(metals);
-  for (int i = 0; i < spec.locks; ++i) {
-    Thing& lock = w.mut(lockables[i]);
-    lock.locked = true;
-    lock.open = false;
-    lock.key = metals[i] + "-key";
-    used.insert(lock.key);
-    std::vector<std::string> chain = holders_with([&](int g) { return g == i - 1 && i > 0; });
-    std::vector<std::string> allowed = holders_with([&](int g) { return g < i; });
-    Thing k;
-    k.name = lock.key;
-    k.kind = Kind::Object;
-    k.is_key = true;
-    k.holder = !chain.empty() && rng.chance(0.6) ? rng.pick(chain) : rng.pick(allowed);
-    w.add(k);
-  }
-
-  // Ordinary objects; the first is the designed goal's object, behind the last lock when it can be.
-  std::vector<std::string> objects = draw_names(rng, kObjects, {}, spec.objects, used);
-  for (int i = 0; i < spec.objects; ++i) {
-    Thing o;
-    o.name = objects[i];
-    o.kind = Kind::Object;
-    std::vector<std::string> deep = holders_with([&](int g) { return spec.locks > 0 && g == spec.locks - 1; });
-    o.holder = i == 0 && !deep.empty() && rng.chance(0.75) ? rng.pick(deep) : rng.pick(holders);
-    w.add(o);
-  }
-  Goal goal;
-  goal.object = objects[0];
-  std::vector<std::string> places;
-  for (size_t i = w.rooms_.size(); i < holders.size(); ++i)
-    if (holders[i] != w.thing(goal.object).holder) places.push_back(holders[i]);
-  goal.place = rng.pick(places);
-  goal.on = w.thing(goal.place).kind == Kind::Furniture;
+  const std::vector<std::string> holders = w.add_places(rng, spec, used, &lockables);
+  const std::map<std::string, int> lock_index = w.add_locks(rng, spec, lockables, holders, used);
+  const Goal goal = w.add_objects(rng, spec, holders, lock_index, used);
   if (designed_goal) *designed_goal = goal;
 
   // The agent starts in the hall or a room it can leave and re-enter.
@@ -242,41 +150,152 @@ World World::generate(uint64_t seed, const WorldSpec& spec, Goal* designed_goal)
   for (const Thing& t : w.things_) w.order_.push_back(t.name);
   rng.shuffle(w.order_);
   w.order_.insert(w.order_.begin(), "agent");
-
-  // Distractors: the i-th depends on (seed, i) only, so fewer distractors give a prefix.
-  if (spec.distractors > 0) {
-    const uint64_t dseed = hash_combine(seed, hash_string("plan-world-distractors"));
-    Rng pool_rng(dseed);
-    std::vector<std::string> pool;
-    for (const auto& c : kDistractorColours)
-      for (const auto& n : kDistractorNouns) pool.push_back(c + "-" + n);
-    for (const auto& m : kMetals) pool.push_back(m + "-key");
-    pool_rng.shuffle(pool);
-    size_t next = 0;
-    int round = 1;
-    for (int i = 0; i < spec.distractors; ++i) {
-      std::string name;
-      do {
-        if (next == pool.size()) {
-          next = 0;
-          ++round;
-        }
-        name = round == 1 ? pool[next] : str_cat(pool[next], "-", round);
-        ++next;
-      } while (used.count(name));
-      used.insert(name);
-      Rng r(hash_combine(dseed, static_cast<uint64_t>(i)));
-      Thing d;
-      d.name = name;
-      d.kind = Kind::Object;
-      d.is_key = name.size() > 4 && name.compare(name.size() - 4, 4, "-key") == 0;
-      d.holder = r.pick(holders);
-      w.add(d);
-      w.distractors_.push_back(name);
-      w.order_.insert(w.order_.begin() + 1 + static_cast<std::ptrdiff_t>(r.index(w.order_.size())), name);
-    }
-  }
+  w.add_distractors(seed, spec.distractors, holders, used);
   return w;
+}
+
+std::vector<std::string> World::add_places(Rng& rng, const WorldSpec& spec, std::set<std::string>& used,
+                                           std::vector<std::string>* lockables) {
+  std::vector<std::string> room_pool = kRooms;
+  rng.shuffle(room_pool);
+  rooms_.push_back("hall");
+  for (int i = 0; i < spec.rooms; ++i) {
+    rooms_.push_back(room_pool[i]);
+    used.insert(room_pool[i]);
+  }
+  std::vector<std::string> holders(rooms_);  // where portable things can be: floors first
+  for (int i = 1; i <= spec.rooms; ++i) {
+    Thing d;
+    d.name = rooms_[i] + "-door";
+    d.kind = Kind::Door;
+    d.room = rooms_[i];
+    used.insert(d.name);
+    lockables->push_back(d.name);
+    add(d);
+  }
+  for (const std::string& n : draw_names(rng, kContainers, kMaterials, spec.containers, used)) {
+    Thing c;
+    c.name = n;
+    c.kind = Kind::Container;
+    c.room = rng.pick(rooms_);
+    c.open = rng.chance(0.25);
+    holders.push_back(n);
+    lockables->push_back(n);
+    add(c);
+  }
+  for (const std::string& n : draw_names(rng, kFurniture, kMaterials, spec.furniture, used)) {
+    Thing f;
+    f.name = n;
+    f.kind = Kind::Furniture;
+    f.room = rng.pick(rooms_);
+    holders.push_back(n);
+    add(f);
+  }
+  return holders;
+}
+
+int World::guard(const std::string& h, const std::map<std::string, int>& lock_index) const {
+  auto lock_of = [&](const std::string& n) {
+    auto it = lock_index.find(n);
+    return it == lock_index.end() ? -1 : it->second;
+  };
+  if (std::find(rooms_.begin(), rooms_.end(), h) != rooms_.end()) return h == "hall" ? -1 : lock_of(h + "-door");
+  const Thing& t = thing(h);
+  int g = t.room == "hall" ? -1 : lock_of(t.room + "-door");
+  if (t.kind == Kind::Container) g = std::max(g, lock_of(h));
+  return g;
+}
+
+std::vector<std::string> World::holders_guarded(const std::vector<std::string>& holders,
+                                                const std::map<std::string, int>& lock_index,
+                                                const std::function<bool(int)>& pred) const {
+  std::vector<std::string> out;
+  for (const std::string& h : holders)
+    if (pred(guard(h, lock_index))) out.push_back(h);
+  return out;
+}
+
+std::map<std::string, int> World::add_locks(Rng& rng, const WorldSpec& spec, std::vector<std::string> lockables,
+                                            const std::vector<std::string>& holders, std::set<std::string>& used) {
+  rng.shuffle(lockables);
+  lockables.resize(spec.locks);
+  std::map<std::string, int> lock_index;
+  for (int i = 0; i < spec.locks; ++i) lock_index[lockables[i]] = i;
+  std::vector<std::string> metals = kMetals;
+  rng.shuffle(metals);
+  for (int i = 0; i < spec.locks; ++i) {
+    Thing& lock = mut(lockables[i]);
+    lock.locked = true;
+    lock.open = false;
+    lock.key = metals[i] + "-key";
+    used.insert(lock.key);
+    std::vector<std::string> chain = holders_guarded(holders, lock_index, [&](int g) { return g == i - 1 && i > 0; });
+    std::vector<std::string> allowed = holders_guarded(holders, lock_index, [&](int g) { return g < i; });
+    Thing k;
+    k.name = lock.key;
+    k.kind = Kind::Object;
+    k.is_key = true;
+    k.holder = !chain.empty() && rng.chance(0.6) ? rng.pick(chain) : rng.pick(allowed);
+    add(k);
+  }
+  return lock_index;
+}
+
+Goal World::add_objects(Rng& rng, const WorldSpec& spec, const std::vector<std::string>& holders,
+                        const std::map<std::string, int>& lock_index, std::set<std::string>& used) {
+  std::vector<std::string> objects = draw_names(rng, kObjects, {}, spec.objects, used);
+  for (int i = 0; i < spec.objects; ++i) {
+    Thing o;
+    o.name = objects[i];
+    o.kind = Kind::Object;
+    std::vector<std::string> deep = holders_guarded(
+        holders, lock_index, [&](int g) { return spec.locks > 0 && g == spec.locks - 1; });
+    o.holder = i == 0 && !deep.empty() && rng.chance(0.75) ? rng.pick(deep) : rng.pick(holders);
+    add(o);
+  }
+  Goal goal;
+  goal.object = objects[0];
+  std::vector<std::string> places;
+  for (size_t i = rooms_.size(); i < holders.size(); ++i)
+    if (holders[i] != thing(goal.object).holder) places.push_back(holders[i]);
+  goal.place = rng.pick(places);
+  goal.on = thing(goal.place).kind == Kind::Furniture;
+  return goal;
+}
+
+void World::add_distractors(uint64_t seed, int n, const std::vector<std::string>& holders,
+                            std::set<std::string>& used) {
+  if (n <= 0) return;
+  const uint64_t dseed = hash_combine(seed, hash_string("plan-world-distractors"));
+  Rng pool_rng(dseed);
+  std::vector<std::string> pool;
+  for (const auto& c : kDistractorColours)
+    for (const auto& noun : kDistractorNouns) pool.push_back(c + "-" + noun);
+  for (const auto& m : kMetals) pool.push_back(m + "-key");
+  pool_rng.shuffle(pool);
+  size_t next = 0;
+  int round = 1;
+  for (int i = 0; i < n; ++i) {
+    std::string name;
+    do {
+      if (next == pool.size()) {
+        next = 0;
+        ++round;
+      }
+      name = round == 1 ? pool[next] : str_cat(pool[next], "-", round);
+      ++next;
+    } while (used.count(name));
+    used.insert(name);
+    Rng r(hash_combine(dseed, static_cast<uint64_t>(i)));
+    Thing d;
+    d.name = name;
+    d.kind = Kind::Object;
+    d.is_key = name.size() > 4 && name.compare(name.size() - 4, 4, "-key") == 0;
+    d.holder = r.pick(holders);
+    add(d);
+    distractors_.push_back(name);
+    order_.insert(order_.begin() + 1 + static_cast<std::ptrdiff_t>(r.index(order_.size())), name);
+  }
 }
 
 std::string World::memory_line(const std::string& name) const {

@@ -25,7 +25,9 @@
 // Keys are always reachable: the key of the i-th lock is never behind that lock or a later one,
 // so every goal is solvable and the oracle never cycles.
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,8 @@
 #include "tools/llm_tasks/sample.h"
 
 namespace wm::llmtasks {
+
+class Rng;
 
 // Sizes of a generated house. generate() checks the ranges.
 struct WorldSpec {
@@ -107,6 +111,30 @@ class World {
   Thing& mut(const std::string& name);
   void add(Thing t);
   bool fail(std::string* error, const std::string& why) const;
+
+  // generate()'s steps, in this order, on the world being made (`used` holds every name taken).
+  // The hall and spec.rooms rooms, their doors, the containers and the furniture; returns where
+  // portable things can lie (the floors first, then containers and furniture); *lockables gets
+  // the doors and containers.
+  std::vector<std::string> add_places(Rng& rng, const WorldSpec& spec, std::set<std::string>& used,
+                                      std::vector<std::string>* lockables);
+  // Locks spec.locks of the lockables, in a random order, and lays the key of the i-th where
+  // only locks before it guard it. Returns each lock's index in that order.
+  std::map<std::string, int> add_locks(Rng& rng, const WorldSpec& spec, std::vector<std::string> lockables,
+                                       const std::vector<std::string>& holders, std::set<std::string>& used);
+  // The ordinary objects; the first is the designed goal's, behind the last lock when it can be.
+  // Returns that goal.
+  Goal add_objects(Rng& rng, const WorldSpec& spec, const std::vector<std::string>& holders,
+                   const std::map<std::string, int>& lock_index, std::set<std::string>& used);
+  // n distractors, into things_ and order_: the i-th depends on (seed, i) only, so fewer
+  // distractors give a prefix.
+  void add_distractors(uint64_t seed, int n, const std::vector<std::string>& holders, std::set<std::string>& used);
+  // The highest lock index guarding holder h (its room's door, or it as a container); -1: none.
+  int guard(const std::string& h, const std::map<std::string, int>& lock_index) const;
+  // The holders whose guard satisfies pred.
+  std::vector<std::string> holders_guarded(const std::vector<std::string>& holders,
+                                           const std::map<std::string, int>& lock_index,
+                                           const std::function<bool(int)>& pred) const;
 
   std::vector<Thing> things_;
   std::map<std::string, size_t> index_;

@@ -115,6 +115,132 @@ int ms_until(Clock::time_point t) {
   return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
 }
 
+// The request line and header lines of a head, as read_request uses them.
+struct RequestHead {
+  std::string head;                         // the request line and the headers passed on, CRLF-ended
+  std::string version;                      // "HTTP/1.1" or "HTTP/1.0"
+  std::vector<std::string> lengths;         // every Content-Length value
+  std::vector<std::string> codings;         // every Transfer-Encoding value
+  std::string connection;                   // the Connection headers' options, comma-separated
+  bool expect_continue = false;             // "Expect: 100-continue"
+};
+
+// The lines [begin, end) (without CRLF) of the head in[0, head_end), which ends in a blank line.
+// Throws Refusal 400 for a NUL, a bare CR or LF, or another control character.
+std::vector<std::pair<size_t, size_t>> head_lines(const std::string& in, size_t head_end) {
+  std::vector<std::pair<size_t, size_t>> lines;
+  for (size_t b = 0; b < head_end - 2;) {
+    const size_t e = in.find("\r\n", b);
+    lines.emplace_back(b, e);
+    b = e + 2;
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    for (size_t k = lines[i].first; k < lines[i].second; ++k) {
+      const unsigned char c = static_cast<unsigned char>(in[k]);
+      if ((c < 0x20 && c != '\t') || c == 0x7f)
+        throw Refusal{400, i == 0 ? std::string("a control character in the request line")
+                                  : "a control character (NUL, CR, LF, ...) in header line " + std::to_string(i)};
+    }
+  }
+  return lines;
+}
+
+// Checks the request line (method, target, version); returns its version. Throws Refusal.
+std::string request_version(const std::string& request_line) {
+  if (request_line.size() > kLineMax) throw Refusal{414, "the request line is too long"};
+  const size_t sp1 = request_line.find(' '), sp2 = request_line.rfind(' ');
+  if (sp1 == std::string::npos || sp1 == sp2 || request_line.find(' ', sp1 + 1) != sp2)
+    throw Refusal{400, "a malformed request line"};
+  std::string version = request_line.substr(sp2 + 1);
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") throw Refusal{400, "unsupported HTTP version"};
+  return version;
+}
+
+// Files one header line into out: the framing, Expect and Connection headers apart, the others
+// appended to out.head. Throws Refusal for a malformed line.
+void add_header(const std::string& l, RequestHead& out) {
+  if (l.size() > kLineMax) throw Refusal{431, "a header line exceeds " + std::to_string(kLineMax) + " bytes"};
+  if (l[0] == ' ' || l[0] == '\t') throw Refusal{400, "obsolete header line folding"};
+  const size_t colon = l.find(':');
+  if (colon == std::string::npos || colon == 0) throw Refusal{400, "a header line without a name"};
+  const std::string name = l.substr(0, colon);
+  for (char c : name)
+    if (!is_tchar(static_cast<unsigned char>(c))) throw Refusal{400, "a malformed header name"};
+  const std::string value = trim_ows(l.substr(colon + 1));
+  if (iequals(name, "Content-Length"))
+    out.lengths.push_back(value);
+  else if (iequals(name, "Transfer-Encoding"))
+    out.codings.push_back(value);
+  else if (iequals(name, "Expect"))
+    out.expect_continue = iequals(value, "100-continue");
+  else if (iequals(name, "Connection"))
+    out.connection += "," + value;
+  else
+    out.head += l + "\r\n";
+}
+
+// Parses the head in[0, head_end) (it ends in a blank line). Throws Refusal.
+RequestHead parse_head(const std::string& in, size_t head_end, const HttpLimits& lim) {
+  const std::vector<std::pair<size_t, size_t>> lines = head_lines(in, head_end);
+  auto line = [&](size_t i) { return in.substr(lines[i].first, lines[i].second - lines[i].first); };
+  RequestHead out;
+  const std::string request_line = line(0);
+  out.version = request_version(request_line);
+  if (lines.size() - 1 > lim.max_header_count)
+    throw Refusal{431, "more than " + std::to_string(lim.max_header_count) + " header lines"};
+  out.head = request_line + "\r\n";
+  for (size_t i = 1; i < lines.size(); ++i) add_header(line(i), out);
+  return out;
+}
+
+// Whether the connection stays open after this request: HTTP/1.1 keeps it unless told "close";
+// HTTP/1.0 closes it unless told "keep-alive". Adds the Connection header, in the words httplib
+// compares (whole and case-sensitively), to h.head.
+bool keep_alive_after(RequestHead& h) {
+  bool has_close = false, has_keep_alive = false;
+  for (size_t b = 0; b < h.connection.size();) {
+    size_t e = h.connection.find(',', b);
+    if (e == std::string::npos) e = h.connection.size();
+    const std::string option = trim_ows(h.connection.substr(b, e - b));
+    has_close = has_close || iequals(option, "close");
+    has_keep_alive = has_keep_alive || iequals(option, "keep-alive");
+    b = e + 1;
+  }
+  if (has_close)
+    h.head += "Connection: close\r\n";
+  else if (h.version == "HTTP/1.0" && has_keep_alive)
+    h.head += "Connection: Keep-Alive\r\n";
+  return !has_close && (h.version == "HTTP/1.1" || has_keep_alive);
+}
+
+// How the body is framed: chunked, or `length` bytes (0 without either header).
+struct BodyFraming {
+  bool chunked = false;
+  uint64_t length = 0;
+};
+
+// The body's framing from the Transfer-Encoding and Content-Length headers. Throws Refusal 501
+// for a transfer coding other than chunked, 400 for both headers or a malformed length, 413 for
+// a length over max_body_bytes.
+BodyFraming body_framing(const RequestHead& h, const HttpLimits& lim) {
+  BodyFraming f;
+  if (!h.codings.empty()) {
+    if (h.codings.size() != 1 || !iequals(h.codings[0], "chunked"))
+      throw Refusal{501, "only the chunked transfer coding is understood"};
+    if (!h.lengths.empty()) throw Refusal{400, "both Content-Length and Transfer-Encoding"};
+    f.chunked = true;
+  } else if (!h.lengths.empty()) {
+    for (const auto& v : h.lengths) {
+      if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos || v != h.lengths[0])
+        throw Refusal{400, "a malformed Content-Length"};
+    }
+    f.length = std::stoull(h.lengths[0]);
+    if (f.length > lim.max_body_bytes)
+      throw Refusal{413, "the request body exceeds " + std::to_string(lim.max_body_bytes) + " bytes"};
+  }
+  return f;
+}
+
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
@@ -493,13 +619,12 @@ class HttpServer::Connection final : public httplib::Stream {
     }
   }
 
-  // Reads the request at the front of in_ whole into replay_, its body framed by Content-Length;
-  // in_ keeps what follows it.
-  // False when the client left (or the server stopped) before it was whole; throws Refusal.
-  bool read_request(Clock::time_point deadline) {
+  // Reads until in_ holds a whole head (up to the blank line); head_end becomes the offset past
+  // it. Empty lines before the request line are dropped. False when the client left (or the
+  // server stopped) first; throws Refusal 431 past max_header_bytes.
+  bool read_head(Clock::time_point deadline, size_t& head_end) {
     const HttpLimits& lim = s_.limits_;
-    // The head: up to the blank line. Empty lines before the request line are skipped.
-    size_t scan = 0, head_end = 0;
+    size_t scan = 0;
     for (;;) {
       size_t skip = 0;
       while (in_.size() - skip >= 2 && in_[skip] == '\r' && in_[skip + 1] == '\n') skip += 2;
@@ -519,119 +644,39 @@ class HttpServer::Connection final : public httplib::Stream {
     }
     if (head_end > lim.max_header_bytes)
       throw Refusal{431, "the request line and headers exceed " + std::to_string(lim.max_header_bytes) + " bytes"};
+    return true;
+  }
 
-    // Lines; a NUL, a bare CR or LF, or another control character refuses the request.
-    std::vector<std::pair<size_t, size_t>> lines;  // [begin, end) without CRLF
-    for (size_t b = 0; b < head_end - 2;) {
-      const size_t e = in_.find("\r\n", b);
-      lines.emplace_back(b, e);
-      b = e + 2;
-    }
-    auto line = [&](size_t i) { return in_.substr(lines[i].first, lines[i].second - lines[i].first); };
-    for (size_t i = 0; i < lines.size(); ++i) {
-      for (size_t k = lines[i].first; k < lines[i].second; ++k) {
-        const unsigned char c = static_cast<unsigned char>(in_[k]);
-        if ((c < 0x20 && c != '\t') || c == 0x7f)
-          throw Refusal{400, i == 0 ? std::string("a control character in the request line")
-                                    : "a control character (NUL, CR, LF, ...) in header line " + std::to_string(i)};
-      }
-    }
-    const std::string request_line = line(0);
-    if (request_line.size() > kLineMax) throw Refusal{414, "the request line is too long"};
-    const size_t sp1 = request_line.find(' '), sp2 = request_line.rfind(' ');
-    if (sp1 == std::string::npos || sp1 == sp2 || request_line.find(' ', sp1 + 1) != sp2)
-      throw Refusal{400, "a malformed request line"};
-    const std::string version = request_line.substr(sp2 + 1);
-    if (version != "HTTP/1.1" && version != "HTTP/1.0") throw Refusal{400, "unsupported HTTP version"};
-    if (lines.size() - 1 > lim.max_header_count)
-      throw Refusal{431, "more than " + std::to_string(lim.max_header_count) + " header lines"};
+  // Reads the body that starts at in_[head_end], framed by f, into body; `end` becomes the
+  // offset past it. False when the client left (or the server stopped) first.
+  bool read_body(Clock::time_point deadline, size_t head_end, const BodyFraming& f, std::string& body, size_t& end) {
+    if (f.chunked) return read_chunked(deadline, head_end, body, end);
+    while (in_.size() - head_end < f.length)
+      if (!more(deadline)) return false;
+    body.assign(in_, head_end, static_cast<size_t>(f.length));
+    end = head_end + static_cast<size_t>(f.length);
+    return true;
+  }
 
-    std::string head = request_line + "\r\n";
-    std::vector<std::string> lengths, codings;
-    std::string connection;  // the Connection headers' options, comma-separated
-    bool expect_continue = false;
-    for (size_t i = 1; i < lines.size(); ++i) {
-      const std::string l = line(i);
-      if (l.size() > kLineMax) throw Refusal{431, "a header line exceeds " + std::to_string(kLineMax) + " bytes"};
-      if (l[0] == ' ' || l[0] == '\t') throw Refusal{400, "obsolete header line folding"};
-      const size_t colon = l.find(':');
-      if (colon == std::string::npos || colon == 0) throw Refusal{400, "a header line without a name"};
-      const std::string name = l.substr(0, colon);
-      for (char c : name)
-        if (!is_tchar(static_cast<unsigned char>(c))) throw Refusal{400, "a malformed header name"};
-      const std::string value = trim_ows(l.substr(colon + 1));
-      if (iequals(name, "Content-Length")) {
-        lengths.push_back(value);
-        continue;
-      }
-      if (iequals(name, "Transfer-Encoding")) {
-        codings.push_back(value);
-        continue;
-      }
-      if (iequals(name, "Expect")) {
-        expect_continue = iequals(value, "100-continue");
-        continue;
-      }
-      if (iequals(name, "Connection")) {
-        connection += "," + value;
-        continue;
-      }
-      head += l + "\r\n";
-    }
-
-    // HTTP/1.1 keeps the connection unless told "close"; HTTP/1.0 closes it unless told
-    // "keep-alive" (httplib compares the header whole and case-sensitively).
-    bool has_close = false, has_keep_alive = false;
-    for (size_t b = 0; b < connection.size();) {
-      size_t e = connection.find(',', b);
-      if (e == std::string::npos) e = connection.size();
-      const std::string option = trim_ows(connection.substr(b, e - b));
-      has_close = has_close || iequals(option, "close");
-      has_keep_alive = has_keep_alive || iequals(option, "keep-alive");
-      b = e + 1;
-    }
-    keep_alive_ = !has_close && (version == "HTTP/1.1" || has_keep_alive);
-    // Rewritten in the words httplib compares.
-    if (has_close)
-      head += "Connection: close\r\n";
-    else if (version == "HTTP/1.0" && has_keep_alive)
-      head += "Connection: Keep-Alive\r\n";
-
-    // The body's framing.
-    bool chunked = false;
-    uint64_t length = 0;
-    if (!codings.empty()) {
-      if (codings.size() != 1 || !iequals(codings[0], "chunked"))
-        throw Refusal{501, "only the chunked transfer coding is understood"};
-      if (!lengths.empty()) throw Refusal{400, "both Content-Length and Transfer-Encoding"};
-      chunked = true;
-    } else if (!lengths.empty()) {
-      for (const auto& v : lengths) {
-        if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos || v != lengths[0])
-          throw Refusal{400, "a malformed Content-Length"};
-      }
-      length = std::stoull(lengths[0]);
-      if (length > lim.max_body_bytes)
-        throw Refusal{413, "the request body exceeds " + std::to_string(lim.max_body_bytes) + " bytes"};
-    }
-    if (expect_continue && (chunked || length > 0) && in_.size() == head_end) {
+  // Reads the request at the front of in_ whole into replay_, its body framed by Content-Length;
+  // in_ keeps what follows it.
+  // False when the client left (or the server stopped) before it was whole; throws Refusal.
+  bool read_request(Clock::time_point deadline) {
+    size_t head_end = 0;
+    if (!read_head(deadline, head_end)) return false;
+    RequestHead h = parse_head(in_, head_end, s_.limits_);
+    keep_alive_ = keep_alive_after(h);
+    const BodyFraming framing = body_framing(h, s_.limits_);
+    if (h.expect_continue && (framing.chunked || framing.length > 0) && in_.size() == head_end) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       write_all(kContinue, sizeof kContinue - 1);
     }
-
     std::string body;
     size_t end = head_end;
-    if (chunked) {
-      if (!read_chunked(deadline, head_end, body, end)) return false;
-    } else {
-      while (in_.size() - head_end < length)
-        if (!more(deadline)) return false;
-      body.assign(in_, head_end, static_cast<size_t>(length));
-      end = head_end + static_cast<size_t>(length);
-    }
-    if (chunked || !lengths.empty()) head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-    head += "\r\n";
-    replay_ = std::move(head);
+    if (!read_body(deadline, head_end, framing, body, end)) return false;
+    if (framing.chunked || !h.lengths.empty()) h.head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    h.head += "\r\n";
+    replay_ = std::move(h.head);
     replay_ += body;
     replay_off_ = 0;
     // Keep what follows (a pipelined request).

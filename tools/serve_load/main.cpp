@@ -260,12 +260,7 @@ double percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(p * (v.size() - 1) + 0.5)))];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"wm_serve_load: a bounded load test of a running wm_serve: concurrent streamed completions, sessions "
-               "and one-shot, some dropped mid-stream; then each answered request again alone, compared"};
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--host", o.host, "wm_serve's address")->capture_default_str();
   app.add_option("--port", o.port, "wm_serve's port")->required()->check(CLI::Range(1, 65535));
   app.add_option("--model", o.model, "the model name wm_serve serves")->capture_default_str();
@@ -288,141 +283,178 @@ int main(int argc, char** argv) {
                  "instead of a load: check the sessions a --record log names against the server (restarted on its "
                  "state folder)")
       ->check(CLI::ExistingFile);
+}
+
+// Client ci's o.requests requests, in order, into `mine`; `run` names this load's sessions and
+// `done` counts the requests of all clients (progress every 50). With a record, the client stops
+// at its first request the server did not answer (the server gone).
+void run_client(const Options& o, int ci, const std::string& run, Record& record, std::vector<Outcome>& mine,
+                std::atomic<int>& done) {
+  const std::string session = "load-" + run + "-" + std::to_string(ci);
+  std::vector<std::pair<std::string, std::string>> history;  // the session's turns so far
+  int64_t turns = 0;  // requests that ended in the session (answered or dropped)
+  uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(ci + 1) * 0xBF58476D1CE4E5B9ull;
+  for (int i = 0; i < o.requests; ++i) {
+    x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+    Outcome out;
+    out.client = ci, out.index = i;
+    const bool in_session = static_cast<double>(x % 1000) / 1000.0 < o.session_share;
+    out.dropped = o.drop_every > 0 && (i + 1) % o.drop_every == 0;
+    const uint64_t a = 10 + (x >> 20) % 90, b = 10 + (x >> 30) % 90;
+    out.message = wm::str_cat("rode ", a, "\nsora ", b, "\nRecall:\n", (x >> 40) % 2 ? "rode" : "sora");
+    if (in_session) {
+      out.session = session;
+      out.history = history;
+      record.add({{"s", session}, {"ev", "send"}, {"turn", turns + 1}, {"msg", out.message}});
+    }
+    // A session request sends only its new turn: the server holds the rest.
+    send(o, out.session, body_of(o, out.message), out.dropped, out);
+    const bool lost = !out.answered && !out.refused && !out.dropped;
+    if (in_session && !out.refused && !lost) ++turns;
+    if (in_session && out.answered) {
+      history.push_back({out.message, out.text});
+      record.add({{"s", session}, {"ev", "answer"}, {"turn", turns}, {"msg", out.message}, {"reply", out.text}});
+    }
+    // A dropped reply leaves the session with part of a reply the client never saw: the
+    // client starts its session afresh after it.
+    if (in_session && (out.dropped || !out.answered) && !(lost && record.on())) {
+      record.add({{"s", session}, {"ev", out.dropped ? "drop" : "delete"}});
+      httplib::Client c(o.host, o.port);
+      auto d = c.Delete("/v1/sessions/" + session, auth(o));
+      history.clear();
+      turns = 0;
+      if (d && (d->status == 200 || d->status == 404)) {
+        record.add({{"s", session}, {"ev", "deleted"}});
+      } else if (record.on()) {
+        mine.push_back(std::move(out));
+        break;  // the server is gone with the delete in flight
+      }
+    }
+    mine.push_back(std::move(out));
+    if (lost && record.on()) break;  // the server is gone
+    const int d = ++done;
+    if (d % 50 == 0) std::fprintf(stderr, "wm_serve_load: %d/%d requests\n", d, o.clients * o.requests);
+  }
+}
+
+// The outcomes counted, with the answered requests' latencies, and how many answered requests
+// gave another text alone.
+struct Tally {
+  int answered = 0, refused = 0, dropped = 0, lost = 0, mixed = 0, tokens = 0;
+  std::vector<double> ttft, gaps;
+};
+
+// Counts the outcomes; with `replay`, runs each answered request again, alone (a session one on
+// a fresh session that replays its client's earlier turns first) and compares its text.
+Tally tally(const Options& o, const std::vector<std::vector<Outcome>>& per, const std::string& run, bool replay) {
+  Tally t;
+  for (const auto& v : per)
+    for (const auto& out : v) {
+      if (out.dropped) {
+        ++t.dropped;
+        continue;
+      }
+      if (out.refused) {
+        ++t.refused;
+        continue;
+      }
+      if (!out.answered) {
+        ++t.lost;
+        continue;
+      }
+      ++t.answered;
+      t.tokens += out.tokens;
+      t.ttft.push_back(out.ttft_s);
+      if (out.tokens > 1) t.gaps.push_back(out.per_token_s);
+      if (!replay) continue;
+      const std::string fresh = out.session.empty() ? "" : wm::str_cat("replay-", run, "-", out.client, "-", out.index);
+      const Outcome alone = replayed(o, fresh, out.history, out.message);
+      if (alone.text != out.text) {
+        ++t.mixed;
+        if (t.mixed <= 3)
+          std::fprintf(stderr, "wm_serve_load: client %d request %d differs alone: '%s' against '%s'\n", out.client,
+                       out.index, alone.text.c_str(), out.text.c_str());
+      }
+    }
+  return t;
+}
+
+// Prints the figures of a load that took `wall` seconds.
+void print_figures(const Options& o, const Tally& t, double wall) {
+  const int total = o.clients * o.requests;
+  std::printf("%d clients x %d requests (streamed completions, greedy, max_tokens %d; %.0f%% continuing a session; every %d-th "
+              "dropped mid-stream) in %.1f s\n",
+              o.clients, o.requests, o.max_tokens, 100 * o.session_share, o.drop_every, wall);
+  std::printf("answered %d, refused (429) %d, dropped by the client %d, lost %d, mixed up %d (of %d)\n", t.answered,
+              t.refused, t.dropped, t.lost, t.mixed, total);
+  std::printf("TTFT p50 %.1f ms, p99 %.1f ms; per token p50 %.1f ms, p99 %.1f ms; %d tokens, %.1f tokens/s in all\n",
+              1e3 * percentile(t.ttft, 0.5), 1e3 * percentile(t.ttft, 0.99), 1e3 * percentile(t.gaps, 0.5),
+              1e3 * percentile(t.gaps, 0.99), t.tokens, t.tokens / wall);
+}
+
+json figures_json(const Options& o, const Tally& t, double wall) {
+  return json{{"clients", o.clients},
+              {"requests_per_client", o.requests},
+              {"max_tokens", o.max_tokens},
+              {"answered", t.answered},
+              {"refused", t.refused},
+              {"dropped", t.dropped},
+              {"lost", t.lost},
+              {"mixed_up", t.mixed},
+              {"wall_s", wall},
+              {"ttft_p50_s", percentile(t.ttft, 0.5)},
+              {"ttft_p99_s", percentile(t.ttft, 0.99)},
+              {"token_p50_s", percentile(t.gaps, 0.5)},
+              {"token_p99_s", percentile(t.gaps, 0.99)},
+              {"tokens", t.tokens},
+              {"tokens_per_s", t.tokens / wall}};
+}
+
+// The load test: the clients at once, then the replay. Returns the exit status (0: nothing lost
+// or mixed up).
+int load(const Options& o) {
+  Record record(o.record);
+  std::unique_ptr<wm::cli::OutputFile> json_file;
+  if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
+  {
+    httplib::Client c(o.host, o.port);
+    auto h = c.Get("/health");
+    if (!h || h->status != 200) throw wm::Error(wm::str_cat("no wm_serve answers at ", o.host, ":", o.port, "/health"));
+  }
+  const std::string run = std::to_string(static_cast<long long>(std::time(nullptr)));
+  std::vector<std::vector<Outcome>> per(o.clients);
+  std::atomic<int> done{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (int ci = 0; ci < o.clients; ++ci)
+    ts.emplace_back([&, ci] { run_client(o, ci, run, record, per[ci], done); });
+  for (auto& t : ts) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Recording a crash test: once the server is gone there is nothing to replay against.
+  bool gone = false;
+  for (auto& v : per)
+    for (auto& out : v) gone = gone || (!out.dropped && !out.refused && !out.answered);
+  const bool replay = !(gone && record.on());
+  if (!replay) std::fprintf(stderr, "wm_serve_load: the server went away: no replay\n");
+  const Tally t = tally(o, per, run, replay);
+  print_figures(o, t, wall);
+  if (json_file) {
+    json_file->stream() << figures_json(o, t, wall).dump(2) << "\n";
+    json_file->commit();
+  }
+  return t.lost == 0 && t.mixed == 0 ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"wm_serve_load: a bounded load test of a running wm_serve: concurrent streamed completions, sessions "
+               "and one-shot, some dropped mid-stream; then each answered request again alone, compared"};
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!o.verify.empty()) return verify(o);
-    Record record(o.record);
-    std::unique_ptr<wm::cli::OutputFile> json_file;
-    if (!o.json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(o.json_out);
-    {
-      httplib::Client c(o.host, o.port);
-      auto h = c.Get("/health");
-      if (!h || h->status != 200) throw wm::Error(wm::str_cat("no wm_serve answers at ", o.host, ":", o.port, "/health"));
-    }
-    const std::string run = std::to_string(static_cast<long long>(std::time(nullptr)));
-    std::vector<std::vector<Outcome>> per(o.clients);
-    std::atomic<int> done{0};
-    const auto t0 = Clock::now();
-    std::vector<std::thread> ts;
-    for (int ci = 0; ci < o.clients; ++ci)
-      ts.emplace_back([&, ci] {
-        const std::string session = "load-" + run + "-" + std::to_string(ci);
-        std::vector<std::pair<std::string, std::string>> history;  // the session's turns so far
-        int64_t turns = 0;  // requests that ended in the session (answered or dropped)
-        uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(ci + 1) * 0xBF58476D1CE4E5B9ull;
-        for (int i = 0; i < o.requests; ++i) {
-          x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
-          Outcome out;
-          out.client = ci, out.index = i;
-          const bool in_session = static_cast<double>(x % 1000) / 1000.0 < o.session_share;
-          out.dropped = o.drop_every > 0 && (i + 1) % o.drop_every == 0;
-          const uint64_t a = 10 + (x >> 20) % 90, b = 10 + (x >> 30) % 90;
-          out.message = wm::str_cat("rode ", a, "\nsora ", b, "\nRecall:\n", (x >> 40) % 2 ? "rode" : "sora");
-          if (in_session) {
-            out.session = session;
-            out.history = history;
-            record.add({{"s", session}, {"ev", "send"}, {"turn", turns + 1}, {"msg", out.message}});
-          }
-          // A session request sends only its new turn: the server holds the rest.
-          send(o, out.session, body_of(o, out.message), out.dropped, out);
-          const bool lost = !out.answered && !out.refused && !out.dropped;
-          if (in_session && !out.refused && !lost) ++turns;
-          if (in_session && out.answered) {
-            history.push_back({out.message, out.text});
-            record.add({{"s", session}, {"ev", "answer"}, {"turn", turns}, {"msg", out.message}, {"reply", out.text}});
-          }
-          // A dropped reply leaves the session with part of a reply the client never saw: the
-          // client starts its session afresh after it.
-          if (in_session && (out.dropped || !out.answered) && !(lost && record.on())) {
-            record.add({{"s", session}, {"ev", out.dropped ? "drop" : "delete"}});
-            httplib::Client c(o.host, o.port);
-            auto d = c.Delete("/v1/sessions/" + session, auth(o));
-            history.clear();
-            turns = 0;
-            if (d && (d->status == 200 || d->status == 404)) {
-              record.add({{"s", session}, {"ev", "deleted"}});
-            } else if (record.on()) {
-              per[ci].push_back(std::move(out));
-              break;  // the server is gone with the delete in flight
-            }
-          }
-          per[ci].push_back(std::move(out));
-          if (lost && record.on()) break;  // the server is gone
-          const int d = ++done;
-          if (d % 50 == 0) std::fprintf(stderr, "wm_serve_load: %d/%d requests\n", d, o.clients * o.requests);
-        }
-      });
-    for (auto& t : ts) t.join();
-    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    // Each answered request again, alone: a session one on a fresh session that replays its
-    // client's earlier turns first.
-    int answered = 0, refused = 0, dropped = 0, lost = 0, mixed = 0, tokens = 0;
-    std::vector<double> ttft, gaps;
-    // Recording a crash test: once the server is gone there is nothing to replay against.
-    bool gone = false;
-    for (auto& v : per)
-      for (auto& out : v) gone = gone || (!out.dropped && !out.refused && !out.answered);
-    const bool replay = !(gone && record.on());
-    if (!replay) std::fprintf(stderr, "wm_serve_load: the server went away: no replay\n");
-    for (auto& v : per)
-      for (auto& out : v) {
-        if (out.dropped) {
-          ++dropped;
-          continue;
-        }
-        if (out.refused) {
-          ++refused;
-          continue;
-        }
-        if (!out.answered) {
-          ++lost;
-          continue;
-        }
-        ++answered;
-        tokens += out.tokens;
-        ttft.push_back(out.ttft_s);
-        if (out.tokens > 1) gaps.push_back(out.per_token_s);
-        if (!replay) continue;
-        const std::string fresh =
-            out.session.empty() ? "" : wm::str_cat("replay-", run, "-", out.client, "-", out.index);
-        const Outcome alone = replayed(o, fresh, out.history, out.message);
-        if (alone.text != out.text) {
-          ++mixed;
-          if (mixed <= 3)
-            std::fprintf(stderr, "wm_serve_load: client %d request %d differs alone: '%s' against '%s'\n", out.client,
-                         out.index, alone.text.c_str(), out.text.c_str());
-        }
-      }
-    const int total = o.clients * o.requests;
-    std::printf("%d clients x %d requests (streamed completions, greedy, max_tokens %d; %.0f%% continuing a session; every %d-th "
-                "dropped mid-stream) in %.1f s\n",
-                o.clients, o.requests, o.max_tokens, 100 * o.session_share, o.drop_every, wall);
-    std::printf("answered %d, refused (429) %d, dropped by the client %d, lost %d, mixed up %d (of %d)\n", answered,
-                refused, dropped, lost, mixed, total);
-    std::printf("TTFT p50 %.1f ms, p99 %.1f ms; per token p50 %.1f ms, p99 %.1f ms; %d tokens, %.1f tokens/s in all\n",
-                1e3 * percentile(ttft, 0.5), 1e3 * percentile(ttft, 0.99), 1e3 * percentile(gaps, 0.5),
-                1e3 * percentile(gaps, 0.99), tokens, tokens / wall);
-    if (json_file) {
-      json_file->stream() << json{{"clients", o.clients},
-                                  {"requests_per_client", o.requests},
-                                  {"max_tokens", o.max_tokens},
-                                  {"answered", answered},
-                                  {"refused", refused},
-                                  {"dropped", dropped},
-                                  {"lost", lost},
-                                  {"mixed_up", mixed},
-                                  {"wall_s", wall},
-                                  {"ttft_p50_s", percentile(ttft, 0.5)},
-                                  {"ttft_p99_s", percentile(ttft, 0.99)},
-                                  {"token_p50_s", percentile(gaps, 0.5)},
-                                  {"token_p99_s", percentile(gaps, 0.99)},
-                                  {"tokens", tokens},
-                                  {"tokens_per_s", tokens / wall}}
-                                     .dump(2)
-                              << "\n";
-      json_file->commit();
-    }
-    return lost == 0 && mixed == 0 ? 0 : 3;
+    return o.verify.empty() ? load(o) : verify(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_serve_load: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
