@@ -31,6 +31,7 @@
 #include "viewer/script.h"
 #include "viewer/sdl_handles.h"
 #include "worldkv/session.h"
+#include "worldkv/tiny_dit_adapter.h"
 
 #ifndef WM_VIEWER_SOURCE_DIR
 #define WM_VIEWER_SOURCE_DIR "."
@@ -299,7 +300,8 @@ void Viewer::init() {
   sc.memory.policy = policy_;
   sc.memory.bank.device = device_;
   sc.seed = seed_;
-  auto session = std::make_unique<worldkv::WorldSession>(model, sc, device_);
+  auto session = std::make_unique<worldkv::WorldSession>(
+      std::make_unique<worldkv::TinyDitAdapter>(model, dit::SamplerConfig{}, device_), sc);
 
   // Window.
   SDL_SetHint(SDL_HINT_RENDER_SCALE_QUALITY, "0");

@@ -119,13 +119,12 @@ ChunkResult Generator::generate(const Job& job) {
   r.chunk.index = session_->chunks_done();
   r.poses = job.chunk.poses;
   try {
-    const std::vector<worldkv::Pose> poses = rollout::model_poses(job.chunk.poses);
-    const std::vector<worldkv::Action> actions = rollout::model_actions(job.chunk.actions);
+    const std::vector<worldkv::FrameControl> controls = rollout::model_controls(job.chunk.poses, job.chunk.actions);
     r.chunk = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
-                  ? session_->prompt(job.chunk.prompt_frames, poses, actions)
-                  : session_->next(poses, actions);
-    r.memory = snapshot_memory(session_->memory(), r.chunk.index, after_commit_, r.chunk.retrieved);
-    after_commit_ = regions_of(session_->memory());
+                  ? session_->prompt(job.chunk.prompt_frames, controls)
+                  : session_->next(controls);
+    r.memory = snapshot_memory(*session_->memory(), r.chunk.index, after_commit_, r.chunk.retrieved);
+    after_commit_ = regions_of(*session_->memory());
   } catch (const std::exception& e) {
     r.error = str_cat("chunk ", r.chunk.index, ": ", e.what());
   }
@@ -145,7 +144,7 @@ void Generator::run() {
     }
     if (job.reset) {
       try {
-        session_->reset(job.seed, job.policy);
+        session_->reset(job.seed, job.policy.name());
         after_commit_.clear();
       } catch (const std::exception& e) {
         ChunkResult r;

@@ -209,7 +209,7 @@ void Mg2Viewer::load() {
     throw Error("Matrix-Game-2.0 starts from a first frame: give --image FILE (encoded with the VAE and CLIP) or "
                 "--latents FILE (image_latents and clip_tokens)");
   if (o_.dtype != "f32" && o_.dtype != "bf16") throw Error(str_cat("--dtype must be f32 or bf16, got '", o_.dtype, "'"));
-  if (o_.policy != "native") worldkv::parse_policy(o_.policy);  // fails before anything loads
+  worldkv::SessionConfig().set_policy(o_.policy);  // fails before anything loads
   device_ = parse_device(o_.device);
   // As the tiny path: by default the model leaves the window's thread one core.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -247,7 +247,7 @@ void Mg2Viewer::load() {
   Mg2Start start;
   start.model = model;
   start.device = device_;
-  start.session.policy = o_.policy;
+  start.session.set_policy(o_.policy);
   start.session.seed = o_.seed;
   start.session.memory.sink_frames = 0;  // as wm_render's defaults: 9 retrieved + 3 recent frames
   start.session.memory.retrieved_frames = 9;
@@ -469,16 +469,16 @@ void Mg2Viewer::take_results(double now) {
   while (auto r = gen_->poll()) {
     if (r->epoch != epoch_) continue;  // made stale by a restart
     if (!r->error.empty()) throw Error(str_cat("generation failed: ", r->error));
-    worldkv::Mg2ChunkOutput& c = r->chunk;
+    worldkv::ChunkOutput& c = r->chunk;
     const double ms = c.ms + r->decode_ms;
     all_ms_.push_back(ms);
     epoch_ms_.push_back(ms);
-    dit_ms_.push_back(c.dit_ms);
+    dit_ms_.push_back(c.model_ms);
     decode_ms_.push_back(r->decode_ms);
-    last_dit_ms_ = c.dit_ms;
+    last_dit_ms_ = c.model_ms;
     last_decode_ms_ = r->decode_ms;
     window_bytes_ = c.window_bytes;
-    action_bytes_ = c.action_bytes;
+    action_bytes_ = c.state_bytes;
     ++chunks_total_;
     ++epoch_chunks_;
     const int n = static_cast<int>(c.frames.size());

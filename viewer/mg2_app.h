@@ -1,6 +1,6 @@
 #pragma once
 // The viewer's Matrix-Game-2.0 path: the same window, script, screenshot, recording and pacing as
-// the tiny model's, driving a worldkv::Mg2Session from the keys and mouse as the model's mode
+// the tiny model's, driving a worldkv::WorldSession over a worldkv::Mg2Adapter from the keys and mouse as the model's mode
 // reads them (viewer/mg2_input.h). The UI samples the held input on the frame clock, one
 // Mg2Input per video frame, 9 for the first chunk and 12 for each later one, and hands a chunk's
 // worth to the worker (viewer/mg2_generator.h) when the previous chunk is done; the decoded

@@ -10,19 +10,11 @@
 
 namespace wm::viewer {
 
-std::vector<std::string> mg2_rolling_window_chunks(int64_t index, int local_attn_size, int frames_per_chunk) {
-  const int64_t F = frames_per_chunk, held = std::max(0, local_attn_size - frames_per_chunk);
-  const int64_t first_frame = std::max<int64_t>(0, index * F - held);
-  std::vector<std::string> ids;
-  for (int64_t c = first_frame / F; c < index; ++c) ids.push_back(worldkv::WorldMemory::chunk_id(c));
-  return ids;
-}
-
 Mg2Generator::Mg2Generator(Mg2Start start, std::unique_ptr<dit::Codec> codec, std::function<void()> on_result)
     : start_(std::move(start)), codec_(std::move(codec)), on_result_(std::move(on_result)) {
   WM_CHECK(start_.model, "Mg2Generator: no model");
   WM_CHECK(codec_ != nullptr, "Mg2Generator: no codec (the frames are decoded with the Wan VAE)");
-  session_ = make_session(start_.session.policy);
+  session_ = make_session(start_.session.policy_name());
   worker_ = std::thread([this] { run(); });
 }
 
@@ -36,12 +28,13 @@ Mg2Generator::~Mg2Generator() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::unique_ptr<worldkv::Mg2Session> Mg2Generator::make_session(const std::string& policy) const {
-  worldkv::Mg2SessionConfig cfg = start_.session;
-  cfg.policy = policy;
-  auto s = std::make_unique<worldkv::Mg2Session>(start_.model, nullptr, cfg, start_.device);
-  s->start(start_.image_latents, start_.clip_tokens);
-  return s;
+std::unique_ptr<worldkv::WorldSession> Mg2Generator::make_session(const std::string& policy) const {
+  worldkv::SessionConfig cfg = start_.session;
+  cfg.set_policy(policy);
+  return std::make_unique<worldkv::WorldSession>(
+      std::make_unique<worldkv::Mg2Adapter>(start_.model, nullptr, start_.image_latents, start_.clip_tokens,
+                                            worldkv::Mg2Options{}, start_.device),
+      cfg);
 }
 
 int Mg2Generator::inputs_for_chunk(int64_t index) const {
@@ -101,7 +94,7 @@ Mg2Result Mg2Generator::generate(const Job& job) {
   try {
     const auto& mc = start_.model->config();
     const worldkv::WorldMemory* mem = session_->memory();
-    r.chunk = session_->next(job.inputs);
+    r.chunk = session_->next(worldkv::mg2_controls(job.inputs));
     const auto t0 = std::chrono::steady_clock::now();
     r.chunk.frames = codec_->decode_images(r.chunk.latents);
     r.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -116,7 +109,7 @@ Mg2Result Mg2Generator::generate(const Job& job) {
         after_commit_.emplace_back(name, mem->region_ids(name));
     } else {
       r.memory.policy = "native";
-      r.memory.window = {{"rolling", mg2_rolling_window_chunks(r.chunk.index, mc.local_attn_size, mc.frames_per_chunk)},
+      r.memory.window = {{"rolling", worldkv::mg2_rolling_window_chunks(r.chunk.index, mc.local_attn_size, mc.frames_per_chunk)},
                          {"denoise", {worldkv::WorldMemory::chunk_id(r.chunk.index)}}};
       r.memory.window_bytes = r.chunk.window_bytes;
     }

@@ -1,5 +1,5 @@
 #pragma once
-// The Matrix-Game-2.0 generation worker: a thread that owns the Mg2Session and the Wan VAE codec
+// The Matrix-Game-2.0 generation worker: a thread that owns the WorldSession (Mg2Adapter) and the Wan VAE codec
 // and turns chunks of per-video-frame inputs into decoded frames, so the UI thread never waits
 // on the model. As Generator does for the tiny model: requests and restarts are served in order,
 // every result carries the epoch it was made in, and a restart (a policy switch, or the same
@@ -20,7 +20,8 @@
 #include "dit/codec.h"
 #include "dit/mg2_model.h"
 #include "viewer/generator.h"
-#include "worldkv/mg2_session.h"
+#include "worldkv/mg2_adapter.h"
+#include "worldkv/session.h"
 
 namespace wm::viewer {
 
@@ -29,13 +30,13 @@ struct Mg2Start {
   dit::Mg2Dit model{nullptr};
   at::Tensor image_latents;          // [N, 16, 44, 80] float32
   at::Tensor clip_tokens;            // [257, 1280] float32
-  worldkv::Mg2SessionConfig session; // policy ("native" or a video policy), memory sizes, seed
+  worldkv::SessionConfig session;    // policy ("native" or a video policy), memory sizes, seed
   at::Device device = at::kCPU;
 };
 
 struct Mg2Result {
   uint64_t epoch = 0;
-  worldkv::Mg2ChunkOutput chunk;           // index, latents, decoded frames (one per input), timings,
+  worldkv::ChunkOutput chunk;              // index, latents, decoded frames (one per input), timings,
                                            // window / action / bank bytes; of a failed chunk the index only
   double decode_ms = 0;                    // the codec's share, not in chunk.ms
   std::vector<worldkv::Mg2Input> inputs;   // the request's, one per frame
@@ -77,14 +78,14 @@ class Mg2Generator {
     std::vector<worldkv::Mg2Input> inputs;
   };
   using Regions = std::vector<std::pair<std::string, std::vector<std::string>>>;
-  std::unique_ptr<worldkv::Mg2Session> make_session(const std::string& policy) const;
+  std::unique_ptr<worldkv::WorldSession> make_session(const std::string& policy) const;
   void run();
   Mg2Result generate(const Job& job);
 
   Mg2Start start_;
   std::unique_ptr<dit::Codec> codec_;
   std::function<void()> on_result_;
-  std::unique_ptr<worldkv::Mg2Session> session_;  // worker-only once the worker runs
+  std::unique_ptr<worldkv::WorldSession> session_;  // worker-only once the worker runs
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
@@ -95,9 +96,5 @@ class Mg2Generator {
   Regions after_commit_;  // worker-only: the world memory's regions after the last commit
   std::thread worker_;    // last: starts after everything above is built
 };
-
-// The chunks whose frames upstream's rolling window holds while chunk `index` is made: the
-// local_attn_size - frames_per_chunk latent frames before it, as chunk ids, oldest first.
-std::vector<std::string> mg2_rolling_window_chunks(int64_t index, int local_attn_size, int frames_per_chunk);
 
 }  // namespace wm::viewer

@@ -9,7 +9,8 @@
 
 #include "viewer/font.h"
 #include "viewer/generator.h"
-#include "worldkv/mg2_session.h"
+#include "worldkv/action.h"
+#include "worldkv/pose.h"
 #include "worldkv/pose.h"
 
 namespace wm::viewer {

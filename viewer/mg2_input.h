@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "worldkv/mg2_session.h"
+#include "worldkv/action.h"
+#include "worldkv/pose.h"
 
 namespace wm::viewer {
 

@@ -1,112 +1,202 @@
 #include "worldkv/session.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 
-#include "dit/weights.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
-#include "worldkv/conditioning.h"
+#include "worldkv/chunk_payload.h"
 
 namespace wm::worldkv {
+namespace {
 
-dit::CausalDit load_world_model(const std::string& path, at::Device device) {
-  dit::CausalDit m = dit::load_model(path, device);
-  m->eval();
-  return m;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+void SessionConfig::set_policy(const std::string& name) {
+  if (name == "native") {
+    native_window = true;
+    return;
+  }
+  memory.policy = parse_policy(name);
+  native_window = false;
 }
 
-WorldSession::WorldSession(dit::CausalDit model, SessionConfig cfg, at::Device device)
-    : model_(std::move(model)), cfg_(std::move(cfg)), device_(device) {
-  const auto& mc = model_->config();
-  cfg_.memory.tokens_per_frame = mc.tokens_per_frame();
-  cfg_.memory.frames_per_chunk = mc.frames_per_chunk;
-  cfg_.memory.denoise_frames = mc.frames_per_chunk;
-  codec_ = dit::make_codec(mc);
-  reset(cfg_.seed);
+std::string SessionConfig::policy_name() const { return native_window ? "native" : memory.policy.name(); }
+
+WorldSession::WorldSession(std::unique_ptr<ModelAdapter> model, SessionConfig cfg)
+    : model_(std::move(model)), cfg_(std::move(cfg)) {
+  WM_CHECK(model_ != nullptr, "WorldSession: no model");
+  const ModelInfo& mi = model_->info();
+  WM_CHECK(mi.frames_per_chunk > 0 && mi.tokens_per_frame > 0 && mi.temporal_stride > 0, "WorldSession: the ",
+           mi.kind, " model gives ", mi.frames_per_chunk, " frames a chunk, ", mi.tokens_per_frame,
+           " tokens a frame, temporal stride ", mi.temporal_stride);
+  cfg_.memory.tokens_per_frame = mi.tokens_per_frame;
+  cfg_.memory.frames_per_chunk = mi.frames_per_chunk;
+  cfg_.memory.denoise_frames = mi.frames_per_chunk;
+  reset(cfg_.seed, cfg_.policy_name());
 }
 
-int WorldSession::frames_per_chunk() const { return model_->config().frames_per_chunk; }
+void WorldSession::reset(uint64_t seed) { reset(seed, cfg_.policy_name()); }
 
-void WorldSession::reset(uint64_t seed) { reset(seed, cfg_.memory.policy); }
-
-void WorldSession::reset(uint64_t seed, Policy policy) {
-  cfg_.seed = seed;
-  cfg_.memory.policy = policy;
-  memory_ = std::make_unique<WorldMemory>(model_->kv_spec(device_), cfg_.memory);
-  codec_->reset();  // a new rollout for a streaming decoder
+void WorldSession::reset(uint64_t seed, const std::string& policy) {
+  SessionConfig next = cfg_;
+  next.set_policy(policy);
+  next.seed = seed;
+  if (next.native_window && !model_->info().native_window)
+    throw Error(str_cat("the ", model_->info().kind, " model has no window of its own (policy native): give a ",
+                        "video policy"));
+  std::unique_ptr<WorldMemory> memory;
+  if (!next.native_window) memory = std::make_unique<WorldMemory>(model_->kv_spec(), next.memory);
+  memory_.reset();  // the old window goes before the model's own is rebuilt
+  cfg_ = std::move(next);
+  memory_ = std::move(memory);
+  model_->reset(cfg_.native_window);
+  states_.clear();
+  controls_.clear();
+  poses_.clear();
   gen_ = at::detail::createCPUGenerator(seed);
   next_index_ = 0;
-  last_latent_ = at::Tensor();
 }
 
-void WorldSession::keep_last_frame(const at::Tensor& latents, const dit::FrameCond& cond) {
-  if (!model_->config().cond.warp_reference) return;  // only such a model reads it
-  last_latent_ = latents[latents.size(0) - 1].clone();
-  last_yaw_deg_ = cond.pose[cond.pose.size(0) - 1][2].item<double>();
+int WorldSession::controls_for_chunk(int64_t index) const {
+  const ModelInfo& mi = model_->info();
+  return index == 0 ? 1 + mi.temporal_stride * (mi.frames_per_chunk - 1) : mi.temporal_stride * mi.frames_per_chunk;
 }
 
-void WorldSession::record_memory_size(ChunkOutput& out) const {
+std::vector<Pose> WorldSession::take_controls(const std::vector<FrameControl>& controls) {
+  const int want = controls_for_next_chunk();
+  WM_CHECK(static_cast<int>(controls.size()) == want, "chunk ", next_index_, " takes ", want,
+           " video frames of control, got ", controls.size());
+  model_->check_controls(controls);
+  for (const auto& c : controls) {
+    controls_.push_back(c);
+    poses_.push_back(model_->next_pose(poses_.empty() ? Pose{} : poses_.back(), c));
+  }
+  const ModelInfo& mi = model_->info();
+  std::vector<Pose> latent_poses;
+  for (int64_t j = next_index_ * mi.frames_per_chunk; j < (next_index_ + 1) * mi.frames_per_chunk; ++j)
+    latent_poses.push_back(poses_.at(static_cast<size_t>(mi.temporal_stride * j)));
+  return latent_poses;
+}
+
+std::vector<HeldChunk> WorldSession::held_chunks() const {
+  const KvWindow& w = memory_->window();
+  const auto& lay = w.layout();
+  const at::Tensor pos = w.pos(0);
+  std::vector<HeldChunk> held;
+  for (int r = 0; r < lay.n_regions(); ++r)
+    for (const auto& seg : lay.segments(r)) {
+      auto it = states_.find(seg.id);
+      WM_CHECK(it != states_.end(), "the window holds ", seg.id, " but the model's state of it is gone");
+      HeldChunk h{seg.id, 0, it->second.get()};
+      if (lay.segment_len(0, seg.id) > 0) {
+        const int64_t t_now = pos[lay.segment_begin(0, seg.id)][0].item<int64_t>();
+        h.shift = t_now - chunk_payload(w.meta(seg.id), seg.id).first_frame();
+      }
+      held.push_back(std::move(h));
+    }
+  return held;
+}
+
+ChunkStep WorldSession::make_step(const std::vector<Pose>& latent_poses) {
+  ChunkStep step;
+  step.index = next_index_;
+  step.first_frame = next_index_ * model_->info().frames_per_chunk;
+  step.controls = &controls_;
+  step.first_control = controls_.size() - static_cast<size_t>(controls_for_next_chunk());
+  step.latent_poses = &latent_poses;
+  step.gen = &gen_;
+  if (memory_) {
+    step.window = &memory_->window();
+    if (model_->info().chunk_state) step.held = held_chunks();
+  }
+  return step;
+}
+
+void WorldSession::prepare(const std::vector<Pose>& latent_poses, ChunkOutput& out) {
+  if (!memory_) return;
+  const auto t0 = Clock::now();
+  memory_->prepare(out.index, latent_poses);
+  out.memory_ms += ms_since(t0);
+  if (memory_->policy().banks()) out.retrieved = memory_->region_ids("retrieved");
+}
+
+void WorldSession::commit(SampledChunk& s, const std::vector<Pose>& latent_poses, ChunkOutput& out) {
+  if (!memory_) return;
+  const auto t0 = Clock::now();
+  const std::string id = WorldMemory::chunk_id(out.index);
+  if (s.state) states_[id] = s.state;
+  memory_->commit(out.index, std::move(s.kv), latent_poses);
+  for (auto it = states_.begin(); it != states_.end();) {
+    const bool in_window = memory_->window().layout().find(it->first).first >= 0;
+    it = in_window || memory_->bank().contains(it->first) ? std::next(it) : states_.erase(it);
+  }
+  out.memory_ms += ms_since(t0);
+}
+
+void WorldSession::record_sizes(ChunkOutput& out) const {
+  if (!memory_) {
+    out.window_bytes = model_->native_window_bytes();
+    out.state_bytes = model_->native_state_bytes();
+    return;
+  }
   out.window_bytes = memory_->window_bytes();
+  for (const auto& kv : states_) out.state_bytes += kv.second->nbytes();
   for (int t = 0; t < 3; ++t) out.bank_bytes[t] = memory_->bank().bytes(static_cast<Tier>(t));
 }
 
-ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<Pose>& poses,
-                                const std::vector<Action>& actions) {
-  const int F = frames_per_chunk();
+ChunkOutput WorldSession::prompt(const std::vector<Image>& frames, const std::vector<FrameControl>& controls) {
   WM_CHECK(next_index_ == 0, "a prompt starts the rollout; ", next_index_, " chunks are already made");
-  WM_CHECK(static_cast<int>(frames.size()) == F && static_cast<int>(poses.size()) == F &&
-               static_cast<int>(actions.size()) == F,
-           "a prompt is one chunk of ", F, " frames: got ", frames.size(), " frames, ", poses.size(), " poses, ",
-           actions.size(), " actions");
-  const auto t0 = std::chrono::steady_clock::now();
+  WM_CHECK(model_->info().prompt_frames, "the ", model_->info().kind, " model does not start from given frames");
+  WM_CHECK(memory_ != nullptr, "a prompt goes into the world memory's window, not the model's own");
+  WM_CHECK(frames.size() == controls.size(), "a prompt is one frame per control: got ", frames.size(), " frames, ",
+           controls.size(), " controls");
+  const auto t0 = Clock::now();
   const double cpu0 = process_cpu_ms();
   at::NoGradGuard ng;
-  memory_->prepare(0, poses);
-  const dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
-  std::vector<LayerKv> kv;
-  const at::Tensor latents = codec_->encode_images(frames, device_);
-  model_->forward_chunk(latents, at::scalar_tensor(0.0, at::kFloat), cond, 0, &memory_->window(), &kv);
-  keep_last_frame(latents, cond);
-  memory_->commit(0, std::move(kv), poses);
   ChunkOutput out;
   out.index = 0;
+  const std::vector<Pose> latent_poses = take_controls(controls);
+  prepare(latent_poses, out);
+  SampledChunk s = model_->prompt(frames, make_step(latent_poses));
+  out.latents = s.latents.to(at::kCPU, at::kFloat);
+  commit(s, latent_poses, out);
   out.frames = frames;
+  out.poses.assign(poses_.end() - static_cast<std::ptrdiff_t>(controls.size()), poses_.end());
   out.prompt = true;
   ++next_index_;
-  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.ms = ms_since(t0);
   out.cpu_ms = process_cpu_ms() - cpu0;
-  record_memory_size(out);
+  record_sizes(out);
   return out;
 }
 
-ChunkOutput WorldSession::next(const std::vector<Pose>& poses, const std::vector<Action>& actions) {
-  const int F = frames_per_chunk();
-  WM_CHECK(static_cast<int>(poses.size()) == F && static_cast<int>(actions.size()) == F, "a chunk is ", F,
-           " frames: got ", poses.size(), " poses and ", actions.size(), " actions");
-  const auto t0 = std::chrono::steady_clock::now();
+ChunkOutput WorldSession::next(const std::vector<FrameControl>& controls) {
+  const auto t0 = Clock::now();
   const double cpu0 = process_cpu_ms();
+  at::NoGradGuard ng;
   ChunkOutput out;
   out.index = next_index_;
-  using Clock = std::chrono::steady_clock;
-  auto t_mem = Clock::now();
-  memory_->prepare(out.index, poses);
-  out.memory_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
-  if (memory_->policy().banks()) out.retrieved = memory_->region_ids("retrieved");
-  dit::FrameCond cond = frame_cond(poses, actions, model_->config().cond, device_);
-  if (model_->config().cond.warp_reference && last_latent_.defined())
-    cond.reference = dit::warp_reference(last_latent_, last_yaw_deg_, cond.pose.select(1, 2), model_->config().cond);
-  dit::ChunkResult r = dit::generate_chunk(model_, &memory_->window(), cond, out.index * F, cfg_.sampler, gen_);
-  keep_last_frame(r.latents, cond);
-  t_mem = Clock::now();
-  memory_->commit(out.index, std::move(r.kv), poses);
-  out.memory_ms += std::chrono::duration<double, std::milli>(Clock::now() - t_mem).count();
-  out.frames = codec_->decode_images(r.latents);
+  const std::vector<Pose> latent_poses = take_controls(controls);
+  prepare(latent_poses, out);
+  const auto ts = Clock::now();
+  SampledChunk s = model_->sample(make_step(latent_poses));
+  out.model_ms = ms_since(ts);
+  commit(s, latent_poses, out);
+  out.latents = s.latents.to(at::kCPU, at::kFloat);
+  const auto td = Clock::now();
+  out.frames = model_->decode(s.latents);
+  out.decode_ms = ms_since(td);
+  out.poses.assign(poses_.end() - static_cast<std::ptrdiff_t>(controls.size()), poses_.end());
   ++next_index_;
-  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.ms = ms_since(t0);
   out.cpu_ms = process_cpu_ms() - cpu0;
-  record_memory_size(out);
+  record_sizes(out);
   return out;
 }
 

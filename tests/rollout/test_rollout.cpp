@@ -13,6 +13,7 @@
 #include "tools/world/trajectory.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/session.h"
+#include "worldkv/tiny_dit_adapter.h"
 #include "worldkv/world_memory.h"
 
 namespace wm::rollout {
@@ -31,6 +32,13 @@ dit::CausalDit tiny_model() {
   m->init_weights(3);
   m->eval();
   return m;
+}
+
+// A session of the tiny model with a sampler of these steps.
+std::unique_ptr<WorldSession> tiny_session(dit::CausalDit model, const SessionConfig& sc, std::vector<double> steps) {
+  dit::SamplerConfig sampler;
+  sampler.timesteps = std::move(steps);
+  return std::make_unique<WorldSession>(std::make_unique<worldkv::TinyDitAdapter>(model, sampler, at::kCPU), sc);
 }
 
 // Endless walk with turns: poses and actions for n frames, integrated in a real scene.
@@ -52,20 +60,21 @@ world::Episode long_walk(int frames) {
 TEST(Rollout, FifteenHundredFramesWithConstantWindow) {
   SessionConfig sc;
   sc.memory.policy = worldkv::Policy::WorldKvC;
-  sc.sampler.timesteps = {1.0};  // one step: the test is about the runtime over a long rollout
-  WorldSession session(tiny_model(), sc, at::kCPU);
+  // One step: the test is about the runtime over a long rollout.
+  auto owned = tiny_session(tiny_model(), sc, {1.0});
+  WorldSession& session = *owned;
   const world::Episode ep = long_walk(1500);
   size_t bytes_after_warmup = 0;
   const auto t0 = std::chrono::steady_clock::now();
   EpisodeRun run = run_episode(session, ep, 5, 0, [&](const ChunkOutput& c, const EpisodeRun&) {
-    if (c.index == 10) bytes_after_warmup = session.memory().window_bytes();
-    if (c.index > 10) ASSERT_EQ(session.memory().window_bytes(), bytes_after_warmup) << "chunk " << c.index;
+    if (c.index == 10) bytes_after_warmup = session.memory()->window_bytes();
+    if (c.index > 10) ASSERT_EQ(session.memory()->window_bytes(), bytes_after_warmup) << "chunk " << c.index;
   });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(run.frames.size(), 1500u);
   EXPECT_EQ(session.chunks_done(), 500);
   // The newest chunk sits at frames 1497..1499: positions past a 1024-frame table.
-  const auto& mem = session.memory();
+  const auto& mem = *session.memory();
   EXPECT_EQ(mem.region_ids("recent").back(), "chunk:499");
   EXPECT_EQ(mem.window().pos(0).select(1, 0).max().item<int64_t>(), 1499);
   EXPECT_EQ(mem.bank().size(), 500u - 2u);
@@ -85,16 +94,13 @@ TEST(Rollout, PoliciesShareTheNoiseUntilTheirWindowsDiffer) {
   for (auto p : {worldkv::Policy::FullKv, worldkv::Policy::SlidingWindow, worldkv::Policy::WorldKv}) {
     SessionConfig sc;
     sc.memory.policy = p;
-    sc.sampler.timesteps = {1.0, 0.5};
-    WorldSession session(model, sc, at::kCPU);
-    runs.push_back(run_episode(session, ep, 9, 0));
+    auto session = tiny_session(model, sc, {1.0, 0.5});
+    runs.push_back(run_episode(*session, ep, 9, 0));
   }
   for (int f = 0; f < 15; ++f)  // chunks 0..4 fit every window
     for (size_t r = 1; r < runs.size(); ++r) EXPECT_EQ(runs[r].frames[f].rgb, runs[0].frames[f].rgb) << f;
-  SessionConfig sc;
-  sc.sampler.timesteps = {1.0, 0.5};
-  WorldSession again(model, sc, at::kCPU);
-  EpisodeRun rerun = run_episode(again, ep, 9, 0);
+  auto again = tiny_session(model, SessionConfig{}, {1.0, 0.5});
+  EpisodeRun rerun = run_episode(*again, ep, 9, 0);
   for (int f = 0; f < 30; ++f) EXPECT_EQ(rerun.frames[f].rgb, runs[2].frames[f].rgb) << f;
 }
 
@@ -133,9 +139,8 @@ TEST(Rollout, TheModelSeesTheWorldsPosesAndActionsUnchanged) {
 TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
   // run_episode converts the world's poses at the session's edge: the memory's chunk poses are
   // the means of the converted poses.
-  SessionConfig sc;
-  sc.sampler.timesteps = {1.0};
-  WorldSession session(tiny_model(), sc, at::kCPU);
+  auto owned = tiny_session(tiny_model(), SessionConfig{}, {1.0});
+  WorldSession& session = *owned;
   const world::Episode ep = long_walk(30);
   int calls = 0;
   const EpisodeRun run = run_episode(session, ep, 1, 0, [&](const ChunkOutput& c, const EpisodeRun& so_far) {
@@ -144,8 +149,8 @@ TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
     EXPECT_EQ(c.frames.size(), 3u);
     EXPECT_EQ(so_far.frames.size(), 3u * calls);
     EXPECT_EQ(&so_far.chunks.back(), &c);
-    EXPECT_EQ(c.window_bytes, session.memory().window_bytes());
-    for (int t = 0; t < 3; ++t) EXPECT_EQ(c.bank_bytes[t], session.memory().bank().bytes(static_cast<Tier>(t)));
+    EXPECT_EQ(c.window_bytes, session.memory()->window_bytes());
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(c.bank_bytes[t], session.memory()->bank().bytes(static_cast<Tier>(t)));
   });
   ASSERT_EQ(run.chunks.size(), 10u);
   EXPECT_TRUE(run.chunks[0].prompt);
@@ -153,7 +158,7 @@ TEST(Rollout, EpisodesDriveTheSessionInTheModelsTerms) {
   for (auto& c : run.chunks) EXPECT_TRUE(c.frames.empty());  // moved into run.frames
   const auto& bank = run.chunks.back().bank_bytes;
   EXPECT_GT(bank[0] + bank[1] + bank[2], 0u);  // 8 chunks banked
-  const auto& poses = session.memory().chunk_poses();
+  const auto& poses = session.memory()->chunk_poses();
   ASSERT_EQ(poses.size(), 10u);
   for (int c = 0; c < 10; ++c) {
     const worldkv::Pose want = worldkv::mean_pose(

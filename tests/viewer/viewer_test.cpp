@@ -59,6 +59,7 @@ TEST(Viewer, NotConfigured) {
 #include "viewer/mg2_input.h"
 #include "viewer/palette.h"
 #include "viewer/script.h"
+#include "worldkv/mg2_adapter.h"
 
 namespace fs = std::filesystem;
 namespace wv = wm::viewer;
@@ -331,12 +332,12 @@ TEST(ViewerMg2, RecognisesModelsAndFindsTheHubsFilesBesideThem) {
 
 TEST(ViewerMg2, RollingWindowHoldsTheFramesUpstreamKeeps) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(0, 6, 3), V{});
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(1, 6, 3), V{"chunk:0"});  // universal, templerun: 3 frames
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 6, 3), V{"chunk:4"});
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 4, 3), V{"chunk:4"});  // gta_drive: its last frame
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(5, 15, 3), (V{"chunk:1", "chunk:2", "chunk:3", "chunk:4"}));
-  EXPECT_EQ(wv::mg2_rolling_window_chunks(2, 15, 3), (V{"chunk:0", "chunk:1"}));
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(0, 6, 3), V{});
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(1, 6, 3), V{"chunk:0"});  // universal, templerun: 3 frames
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(5, 6, 3), V{"chunk:4"});
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(5, 4, 3), V{"chunk:4"});  // gta_drive: its last frame
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(5, 15, 3), (V{"chunk:1", "chunk:2", "chunk:3", "chunk:4"}));
+  EXPECT_EQ(wm::worldkv::mg2_rolling_window_chunks(2, 15, 3), (V{"chunk:0", "chunk:1"}));
 }
 
 // ---------------------------------------------------------------- the program under X

@@ -1,4 +1,4 @@
-// Matrix-Game-2.0 sessions (a small random model of its architecture): the world memory's window
+// Matrix-Game-2.0 sessions (the session over Mg2Adapter, a small random model of its architecture): the world memory's window
 // with the action K/V that follow their chunks gives what upstream's own rolling window gives
 // when it holds the same frames (the rolling window itself is held to upstream by
 // tests/dit/test_mg2_dit.cpp), and every video policy runs on the model.
@@ -8,8 +8,10 @@
 
 #include <cmath>
 
+#include "runtime/error.h"
 #include "tests/dit/mg2_fixture.h"
-#include "worldkv/mg2_session.h"
+#include "worldkv/mg2_adapter.h"
+#include "worldkv/session.h"
 
 namespace wm::worldkv {
 namespace {
@@ -66,13 +68,22 @@ std::vector<Mg2Input> inputs(int first, int n, int kd) {
   return v;
 }
 
-std::vector<Mg2ChunkOutput> roll(Mg2Session& s, int chunks, int kd) {
-  s.start(fixture_uniform(2, {4, 16, 8, 16}), fixture_uniform(3, {257, 1280}));
-  std::vector<Mg2ChunkOutput> out;
+// A session of `model` (no codec: latents only), conditioned on the fixture's image latents and
+// CLIP tokens, under `policy` ("native" or a video policy).
+std::unique_ptr<WorldSession> mg2_session(dit::Mg2Dit model, SessionConfig cfg, const std::string& policy) {
+  cfg.set_policy(policy);
+  return std::make_unique<WorldSession>(
+      std::make_unique<Mg2Adapter>(model, nullptr, fixture_uniform(2, {4, 16, 8, 16}),
+                                   fixture_uniform(3, {257, 1280}), Mg2Options{}, at::kCPU),
+      cfg);
+}
+
+std::vector<ChunkOutput> roll(WorldSession& s, int chunks, int kd) {
+  std::vector<ChunkOutput> out;
   int done = 0;
   for (int c = 0; c < chunks; ++c) {
-    const int n = s.inputs_for_next_chunk();
-    out.push_back(s.next(inputs(done, n, kd)));
+    const int n = s.controls_for_next_chunk();
+    out.push_back(s.next(mg2_controls(inputs(done, n, kd))));
     done += n;
   }
   return out;
@@ -81,45 +92,43 @@ std::vector<Mg2ChunkOutput> roll(Mg2Session& s, int chunks, int kd) {
 TEST(Mg2Session, WorldMemoryWindowEqualsUpstreamsRollingWindow) {
   // universal: local_attn_size 6, so the rolling window holds the previous chunk, which is what
   // sliding_window with recent = 3 frames holds; the action K/V come from the chunk store.
-  Mg2SessionConfig native;
+  SessionConfig native;
   native.seed = 5;
-  Mg2SessionConfig sliding = native;
-  sliding.policy = "sliding_window";
+  SessionConfig sliding = native;
   sliding.memory.sink_frames = 0;
   sliding.memory.retrieved_frames = 0;
   sliding.memory.recent_frames = 3;
-  Mg2Session a(fixture_model("universal"), nullptr, native, at::kCPU);
-  Mg2Session b(fixture_model("universal"), nullptr, sliding, at::kCPU);
-  auto ra = roll(a, 3, 4), rb = roll(b, 3, 4);
+  auto a = mg2_session(fixture_model("universal"), native, "native");
+  auto b = mg2_session(fixture_model("universal"), sliding, "sliding_window");
+  auto ra = roll(*a, 3, 4), rb = roll(*b, 3, 4);
   for (int c = 0; c < 3; ++c) {
     const double d = test::rel_max_diff(rb[c].latents, ra[c].latents);
     EXPECT_LT(d, 1e-5) << "chunk " << c;
   }
   // A wrong action context (none) changes the result: the comparison can fail.
-  Mg2SessionConfig other = native;
+  SessionConfig other = native;
   other.seed = 6;
-  Mg2Session d(fixture_model("universal"), nullptr, other, at::kCPU);
-  EXPECT_GT(test::rel_max_diff(roll(d, 2, 4)[1].latents, ra[1].latents), 1e-2);
+  auto d = mg2_session(fixture_model("universal"), other, "native");
+  EXPECT_GT(test::rel_max_diff(roll(*d, 2, 4)[1].latents, ra[1].latents), 1e-2);
 }
 
 TEST(Mg2Session, EveryVideoPolicyRunsAndKeepsActionKvOfWhatItHolds) {
   for (const char* policy : {"full_kv", "sliding_window", "sink_recent", "worldkv", "worldkv_c"}) {
     SCOPED_TRACE(policy);
-    Mg2SessionConfig cfg;
-    cfg.policy = policy;
+    SessionConfig cfg;
     cfg.memory.sink_frames = 3;
     cfg.memory.retrieved_frames = 3;
     cfg.memory.recent_frames = 3;
     cfg.seed = 1;
-    Mg2Session s(fixture_model("gta_drive"), nullptr, cfg, at::kCPU);
+    auto s = mg2_session(fixture_model("gta_drive"), cfg, policy);
     const bool banks = std::string(policy).rfind("worldkv", 0) == 0;
     const int n = banks ? 4 : 3;  // chunk 3 is the first that can retrieve (sink 0, recent 1, banked 2)
-    auto out = roll(s, n, 2);
+    auto out = roll(*s, n, 2);
     ASSERT_EQ(int(out.size()), n);
     for (const auto& o : out) {
       EXPECT_EQ(o.latents.sizes(), (at::IntArrayRef{3, 16, 8, 16}));
       EXPECT_TRUE(at::isfinite(o.latents).all().item<bool>());
-      EXPECT_GT(o.action_bytes, 0u);
+      EXPECT_GT(o.state_bytes, 0u);
     }
     if (banks) {
       EXPECT_FALSE(out[3].retrieved.empty()) << "a banked chunk comes back";
@@ -129,16 +138,37 @@ TEST(Mg2Session, EveryVideoPolicyRunsAndKeepsActionKvOfWhatItHolds) {
 }
 
 TEST(Mg2Session, ReanchoredPlacementRunsWithActionKeysMoved) {
-  Mg2SessionConfig cfg;
-  cfg.policy = "worldkv";
+  SessionConfig cfg;
   cfg.memory.sink_frames = 0;
   cfg.memory.retrieved_frames = 3;
   cfg.memory.recent_frames = 3;
   cfg.memory.placement = Placement::Reanchored;
-  Mg2Session s(fixture_model("templerun"), nullptr, cfg, at::kCPU);
-  auto out = roll(s, 4, 7);
+  auto s = mg2_session(fixture_model("templerun"), cfg, "worldkv");
+  auto out = roll(*s, 4, 7);
   EXPECT_FALSE(out[3].retrieved.empty());
   EXPECT_TRUE(at::isfinite(out[3].latents).all().item<bool>());
+}
+
+TEST(Mg2Session, ControlsAreCheckedFirstAndResetSwitchesTheWindow) {
+  auto s = mg2_session(fixture_model("universal"), SessionConfig{}, "native");
+  EXPECT_EQ(s->controls_for_next_chunk(), 9);
+  EXPECT_THROW(s->next(mg2_controls(inputs(0, 8, 4))), Error);  // the first chunk takes 9 frames
+  EXPECT_THROW(s->next(mg2_controls(inputs(0, 9, 2))), Error);  // universal's keyboard is 4 wide
+  EXPECT_TRUE(s->poses().empty());
+  const auto a = roll(*s, 2, 4);
+  EXPECT_EQ(s->controls_for_next_chunk(), 12);
+  EXPECT_EQ(s->memory(), nullptr);
+  EXPECT_GT(a[1].window_bytes, 0u);  // upstream's rolling cache and its action K/V
+  EXPECT_GT(a[1].state_bytes, 0u);
+  EXPECT_EQ(s->poses().size(), 21u);
+  EXPECT_EQ(s->model().native_window_chunks(2), std::vector<std::string>{"chunk:1"});
+  s->reset(0, "worldkv");
+  ASSERT_NE(s->memory(), nullptr);
+  EXPECT_TRUE(s->poses().empty());
+  EXPECT_EQ(s->config().policy_name(), "worldkv");
+  s->reset(0, "native");  // the same rollout again
+  const auto b = roll(*s, 2, 4);
+  EXPECT_TRUE(at::equal(a[1].latents, b[1].latents));
 }
 
 TEST(Mg2ActionKv, ReanchoringEqualsRopeAtTheShiftedFrame) {

@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/session.h"
+#include "worldkv/tiny_dit_adapter.h"
 #include "worldkv/world_memory.h"
 
 namespace wm::worldkv {
@@ -32,10 +33,24 @@ dit::CausalDit random_tiny_model() {
   return m;
 }
 
-SessionConfig one_step_config() {
-  SessionConfig sc;
-  sc.sampler.timesteps = {1.0};
-  return sc;
+dit::SamplerConfig one_step() {
+  dit::SamplerConfig s;
+  s.timesteps = {1.0};
+  return s;
+}
+
+// A session of the tiny DiT with the one-step sampler.
+std::unique_ptr<WorldSession> tiny_session(dit::CausalDit m, SessionConfig sc = {}) {
+  return std::make_unique<WorldSession>(std::make_unique<TinyDitAdapter>(m, one_step(), at::kCPU), sc);
+}
+
+ChunkOutput next(WorldSession& s, const std::vector<Pose>& poses, const std::vector<Action>& actions) {
+  return s.next(pose_controls(poses, actions));
+}
+
+ChunkOutput prompt(WorldSession& s, const std::vector<Image>& frames, const std::vector<Pose>& poses,
+                   const std::vector<Action>& actions) {
+  return s.prompt(frames, pose_controls(poses, actions));
 }
 
 // Frames [f0, f0 + n) of a walk along +x that turns by `turn` radians per frame.
@@ -78,15 +93,19 @@ TEST(WorldKvConditioning, DegreesThroughRadiansGiveTheSameFloat) {
 }
 
 TEST(WorldSession, RejectsWrongChunkSizesAndALatePrompt) {
-  WorldSession session(random_tiny_model(), one_step_config(), at::kCPU);
+  auto owned = tiny_session(random_tiny_model());
+  WorldSession& session = *owned;
   ASSERT_EQ(session.frames_per_chunk(), 3);
-  EXPECT_THROW(session.next({Pose{}}, {Action{}}), Error);
-  EXPECT_THROW(session.next(walk(0, 3, 0), std::vector<Action>(2)), Error);
+  EXPECT_THROW(next(session, {Pose{}}, {Action{}}), Error);
+  EXPECT_THROW(next(session, walk(0, 3, 0), std::vector<Action>(2)), Error);
   EXPECT_EQ(session.chunks_done(), 0);
   const std::vector<Image> frames(3, Image(64, 64));
-  EXPECT_THROW(session.prompt({Image(64, 64)}, walk(0, 3, 0), std::vector<Action>(3)), Error);
-  session.next(walk(0, 3, 0), std::vector<Action>(3));
-  EXPECT_THROW(session.prompt(frames, walk(3, 3, 0), std::vector<Action>(3)), Error);
+  EXPECT_THROW(prompt(session, {Image(64, 64)}, walk(0, 3, 0), std::vector<Action>(3)), Error);
+  next(session, walk(0, 3, 0), std::vector<Action>(3));
+  EXPECT_THROW(prompt(session, frames, walk(3, 3, 0), std::vector<Action>(3)), Error);
+  EXPECT_THROW(session.reset(1, "native"), Error);  // the tiny DiT has no window of its own
+  EXPECT_THROW(session.reset(1, "lru"), Error);
+  EXPECT_EQ(session.chunks_done(), 1);  // neither reset changed anything
 }
 
 TEST(WorldSession, DeterministicInItsSeedAndSteeredByThePose) {
@@ -96,7 +115,8 @@ TEST(WorldSession, DeterministicInItsSeedAndSteeredByThePose) {
     const std::vector<Image> prompt(3, Image(64, 64));
     for (int c = 0; c < 5; ++c) {
       std::vector<Action> actions(3, Action{1, 0, turn});
-      ChunkOutput o = c == 0 ? s.prompt(prompt, walk(0, 3, turn), actions) : s.next(walk(3 * c, 3, turn), actions);
+      ChunkOutput o = c == 0 ? wm::worldkv::prompt(s, prompt, walk(0, 3, turn), actions)
+                             : next(s, walk(3 * c, 3, turn), actions);
       EXPECT_EQ(o.index, c);
       EXPECT_EQ(o.prompt, c == 0);
       EXPECT_EQ(o.frames.size(), 3u);
@@ -104,16 +124,17 @@ TEST(WorldSession, DeterministicInItsSeedAndSteeredByThePose) {
     }
     return out;
   };
-  SessionConfig sc = one_step_config();
+  SessionConfig sc;
   sc.seed = 4;
-  WorldSession a(model, sc, at::kCPU), b(model, sc, at::kCPU);
+  auto a_owned = tiny_session(model, sc), b_owned = tiny_session(model, sc);
+  WorldSession &a = *a_owned, &b = *b_owned;
   const std::vector<Image> first = roll(a, 0.2);
   const std::vector<Image> second = roll(b, 0.2);
   ASSERT_EQ(first.size(), 15u);
   for (size_t f = 0; f < first.size(); ++f) EXPECT_EQ(first[f].rgb, second[f].rgb) << "frame " << f;
   EXPECT_EQ(a.chunks_done(), 5);
-  EXPECT_EQ(a.memory().chunk_poses().size(), 5u);
-  EXPECT_NEAR(a.memory().chunk_poses()[1].yaw, 0.2 * 4, 1e-12);  // mean of frames 3, 4, 5
+  EXPECT_EQ(a.memory()->chunk_poses().size(), 5u);
+  EXPECT_NEAR(a.memory()->chunk_poses()[1].yaw, 0.2 * 4, 1e-12);  // mean of frames 3, 4, 5
 
   a.reset(4);
   EXPECT_EQ(a.chunks_done(), 0);
@@ -137,16 +158,17 @@ TEST(WorldSession, AWarpReferenceModelSeesTheLastFrameTurned) {
   dit::CausalDit m(c);
   m->init_weights(3);
   m->eval();
-  SessionConfig sc = one_step_config();
+  SessionConfig sc;
   sc.seed = 6;
-  WorldSession s(m, sc, at::kCPU);
+  auto owned = tiny_session(m, sc);
+  WorldSession& s = *owned;
   std::vector<Image> prompt(3, Image(64, 64));
   for (int f = 0; f < 3; ++f)
     for (size_t i = 0; i < prompt[f].rgb.size(); ++i) prompt[f].rgb[i] = static_cast<uint8_t>((i * 7 + f * 31) % 251);
   const std::vector<Action> acts(3, Action{1, 0, 0.2});
   const std::vector<Pose> p0 = walk(0, 3, 0.2), p1 = walk(3, 3, 0.2);
-  s.prompt(prompt, p0, acts);
-  const ChunkOutput out = s.next(p1, acts);
+  wm::worldkv::prompt(s, prompt, p0, acts);
+  const ChunkOutput out = next(s, p1, acts);
 
   at::NoGradGuard ng;
   WorldMemory mem(m->kv_spec(at::kCPU), s.config().memory);
@@ -161,12 +183,12 @@ TEST(WorldSession, AWarpReferenceModelSeesTheLastFrameTurned) {
   dit::FrameCond c1 = frame_cond(p1, acts, c.cond, at::kCPU);
   c1.reference = dit::warp_reference(lat[2], c0.pose[2][2].item<double>(), c1.pose.select(1, 2), c.cond);
   at::Generator g = at::detail::createCPUGenerator(6);
-  const std::vector<Image> by_hand = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, sc.sampler, g).latents);
+  const std::vector<Image> by_hand = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, one_step(), g).latents);
   ASSERT_EQ(out.frames.size(), 3u);
   for (int f = 0; f < 3; ++f) EXPECT_EQ(out.frames[f].rgb, by_hand[f].rgb) << "frame " << f;
   c1.reference = at::Tensor();
   g = at::detail::createCPUGenerator(6);
-  const std::vector<Image> without = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, sc.sampler, g).latents);
+  const std::vector<Image> without = codec->decode_images(dit::generate_chunk(m, &mem.window(), c1, 3, one_step(), g).latents);
   EXPECT_NE(out.frames[0].rgb, without[0].rgb);
 }
 

@@ -17,7 +17,8 @@
 #include "runtime/error.h"
 #include "tools/bench_dit/mg2_bench.h"
 #include "tools/cli/output_file.h"
-#include "worldkv/mg2_session.h"
+#include "worldkv/mg2_adapter.h"
+#include "worldkv/session.h"
 
 namespace wm::bench {
 namespace {
@@ -63,8 +64,7 @@ int run_mg2_rollout(const Mg2RolloutOptions& o) {
   WM_CHECK(std::isfinite(o.bank_device_gib) && o.bank_device_gib >= 0, "--bank-device-gib must be >= 0");
   const auto dtypes = parse_mg2_dtypes(o.dtype);
   WM_CHECK(dtypes.size() == 1, "--mg2-rollout takes one dtype (f32 or bf16), got '", o.dtype, "'");
-  for (const auto& p : o.policies)
-    if (p != "native") worldkv::parse_policy(p);  // fail before building anything
+  for (const auto& p : o.policies) worldkv::SessionConfig().set_policy(p);  // fail before building anything
   std::vector<double> seconds = o.seconds;
   std::sort(seconds.begin(), seconds.end());
   std::unique_ptr<wm::cli::OutputFile> json_file;
@@ -102,8 +102,8 @@ int run_mg2_rollout(const Mg2RolloutOptions& o) {
 
   json results = json::array();
   for (const std::string& policy : o.policies) {
-    worldkv::Mg2SessionConfig sc;
-    sc.policy = policy;
+    worldkv::SessionConfig sc;
+    sc.set_policy(policy);
     sc.seed = o.seed;
     sc.memory.bank.device = dev;
     sc.memory.bank.pin_host = o.pin_host;
@@ -112,25 +112,26 @@ int run_mg2_rollout(const Mg2RolloutOptions& o) {
     std::vector<double> chunk_ms, dit_ms, decode_ms;
     int64_t frames = 0;
     try {
-      worldkv::Mg2Session session(model, o.decode ? random_vae(dev) : nullptr, sc, dev);
-      session.start(image_latents, clip);
+      worldkv::WorldSession session(std::make_unique<worldkv::Mg2Adapter>(model, o.decode ? random_vae(dev) : nullptr,
+                                                                          image_latents, clip, worldkv::Mg2Options{}, dev),
+                                    sc);
       size_t next_cp = 0;
       double wall_ms = 0;
       for (int64_t k = 0; k < n_chunks && next_cp < seconds.size(); ++k) {
-        std::vector<worldkv::Mg2Input> in(session.inputs_for_next_chunk());
+        std::vector<worldkv::FrameControl> in(session.controls_for_next_chunk());
         for (auto& x : in) {
-          x.keyboard.assign(std::max(1, c.keyboard_dim()), 0.0f);
-          x.keyboard[0] = 1;  // forward (templerun: "nomove" stands, the runner still runs)
-          x.yaw = 0.05f;
+          x.mg2.keyboard.assign(std::max(1, c.keyboard_dim()), 0.0f);
+          x.mg2.keyboard[0] = 1;  // forward (templerun: "nomove" stands, the runner still runs)
+          x.mg2.yaw = 0.05f;
         }
-        worldkv::Mg2ChunkOutput out = session.next(in);
+        worldkv::ChunkOutput out = session.next(in);
         frames += int64_t(in.size());
         wall_ms += out.ms;
         chunk_ms.push_back(out.ms);
-        dit_ms.push_back(out.dit_ms);
+        dit_ms.push_back(out.model_ms);
         decode_ms.push_back(out.decode_ms);
         std::fprintf(stderr, "[%s] chunk %lld: %.0f ms (DiT %.0f ms), %lld frames\n", policy.c_str(),
-                     static_cast<long long>(k), out.ms, out.dit_ms, static_cast<long long>(frames));
+                     static_cast<long long>(k), out.ms, out.model_ms, static_cast<long long>(frames));
         while (next_cp < seconds.size() && (frames >= std::ceil(seconds[next_cp] * o.video_fps) || k + 1 == n_chunks)) {
           Checkpoint cp;
           cp.seconds = seconds[next_cp++];
@@ -150,7 +151,7 @@ int run_mg2_rollout(const Mg2RolloutOptions& o) {
           cp.decode_ms = last_dec / n;
           cp.other_ms = (last - last_dit - last_dec) / n;
           cp.window_bytes = out.window_bytes;
-          cp.action_bytes = out.action_bytes;
+          cp.action_bytes = out.state_bytes;
           cp.bank_bytes = out.bank_bytes;
           std::printf("%-14s %6.0f %6lld %7lld %8.1f %8.2f %9.2f %8.0f %9.0f %9.0f %10.0f %10.0f %10.0f\n",
                       policy.c_str(), cp.seconds, static_cast<long long>(cp.chunks), static_cast<long long>(cp.frames),

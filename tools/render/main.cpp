@@ -28,6 +28,7 @@
 #include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
+#include "worldkv/tiny_dit_adapter.h"
 
 namespace {
 
@@ -157,8 +158,13 @@ wm::worldkv::SessionConfig session_config(const Options& o) {
   sc.memory.policy = wm::worldkv::parse_policy(o.policy);
   o.ro.apply(sc);
   sc.seed = o.noise_seed;
-  sc.sampler.context_t = o.context_t;
   return sc;
+}
+
+wm::dit::SamplerConfig sampler_config(const Options& o) {
+  wm::dit::SamplerConfig s = o.ro.sampler();
+  s.context_t = o.context_t;
+  return s;
 }
 
 // The output frame: the model's frame (fw x fh) at the left, the ground truth to its right with
@@ -296,12 +302,14 @@ void render_episode(const Options& o) {
   const std::shared_ptr<wm::RemoteStore> remote = o.ro.open_bank_store(o.model_path);
   wm::worldkv::SessionConfig sc = session_config(o);
   o.ro.apply_bank(sc, dev, remote);
-  wm::worldkv::WorldSession session(wm::worldkv::load_world_model(o.model_path, dev), sc, dev);
+  wm::worldkv::WorldSession session(std::make_unique<wm::worldkv::TinyDitAdapter>(
+                                        wm::worldkv::load_world_model(o.model_path, dev), sampler_config(o), dev),
+                                    sc);
   const int F = session.frames_per_chunk();
   const int n = wm::rollout::covered_frames(ep, F, o.max_seconds * chosen.fps);
   const int n_chunks = n / F;
 
-  const wm::world::RenderSpec rs = wm::rollout::render_spec_of(session.model()->config());
+  const wm::world::RenderSpec rs = wm::rollout::render_spec_of(session.info());
   wm::world::Raycaster ray(scene, rs);
   const Layout l = layout_of(rs, o);
   Outputs outputs(o, l);
@@ -312,7 +320,7 @@ void render_episode(const Options& o) {
   wm::cli::ProgressLine progress;
   auto on_chunk = [&](const wm::worldkv::ChunkOutput& c, const wm::rollout::EpisodeRun&) {
     if (!c.prompt) times.ms.push_back(c.ms), times.memory_ms += c.memory_ms;
-    const auto& mem = session.memory();
+    const auto& mem = *session.memory();
     const std::vector<std::string> in_window = window_chunk_ids(mem);
     for (int f = 0; f < F; ++f) {
       const int frame = static_cast<int>(c.index) * F + f;
@@ -332,7 +340,7 @@ void render_episode(const Options& o) {
   print_summary(o, l, outputs.writer.frames_written(), F, times, wall);
   if (remote) {
     const wm::RemoteStats s = remote->stats();
-    const auto& bank = session.memory().bank();
+    const auto& bank = session.memory()->bank();
     std::fprintf(stderr,
                  "  bank: %zu chunks in host memory (%zu KiB), %zu in %s (%zu KiB); %lld values written, %lld read, "
                  "%lld writes failed (kept in host memory), %lld damaged or foreign, %lld outages; %lld retrievals "
@@ -341,7 +349,7 @@ void render_episode(const Options& o) {
                  remote->endpoint().url.c_str(), bank.bytes(wm::Tier::Remote) / 1024, static_cast<long long>(s.puts),
                  static_cast<long long>(s.hits), static_cast<long long>(s.put_failed),
                  static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages),
-                 static_cast<long long>(session.memory().lost_fetches()));
+                 static_cast<long long>(session.memory()->lost_fetches()));
   }
 }
 

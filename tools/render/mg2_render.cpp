@@ -17,7 +17,8 @@
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
 #include "tools/rollout/mg2_actions.h"
-#include "worldkv/mg2_session.h"
+#include "worldkv/mg2_adapter.h"
+#include "worldkv/session.h"
 
 namespace wm::render {
 namespace fs = std::filesystem;
@@ -67,7 +68,7 @@ int run_mg2_render(const Mg2RenderOptions& o) {
       fs::weakly_canonical(fs::absolute(o.out)) == fs::weakly_canonical(fs::absolute(o.latents_out)))
     throw Error(str_cat("-o and --latents-out name the same file '", o.out, "'"));
   if (o.image.empty() == o.latents_in.empty()) throw Error("give exactly one of --image FILE and --latents FILE");
-  if (o.policy != "native") worldkv::parse_policy(o.policy);  // fail before loading anything
+  worldkv::SessionConfig().set_policy(o.policy);  // fail before loading anything
 
   std::fprintf(stderr, "wm_render: loading %s (%s)\n", o.model.c_str(), o.dtype.c_str());
   dit::Mg2Dit model = dit::load_mg2_dit(o.model, dev, dt);
@@ -128,8 +129,8 @@ int run_mg2_render(const Mg2RenderOptions& o) {
     clip_tokens = st.get("clip_tokens");
   }
 
-  worldkv::Mg2SessionConfig sc;
-  sc.policy = o.policy;
+  worldkv::SessionConfig sc;
+  sc.set_policy(o.policy);
   sc.seed = o.seed;
   sc.memory.sink_frames = o.sink_frames;
   sc.memory.retrieved_frames = o.retrieved_frames;
@@ -137,8 +138,9 @@ int run_mg2_render(const Mg2RenderOptions& o) {
   sc.memory.placement = worldkv::parse_placement(o.placement);
   std::unique_ptr<dit::Codec> codec;
   if (!o.out.empty()) codec = std::move(vae);
-  worldkv::Mg2Session session(model, std::move(codec), sc, dev);
-  session.start(image_latents, clip_tokens);
+  worldkv::WorldSession session(
+      std::make_unique<worldkv::Mg2Adapter>(model, std::move(codec), image_latents, clip_tokens, worldkv::Mg2Options{}, dev),
+      sc);
 
   std::unique_ptr<media::Mp4Writer> writer;
   if (!o.out.empty()) writer = std::make_unique<media::Mp4Writer>(o.out, 640, 352, o.fps, 1);
@@ -149,17 +151,17 @@ int run_mg2_render(const Mg2RenderOptions& o) {
   size_t used = 0;
   double dit_ms = 0, total_ms = 0;
   for (int c = 0; c < chunks; ++c) {
-    const int n = session.inputs_for_next_chunk();
+    const int n = session.controls_for_next_chunk();
     std::vector<worldkv::Mg2Input> in(inputs.begin() + used, inputs.begin() + used + n);
     used += n;
-    worldkv::Mg2ChunkOutput out = session.next(in);
-    dit_ms += out.dit_ms;
+    worldkv::ChunkOutput out = session.next(worldkv::mg2_controls(in));
+    dit_ms += out.model_ms;
     total_ms += out.ms;
     latents.push_back(out.latents);
     if (writer)
       for (const auto& f : out.frames) writer->write(f);
     progress.show(c + 1 == chunks, "  chunk %d/%d  %.0f ms (DiT %.0f)  window %zu MiB  action K/V %zu MiB%s", c + 1,
-                  chunks, out.ms, out.dit_ms, out.window_bytes >> 20, out.action_bytes >> 20,
+                  chunks, out.ms, out.model_ms, out.window_bytes >> 20, out.state_bytes >> 20,
                   out.retrieved.empty() ? "" : "  retrieved");
   }
   progress.finish();

@@ -33,6 +33,7 @@
 #include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
+#include "worldkv/tiny_dit_adapter.h"
 
 namespace fs = std::filesystem;
 
@@ -113,6 +114,7 @@ struct PolicyScore {
 struct Rollouts {
   wm::dit::CausalDit model;
   wm::worldkv::SessionConfig session;
+  wm::dit::SamplerConfig sampler;
   at::Device device;
   int frames_per_chunk;
 };
@@ -233,7 +235,8 @@ void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, Episo
 EpisodeScore roll_out(const Options& o, Rollouts& r, wm::worldkv::Policy policy, const std::string& policy_name,
                       const EpisodeTruth& truth, wm::cli::OutputFolder* dumps, BenchProgress& progress) {
   r.session.memory.policy = policy;
-  wm::worldkv::WorldSession session(r.model, r.session, r.device);
+  wm::worldkv::WorldSession session(std::make_unique<wm::worldkv::TinyDitAdapter>(r.model, r.sampler, r.device),
+                                    r.session);
   auto run = wm::rollout::run_episode(session, *truth.ep, o.noise_seed, truth.frames, [&](const auto& c, const auto&) {
     progress.chunk_done(r.frames_per_chunk, truth.index, policy_name, c.index);
   }, !o.no_prompt);
@@ -441,7 +444,7 @@ void run_bench(const Options& o) {
   wm::dit::CausalDit model = wm::worldkv::load_world_model(o.model_path, dev);
   o.ro.validate();
   const std::shared_ptr<wm::RemoteStore> remote = o.ro.open_bank_store(o.model_path);
-  Rollouts r{model, {}, dev, model->config().frames_per_chunk};
+  Rollouts r{model, {}, o.ro.sampler(), dev, model->config().frames_per_chunk};
   o.ro.apply(r.session);
   o.ro.apply_bank(r.session, dev, remote);
 

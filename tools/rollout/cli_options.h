@@ -114,16 +114,21 @@ struct RolloutOptions {
             {"bank_host_mib", bank_host_mib}, {"bank_tier", bank_tier}, {"kv_store", kv_store.url}};
   }
 
-  // Sets sc's placement, compression and sampler (the policy and the seed stay the caller's).
+  // Sets sc's placement and compression (the policy and the seed stay the caller's).
   void apply(worldkv::SessionConfig& sc) const {
     sc.memory.placement = worldkv::parse_placement(placement);
     sc.memory.compression.keep_ratio = keep_ratio;
     sc.memory.compression.per_frame = per_frame;
     sc.memory.fill_by_tokens = fill_by_tokens;
     sc.memory.compression.merge = worldkv::parse_merge_mode(merge);
-    sc.sampler = dit::sampler_with_steps(steps);
-    sc.sampler.shift = shift;
-    sc.sampler.method = renoise ? dit::SamplingMethod::Renoise : dit::SamplingMethod::Euler;
+  }
+
+  // The tiny DiT's sampler: --steps, --shift, --renoise.
+  dit::SamplerConfig sampler() const {
+    dit::SamplerConfig s = dit::sampler_with_steps(steps);
+    s.shift = shift;
+    s.method = renoise ? dit::SamplingMethod::Renoise : dit::SamplingMethod::Euler;
+    return s;
   }
 };
 

@@ -18,7 +18,7 @@ struct EpisodeRun {
                               // prompt_frames are the ground-truth prompt, the rest generated
   int prompt_frames = 0;
   std::vector<worldkv::ChunkOutput> chunks;  // the session's output per chunk, its frames moved
-                                             // into `frames`
+                                             // into `frames` (its latents not kept)
   size_t peak_window_bytes = 0;
 };
 
@@ -29,7 +29,7 @@ int covered_frames(const world::Episode& ep, int frames_per_chunk, int max_frame
 // calling on_chunk after each chunk (may be empty) with the chunk's output, frames included, and
 // the run so far, that chunk included. With prompt (the default) the first chunk is
 // the ground truth rendered at its poses, given to the model as its starting view; the rest is
-// generated.
+// generated. Throws wm::Error for a model not driven by poses and actions frame by frame.
 EpisodeRun run_episode(worldkv::WorldSession& session, const world::Episode& ep, uint64_t seed,
                        int max_frames = 0,
                        const std::function<void(const worldkv::ChunkOutput&, const EpisodeRun&)>& on_chunk = {},

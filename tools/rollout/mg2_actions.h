@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worldkv/mg2_session.h"
+#include "worldkv/action.h"
 
 namespace wm::rollout {
 

@@ -24,6 +24,19 @@ std::vector<worldkv::Action> model_actions(const std::vector<world::Action>& act
   return out;
 }
 
+std::vector<worldkv::FrameControl> model_controls(const std::vector<world::Pose>& poses,
+                                                  const std::vector<world::Action>& actions) {
+  return worldkv::pose_controls(model_poses(poses), model_actions(actions));
+}
+
+world::RenderSpec render_spec_of(const worldkv::ModelInfo& m) {
+  world::RenderSpec rs;
+  rs.width = m.frame_width;
+  rs.height = m.frame_height;
+  rs.fov_deg = m.hfov_deg;
+  return rs;
+}
+
 world::RenderSpec render_spec_of(const dit::DitConfig& c) {
   world::RenderSpec rs;
   rs.width = c.codec.image_width;

@@ -9,6 +9,7 @@
 #include "tools/world/pose.h"
 #include "tools/world/raycaster.h"
 #include "worldkv/action.h"
+#include "worldkv/model_adapter.h"
 #include "worldkv/pose.h"
 
 namespace wm::rollout {
@@ -21,7 +22,12 @@ std::vector<worldkv::Pose> model_poses(const std::vector<world::Pose>& poses);
 worldkv::Action model_action(const world::Action& a);
 std::vector<worldkv::Action> model_actions(const std::vector<world::Action>& actions);
 
+// The session's controls of world frames: each frame's pose and action, as above.
+std::vector<worldkv::FrameControl> model_controls(const std::vector<world::Pose>& poses,
+                                                  const std::vector<world::Action>& actions);
+
 // The ground-truth render settings that match a model: its frame size and field of view.
 world::RenderSpec render_spec_of(const dit::DitConfig& c);
+world::RenderSpec render_spec_of(const worldkv::ModelInfo& m);
 
 }  // namespace wm::rollout
