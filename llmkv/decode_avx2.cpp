@@ -1,6 +1,7 @@
 // The decode kernels (decode_kernels.h) for AVX2 + FMA + F16C: 8 floats a register. Compiled with
 // its own -m flags (llmkv/CMakeLists.txt); gemv.cpp calls it only on a CPU that has them.
 #include "llmkv/decode_kernels.h"
+#include "llmkv/quant_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -74,15 +75,82 @@ struct V256 {
   }
 };
 
+#include "llmkv/quant_kernels.inl"
+
+// The quantized-weight kernels' integer side: ggml's AVX2 kernels' own operations (maddubs, then
+// madd by ones into 8 int32 lanes).
+struct I256 {
+  using bytes = __m256i;
+  using lanes = __m256i;
+  using acc = __m256;
+  static bytes load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static bytes nibbles(const uint8_t* p) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+  }
+  static bytes lo4(bytes b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0F)); }
+  static bytes hi4(bytes b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0F)); }
+  static bytes sub8(bytes b) { return _mm256_sub_epi8(b, _mm256_set1_epi8(8)); }
+  template <int S>
+  static bytes or_hi2(bytes lo, bytes qh) {
+    return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, S), _mm256_set1_epi8(3)), 4));
+  }
+  static bytes splat8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+  // u <= 128 and |s| <= 127 in every use: a pair's sum stays inside maddubs' int16 saturation.
+  static lanes dot_us(bytes u, bytes s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+  static lanes dot_ss(bytes a, bytes b) { return dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+  static lanes add(lanes a, lanes b) { return _mm256_add_epi32(a, b); }
+  static lanes sub(lanes a, lanes b) { return _mm256_sub_epi32(a, b); }
+  static lanes mul(lanes a, lanes b) { return _mm256_mullo_epi32(a, b); }
+  static lanes lanes_set1(int v) { return _mm256_set1_epi32(v); }
+  static lanes halves(int lo, int hi) { return _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi); }
+  static acc zero() { return _mm256_setzero_ps(); }
+  static acc fma(float d, lanes l, acc a) { return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), a); }
+  static float hsum(acc x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+  }
+  static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  static float amax32(const float* x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+    for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 r = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+  }
+  static int round32(const float* x, float id, int8_t* q) {
+    const __m256 s = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int k = 0; k < 4; ++k)
+      i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), s),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    // int32 to int8 with saturation; the packs interleave 128-bit halves, the permute undoes it.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(h);
+  }
+};
+
 }  // namespace
 
 RowsFn rows_avx2() { return &rows_impl<V256>; }
 AttnFn attn_avx2() { return &attn_task<V256>; }
+QuantFns quant_avx2() { return {&qrows_impl<I256, V256>, &quantize_row<I256>}; }
 
 }  // namespace wm::llm::gemv
 #else
 namespace wm::llm::gemv {
 RowsFn rows_avx2() { return nullptr; }
 AttnFn attn_avx2() { return nullptr; }
+QuantFns quant_avx2() { return {}; }
 }  // namespace wm::llm::gemv
 #endif

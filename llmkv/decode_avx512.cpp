@@ -1,6 +1,7 @@
 // The decode kernels (decode_kernels.h) for AVX-512 F/BW/VL: 16 floats a register. Compiled with
 // its own -m flags (llmkv/CMakeLists.txt); gemv.cpp calls it only on a CPU that has them.
 #include "llmkv/decode_kernels.h"
+#include "llmkv/quant_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -64,15 +65,85 @@ struct V512 {
   }
 };
 
+// The quantized-weight kernels' integer side: 8 int32 lanes a 256-bit register (the lanes of
+// ggml's AVX2 kernels, whose arithmetic quant_kernels.inl follows), dot products by vpdpbusd.
+// AVX-512 VNNI is enabled for these functions alone (gemv picks them only on a CPU that has it):
+// the rest of this file must run on AVX-512 CPUs without it.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512vnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+#endif
+
+#include "llmkv/quant_kernels.inl"
+
+struct IVnni {
+  using bytes = __m256i;
+  using lanes = __m256i;
+  using acc = __m256;
+  static bytes load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static bytes nibbles(const uint8_t* p) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+  }
+  static bytes lo4(bytes b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0F)); }
+  static bytes hi4(bytes b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0F)); }
+  static bytes sub8(bytes b) { return _mm256_sub_epi8(b, _mm256_set1_epi8(8)); }
+  template <int S>
+  static bytes or_hi2(bytes lo, bytes qh) {
+    return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, S), _mm256_set1_epi8(3)), 4));
+  }
+  static bytes splat8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+  static lanes dot_us(bytes u, bytes s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  static lanes dot_ss(bytes a, bytes b) { return dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+  static lanes add(lanes a, lanes b) { return _mm256_add_epi32(a, b); }
+  static lanes sub(lanes a, lanes b) { return _mm256_sub_epi32(a, b); }
+  static lanes mul(lanes a, lanes b) { return _mm256_mullo_epi32(a, b); }
+  static lanes lanes_set1(int v) { return _mm256_set1_epi32(v); }
+  static lanes halves(int lo, int hi) { return _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi); }
+  static acc zero() { return _mm256_setzero_ps(); }
+  static acc fma(float d, lanes l, acc a) { return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), a); }
+  static float hsum(acc x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+  }
+  static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  static float amax32(const float* x) {
+    const __m512 a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x)), _mm512_abs_ps(_mm512_loadu_ps(x + 16)));
+    return _mm512_reduce_max_ps(a);
+  }
+  static int round32(const float* x, float id, int8_t* q) {
+    const __m512 s = _mm512_set1_ps(id);
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), s), kNearest));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16), s), kNearest));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  }
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
 }  // namespace
 
 RowsFn rows_avx512() { return &rows_impl<V512>; }
 AttnFn attn_avx512() { return &attn_task<V512>; }
+QuantFns quant_avx512() { return {&qrows_impl<IVnni, V512>, &quantize_row<IVnni>}; }
 
 }  // namespace wm::llm::gemv
 #else
 namespace wm::llm::gemv {
 RowsFn rows_avx512() { return nullptr; }
 AttnFn attn_avx512() { return nullptr; }
+QuantFns quant_avx512() { return {}; }
 }  // namespace wm::llm::gemv
 #endif

@@ -5,7 +5,9 @@
 // always spins holds the cores between requests. Here a thread spins up to kSpin after a job,
 // which covers the gaps inside a step, then waits on a condition variable.
 #include "llmkv/decode_kernels.h"
+#include "llmkv/quant_kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -130,6 +132,78 @@ void run_rows(RowsFn fn, const Problem& p, int threads) {
     const Ctx& x = *static_cast<const Ctx*>(c);
     const int64_t out = x.p->out, r0 = out * t / n, r1 = out * (t + 1) / n;
     if (r1 > r0) x.fn(*x.p, r0, r1);
+  }, &ctx);
+}
+
+namespace {
+
+// p restricted to activation rows [m0, m0 + m).
+QProblem q_rows(const QProblem& p, int64_t m0, int64_t m) {
+  QProblem q = p;
+  q.m = m;
+  q.y = p.y + m0 * p.out;
+  if (p.float_x) {
+    q.x = p.x + m0 * p.in;
+    q.xsum = p.xsum ? p.xsum + m0 * (p.in / kQ32) : nullptr;
+    return q;
+  }
+  const bool k = quant_kind_is_k(p.kind);
+  q.a.q = p.a.q + m0 * p.in;
+  q.a.d = p.a.d + m0 * (p.in / (k ? kQK : kQ32));
+  q.a.s = p.a.s ? p.a.s + m0 * (p.in / kQ32) : nullptr;
+  q.a.bsums = p.a.bsums ? p.a.bsums + m0 * (p.in / 16) : nullptr;
+  return q;
+}
+
+}  // namespace
+
+void run_qrows(QRowsFn fn, const QProblem& p, int threads) {
+  // Output rows a thread at least (per tile of activation rows); its share starts at a multiple
+  // of 8 (the kernels' widest row block).
+  constexpr int64_t kMinRowsPerThread = 64;
+  const int64_t tiles = (p.m + kMaxRows - 1) / kMaxRows;
+  const int64_t most = p.out * tiles / kMinRowsPerThread;
+  if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
+  // Weight rows taken at a time against every tile: about 16 KiB, so that they stay in L1
+  // while the tiles (from L2) pass.
+  int64_t chunk = (16384 / (p.row_bytes > 0 ? p.row_bytes : 1)) / 8 * 8;
+  chunk = chunk < 8 ? 8 : chunk;
+  struct Ctx {
+    QRowsFn fn;
+    const QProblem* p;
+    int64_t tiles, chunk;
+  } ctx{fn, &p, tiles, chunk};
+  Team::get().run(threads, [](const void* c, int t, int n) {
+    const Ctx& x = *static_cast<const Ctx*>(c);
+    const int64_t out = x.p->out, blocks = (out + 7) / 8;
+    const int64_t r0 = std::min(out, blocks * t / n * 8), r1 = std::min(out, blocks * (t + 1) / n * 8);
+    if (r1 <= r0) return;
+    if (x.tiles == 1) return x.fn(*x.p, r0, r1);
+    for (int64_t c0 = r0; c0 < r1; c0 += x.chunk) {
+      const int64_t c1 = std::min(r1, c0 + x.chunk);
+      for (int64_t i = 0; i < x.tiles; ++i) {
+        const int64_t m0 = i * kMaxRows;
+        x.fn(q_rows(*x.p, m0, std::min<int64_t>(kMaxRows, x.p->m - m0)), c0, c1);
+      }
+    }
+  }, &ctx);
+}
+
+void run_quantize(QuantizeFn fn, QuantKind kind, const float* x, int64_t m, int64_t in, const QActs& a, int threads) {
+  // Rows a thread at least: quantizing a row costs about what handing it over does.
+  constexpr int64_t kMinRowsPerThread = 8;
+  const int64_t most = m / kMinRowsPerThread;
+  if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
+  struct Ctx {
+    QuantizeFn fn;
+    QuantKind kind;
+    const float* x;
+    int64_t m, in;
+    const QActs* a;
+  } ctx{fn, kind, x, m, in, &a};
+  Team::get().run(threads, [](const void* c, int t, int n) {
+    const Ctx& q = *static_cast<const Ctx*>(c);
+    for (int64_t r = q.m * t / n; r < q.m * (t + 1) / n; ++r) q.fn(q.kind, q.x, q.in, *q.a, r);
   }, &ctx);
 }
 
