@@ -31,6 +31,54 @@ at::Tensor affine_layer_norm(const nn::LayerNormImpl& ln, const at::Tensor& x) {
       .to(x.scalar_type());
 }
 
+// forward_chunk's inputs against the config: latents x [F, out_dim, h, w], the condition
+// [F, cond_channels, h, w], a visual context of every layer, first_frame >= 0. Throws wm::Error.
+void check_chunk(const Mg2Config& c, const at::Tensor& x_in, const at::Tensor& cond, const Mg2Visual& visual,
+                 int64_t first_frame) {
+  WM_CHECK(x_in.dim() == 4 && x_in.size(1) == c.out_dim && x_in.size(2) == c.latent_height &&
+               x_in.size(3) == c.latent_width,
+           "latents must be [F, ", c.out_dim, ", ", c.latent_height, ", ", c.latent_width, "], got ", x_in.sizes());
+  const int64_t F = x_in.size(0);
+  WM_CHECK(cond.dim() == 4 && cond.size(0) == F && cond.size(1) == c.cond_channels() &&
+               cond.size(2) == c.latent_height && cond.size(3) == c.latent_width,
+           "the condition must be [", F, ", ", c.cond_channels(), ", ", c.latent_height, ", ", c.latent_width,
+           "] (mask | image latent), got ", cond.sizes());
+  WM_CHECK(first_frame >= 0, "first_frame must be >= 0, got ", first_frame);
+  WM_CHECK(int(visual.k.size()) == c.num_layers && int(visual.v.size()) == c.num_layers,
+           "the visual context holds ", visual.k.size(), " layers, the model ", c.num_layers);
+}
+
+// The context (a window, or the earlier chunks' K/V) holds every layer, of the model's heads.
+void check_context(const Mg2Config& c, const Mg2Context& ctx) {
+  const int64_t H = c.num_heads, d = c.head_dim();
+  if (ctx.window) {
+    const KvSpec& ws = ctx.window->spec();
+    WM_CHECK(ws.n_layers == c.num_layers && ws.n_kv_heads == H && ws.head_dim == d, "window holds ", ws.n_layers,
+             " layers x ", ws.n_kv_heads, " heads x ", ws.head_dim, ", the model ", c.num_layers, " x ", H, " x ", d);
+  } else if (ctx.main) {
+    WM_CHECK(int(ctx.main->size()) == c.num_layers, "context holds ", ctx.main->size(), " layers, the model ",
+             c.num_layers);
+  }
+}
+
+// Layer l's self-attention of the chunk's q over its k, v [H, n, d] and the context's: the
+// window's (k, v staged into it), or the earlier chunks' prepended. Returns [H, n, d] in dt.
+at::Tensor attend_in_context(int l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const Mg2Context& ctx, at::ScalarType dt, at::Device dev) {
+  if (ctx.window) {
+    KvWindow::Staged st = ctx.window->stage(l, k, v);
+    AttentionOptions o;
+    o.n_window = st.n_window;
+    return attention(q.to(st.k.scalar_type()), st.k, st.v, st.logw, o).out.to(dt);
+  }
+  at::Tensor kk = k, vv = v;
+  if (ctx.main && (*ctx.main)[l].n_tokens() > 0) {
+    kk = at::cat({(*ctx.main)[l].k.to(dev, dt), k}, 1);
+    vv = at::cat({(*ctx.main)[l].v.to(dev, dt), v}, 1);
+  }
+  return attention(q, kk, vv, at::Tensor()).out;
+}
+
 }  // namespace
 
 Mg2RmsNormImpl::Mg2RmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
@@ -150,17 +198,8 @@ at::Tensor Mg2DitImpl::forward_chunk(const at::Tensor& x_in, const at::Tensor& t
                                      const Mg2Visual& visual, const Mg2Actions& actions, int64_t first_frame,
                                      const Mg2Context& ctx, Mg2ChunkKv* kv_out) {
   const auto& c = cfg_;
-  WM_CHECK(x_in.dim() == 4 && x_in.size(1) == c.out_dim && x_in.size(2) == c.latent_height &&
-               x_in.size(3) == c.latent_width,
-           "latents must be [F, ", c.out_dim, ", ", c.latent_height, ", ", c.latent_width, "], got ", x_in.sizes());
+  check_chunk(c, x_in, cond, visual, first_frame);
   const int64_t F = x_in.size(0);
-  WM_CHECK(cond.dim() == 4 && cond.size(0) == F && cond.size(1) == c.cond_channels() &&
-               cond.size(2) == c.latent_height && cond.size(3) == c.latent_width,
-           "the condition must be [", F, ", ", c.cond_channels(), ", ", c.latent_height, ", ", c.latent_width,
-           "] (mask | image latent), got ", cond.sizes());
-  WM_CHECK(first_frame >= 0, "first_frame must be >= 0, got ", first_frame);
-  WM_CHECK(int(visual.k.size()) == c.num_layers && int(visual.v.size()) == c.num_layers,
-           "the visual context holds ", visual.k.size(), " layers, the model ", c.num_layers);
   const auto dt = dtype();
   const auto dev = device();
   const int64_t D = c.dim, H = c.num_heads, d = c.head_dim(), gh = c.grid_h(), gw = c.grid_w(), P = gh * gw;
@@ -168,14 +207,7 @@ at::Tensor Mg2DitImpl::forward_chunk(const at::Tensor& x_in, const at::Tensor& t
   at::Tensor t = t_in.to(dev, at::kFloat);
   if (t.dim() == 0) t = t.expand({F});
   WM_CHECK(t.dim() == 1 && t.size(0) == F, "timesteps must be a scalar or [", F, "], got ", t_in.sizes());
-  if (ctx.window) {
-    const KvSpec& ws = ctx.window->spec();
-    WM_CHECK(ws.n_layers == c.num_layers && ws.n_kv_heads == H && ws.head_dim == d, "window holds ", ws.n_layers,
-             " layers x ", ws.n_kv_heads, " heads x ", ws.head_dim, ", the model ", c.num_layers, " x ", H, " x ", d);
-  } else if (ctx.main) {
-    WM_CHECK(int(ctx.main->size()) == c.num_layers, "context holds ", ctx.main->size(), " layers, the model ",
-             c.num_layers);
-  }
+  check_context(c, ctx);
 
   // Patchify [F, 36, gh*2, gw*2] -> [n, 36*2*2] in Conv3d weight order (C, pt, ph, pw).
   at::Tensor xin = at::cat({x_in.to(dev, dt), cond.to(dev, dt)}, 1);
@@ -215,20 +247,7 @@ at::Tensor Mg2DitImpl::forward_chunk(const at::Tensor& x_in, const at::Tensor& t
       kv.pos = pos;
       kv.logw = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(dev));
     }
-    at::Tensor a;
-    if (ctx.window) {
-      KvWindow::Staged st = ctx.window->stage(l, k, v);
-      AttentionOptions o;
-      o.n_window = st.n_window;
-      a = attention(q.to(st.k.scalar_type()), st.k, st.v, st.logw, o).out.to(dt);
-    } else {
-      at::Tensor kk = k, vv = v;
-      if (ctx.main && (*ctx.main)[l].n_tokens() > 0) {
-        kk = at::cat({(*ctx.main)[l].k.to(dev, dt), k}, 1);
-        vv = at::cat({(*ctx.main)[l].v.to(dev, dt), v}, 1);
-      }
-      a = attention(q, kk, vv, at::Tensor()).out;
-    }
+    at::Tensor a = attend_in_context(l, q, k, v, ctx, dt, dev);
     a = sa.o->forward(a.transpose(0, 1).reshape({1, n, D}));
     h = h + (a.view({F, P, D}) * mod(2)).view({1, n, D});
 

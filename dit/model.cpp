@@ -135,29 +135,13 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
            "latents must be [B, T, ", c.latent_channels, ", ", c.latent_height, ", ", c.latent_width, "], got ",
            x.sizes());
   const int64_t B = x.size(0), T = x.size(1), D = c.dim, H = c.n_heads, d = c.head_dim;
-  const int64_t gh = c.grid_h(), gw = c.grid_w(), P = gh * gw, n = T * P, C = c.latent_channels;
-  const int64_t ph = c.patch_h, pw = c.patch_w;
+  const int64_t gh = c.grid_h(), gw = c.grid_w(), P = gh * gw, n = T * P;
   WM_CHECK(t.dim() == 2 && t.size(0) == B && t.size(1) == T, "timesteps must be [", B, ", ", T, "], got ", t.sizes());
-  const at::Tensor& w0 = patch_embedding->weight;
-  const auto dt = w0.scalar_type();
-  const auto dev = w0.device();
+  const auto dt = patch_embedding->weight.scalar_type();
+  const auto dev = patch_embedding->weight.device();
 
-  // Patchify [B, T, C, gh*ph, gw*pw] -> [B, n, C*ph*pw] in Conv3d weight order (C, pt, ph, pw).
-  auto patchify = [&](const at::Tensor& z, int64_t ch) {
-    return z.reshape({B, T, ch, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape({B, n, ch * ph * pw});
-  };
-  at::Tensor h = at::linear(patchify(x.to(dev, dt), C), w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
   at::Tensor ref;  // [B or 1, T, C + 1, h, w] when given
-  if (c.cond.warp_reference && cond.reference.defined()) {
-    // The reference frames and their mask, patchified alike, through their own embedding.
-    ref = cond.reference.to(dev, dt);
-    if (ref.dim() == 4) ref = ref.unsqueeze(0);
-    WM_CHECK(ref.dim() == 5 && (ref.size(0) == B || ref.size(0) == 1) && ref.size(1) == T && ref.size(2) == C + 1 &&
-                 ref.size(3) == x.size(3) && ref.size(4) == x.size(4),
-             "reference must be [", T, ", ", C + 1, ", ", x.size(3), ", ", x.size(4), "] or [", B, ", ", T, ", ..], got ",
-             cond.reference.sizes());
-    h = h + reference_embedding->forward(patchify(ref.expand({B, T, C + 1, x.size(3), x.size(4)}), C + 1));
-  }
+  at::Tensor h = embed_patches(x, cond, &ref);  // [B, n, D]
 
   at::Tensor pose;
   const int64_t yaw_pairs = c.cond.yaw_rope_pairs;
@@ -222,9 +206,43 @@ at::Tensor CausalDitImpl::run(const at::Tensor& x, const at::Tensor& t, const Fr
     h = h + gated(blk.ffn->forward(y), mod(5));
   }
 
-  // Head: its own two modulations from e, then unpatchify (channels ordered ph, pw, C).
+  // Head: its own two modulations from e.
   at::Tensor mh = head->modulation.to(at::kFloat).unsqueeze(0) + e.to(at::kFloat).unsqueeze(2);  // [B, T, 2, D]
-  at::Tensor y = modulate(h, mh.select(2, 0).unsqueeze(2), mh.select(2, 1).unsqueeze(2));
+  return predict(modulate(h, mh.select(2, 0).unsqueeze(2), mh.select(2, 1).unsqueeze(2)), x, t, ref);
+}
+
+at::Tensor CausalDitImpl::embed_patches(const at::Tensor& x, const FrameCond& cond, at::Tensor* ref) {
+  const auto& c = cfg_;
+  const int64_t B = x.size(0), T = x.size(1), D = c.dim, C = c.latent_channels;
+  const int64_t gh = c.grid_h(), gw = c.grid_w(), n = T * gh * gw, ph = c.patch_h, pw = c.patch_w;
+  const at::Tensor& w0 = patch_embedding->weight;
+  const auto dt = w0.scalar_type();
+  const auto dev = w0.device();
+  // Patchify [B, T, C, gh*ph, gw*pw] -> [B, n, C*ph*pw] in Conv3d weight order (C, pt, ph, pw).
+  auto patchify = [&](const at::Tensor& z, int64_t ch) {
+    return z.reshape({B, T, ch, gh, ph, gw, pw}).permute({0, 1, 3, 5, 2, 4, 6}).reshape({B, n, ch * ph * pw});
+  };
+  at::Tensor h = at::linear(patchify(x.to(dev, dt), C), w0.reshape({D, -1}), patch_embedding->bias);  // [B, n, D]
+  if (c.cond.warp_reference && cond.reference.defined()) {
+    // The reference frames and their mask, patchified alike, through their own embedding.
+    at::Tensor& r = *ref;
+    r = cond.reference.to(dev, dt);
+    if (r.dim() == 4) r = r.unsqueeze(0);
+    WM_CHECK(r.dim() == 5 && (r.size(0) == B || r.size(0) == 1) && r.size(1) == T && r.size(2) == C + 1 &&
+                 r.size(3) == x.size(3) && r.size(4) == x.size(4),
+             "reference must be [", T, ", ", C + 1, ", ", x.size(3), ", ", x.size(4), "] or [", B, ", ", T, ", ..], got ",
+             cond.reference.sizes());
+    h = h + reference_embedding->forward(patchify(r.expand({B, T, C + 1, x.size(3), x.size(4)}), C + 1));
+  }
+  return h;
+}
+
+at::Tensor CausalDitImpl::predict(const at::Tensor& y, const at::Tensor& x, const at::Tensor& t,
+                                  const at::Tensor& ref) {
+  const auto& c = cfg_;
+  const int64_t B = x.size(0), T = x.size(1), C = c.latent_channels;
+  const int64_t gh = c.grid_h(), gw = c.grid_w(), ph = c.patch_h, pw = c.patch_w;
+  // Unpatchify (channels ordered ph, pw, C).
   at::Tensor out = head->head->forward(y);  // [B, n, ph*pw*C]
   out = out.view({B, T, gh, gw, ph, pw, C}).permute({0, 1, 6, 2, 4, 3, 5}).reshape({B, T, C, gh * ph, gw * pw});
   if (c.prediction == Prediction::V) return out;

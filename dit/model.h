@@ -134,6 +134,13 @@ class CausalDitImpl : public torch::nn::Module {
   template <class Attend>
   at::Tensor run(const at::Tensor& x, const at::Tensor& t, const FrameCond& cond, const at::Tensor& frame_index,
                  Attend&& attend, std::vector<LayerKv>* kv_out);
+  // run()'s first step: x [B, T, C, h, w] patchified through the patch embedding, plus the
+  // warped reference's embedding when the config and cond have one (*ref: it as [B or 1, T,
+  // C + 1, h, w], checked). Returns [B, n, dim] in the weights' dtype.
+  at::Tensor embed_patches(const at::Tensor& x, const FrameCond& cond, at::Tensor* ref);
+  // run()'s last step: the head on the modulated tokens y [B, n, dim], unpatchified to
+  // [B, T, C, h, w]; the velocity (for an x0 head, from x and t, its residual on ref's frames).
+  at::Tensor predict(const at::Tensor& y, const at::Tensor& x, const at::Tensor& t, const at::Tensor& ref);
 
   DitConfig cfg_;
 };

@@ -148,6 +148,38 @@ struct CopyCache {
   }
 };
 
+// The prompt, once, in chunks of opt.prefill_chunk into `window`: the last position's logits.
+at::Tensor prefill_prompt(LlmModelImpl& model, const std::vector<int64_t>& prompt, const BeamOptions& opt, at::Device device,
+                   KvWindow& window) {
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  at::Tensor ids = at::tensor(prompt, at::kLong);
+  at::Tensor last_logits;
+  for (int64_t s = 0; s < n_prompt; s += opt.prefill_chunk) {
+    const int64_t c = std::min(opt.prefill_chunk, n_prompt - s);
+    StepOptions so;
+    so.region = "prompt";
+    so.segment = "prompt";
+    last_logits = model.step(ids.narrow(0, s, c).to(device), at::arange(s, s + c, at::kLong), window, so).logits;
+  }
+  return last_logits;
+}
+
+// The `top` best (beam, token) candidates as flat indices beam * V + token, best first (ties in
+// (beam, token) order); *flat gets every candidate's score, the beam's plus the token's log-prob.
+std::vector<int64_t> best_candidates(const at::Tensor& logp, const std::vector<Live>& live, int64_t top,
+                                     at::Tensor* flat) {
+  std::vector<double> scores;
+  for (auto& b : live) scores.push_back(b.score);
+  const at::Tensor cand = logp + at::tensor(scores, at::kDouble).unsqueeze(1);
+  *flat = cand.reshape({-1}).contiguous();
+  const double* fs = flat->data_ptr<double>();
+  std::vector<int64_t> order(flat->numel());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                    [&](int64_t a, int64_t b) { return fs[a] > fs[b] || (fs[a] == fs[b] && a < b); });
+  return order;
+}
+
 template <class Cache>
 BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const BeamOptions& opt, at::Device device,
                   at::ScalarType dtype) {
@@ -158,17 +190,8 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const KvSpec spec = model.kv_spec(device, dtype);
 
-  // The prompt, once, in chunks.
   KvWindow window(spec, {"prompt"}, n_prompt);
-  at::Tensor ids = at::tensor(prompt, at::kLong);
-  at::Tensor last_logits;
-  for (int64_t s = 0; s < n_prompt; s += opt.prefill_chunk) {
-    const int64_t c = std::min(opt.prefill_chunk, n_prompt - s);
-    StepOptions so;
-    so.region = "prompt";
-    so.segment = "prompt";
-    last_logits = model.step(ids.narrow(0, s, c).to(device), at::arange(s, s + c, at::kLong), window, so).logits;
-  }
+  const at::Tensor last_logits = prefill_prompt(model, prompt, opt, device, window);
   Cache cache(spec, B, n_prompt + opt.max_new_tokens);
   cache.prefix(window);
 
@@ -185,21 +208,12 @@ BeamResult search(LlmModelImpl& model, const std::vector<int64_t>& prompt, const
   bool ran_out = false;
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     const int64_t V = logp.size(1);
-    // Every (beam, token) candidate, best first; ties by (beam, token) order.
-    at::Tensor cand = logp + at::tensor([&] {
-      std::vector<double> s;
-      for (auto& b : live) s.push_back(b.score);
-      return s;
-    }(), at::kDouble).unsqueeze(1);
-    at::Tensor flat = cand.reshape({-1}).contiguous();
-    const double* fs = flat.data_ptr<double>();
-    std::vector<int64_t> order(flat.numel());
-    std::iota(order.begin(), order.end(), 0);
     // Enough candidates that B of them continue even when every end token ranks among the best.
     const int64_t n_eos = static_cast<int64_t>(opt.eos_token_ids.size());
-    const int64_t top = std::min<int64_t>(std::max<int64_t>(2, 1 + n_eos) * B, flat.numel());
-    std::partial_sort(order.begin(), order.begin() + top, order.end(),
-                      [&](int64_t a, int64_t b) { return fs[a] > fs[b] || (fs[a] == fs[b] && a < b); });
+    const int64_t top = std::min<int64_t>(std::max<int64_t>(2, 1 + n_eos) * B, logp.numel());
+    at::Tensor flat;
+    const std::vector<int64_t> order = best_candidates(logp, live, top, &flat);
+    const double* fs = flat.data_ptr<double>();
 
     std::vector<Live> next;
     std::vector<int64_t> parents, tokens;

@@ -33,6 +33,155 @@ struct Below {
   }
 };
 
+// The pre-tokens as symbol sequences with their counts, the count of every adjacent pair, which
+// words hold it, and a heap of candidate merges (entries may be stale: a pair's count is in
+// pair_count).
+class MergeState {
+ public:
+  // The distinct pre-tokens, in a fixed order so that training does not depend on hashing; byte
+  // b is symbol k + b.
+  MergeState(const std::unordered_map<std::string, int64_t>& pre_tokens, int32_t k) {
+    std::vector<std::pair<std::string, int64_t>> sorted(pre_tokens.begin(), pre_tokens.end());
+    std::sort(sorted.begin(), sorted.end());
+    words_.resize(sorted.size());
+    counts_.resize(sorted.size());
+    for (size_t w = 0; w < sorted.size(); ++w) {
+      counts_[w] = sorted[w].second;
+      for (unsigned char c : sorted[w].first) words_[w].push_back(k + c);
+      for (size_t i = 0; i + 1 < words_[w].size(); ++i) {
+        const uint64_t p = pair_key(words_[w][i], words_[w][i + 1]);
+        pair_count_[p] += counts_[w];
+        where_[p].push_back(static_cast<int32_t>(w));
+      }
+    }
+    for (const auto& [p, c] : pair_count_)
+      heap_.push({c, static_cast<int32_t>(p >> 32), static_cast<int32_t>(p & 0xFFFFFFFFu)});
+  }
+
+  // The most frequent pair (ties: the smallest), or false when none is left with at least
+  // min_frequency occurrences.
+  bool best(int64_t min_frequency, Candidate* out) {
+    while (!heap_.empty()) {
+      const Candidate top = heap_.top();
+      heap_.pop();
+      auto pc = pair_count_.find(pair_key(top.a, top.b));
+      const int64_t actual = pc == pair_count_.end() ? 0 : pc->second;
+      if (actual != top.count) {  // a stale entry: counts of old pairs only go down
+        if (actual > 0) heap_.push({actual, top.a, top.b});
+        continue;
+      }
+      if (actual < min_frequency) return false;
+      *out = top;
+      return true;
+    }
+    return false;
+  }
+
+  // Replaces pair (a, b) by symbol id in every word that holds it, the pair counts and the heap
+  // following.
+  void merge(int32_t a, int32_t b, int32_t id) {
+    const uint64_t p = pair_key(a, b);
+    std::vector<int32_t> list = std::move(where_[p]);
+    where_.erase(p);
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    changed_.clear();
+    for (int32_t w : list) merge_in(w, a, b, id);
+    std::sort(changed_.begin(), changed_.end());
+    changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
+    for (uint64_t q : changed_)
+      if (auto it = pair_count_.find(q); it != pair_count_.end() && it->second > 0)
+        heap_.push({it->second, static_cast<int32_t>(q >> 32), static_cast<int32_t>(q & 0xFFFFFFFFu)});
+  }
+
+ private:
+  // merge() in word w: its pairs' counts out, the merge, its new pairs' counts in (those with
+  // id recorded as changed).
+  void merge_in(int32_t w, int32_t a, int32_t b, int32_t id) {
+    std::vector<int32_t>& s = words_[w];
+    const int64_t c = counts_[w];
+    bool holds = false;
+    for (size_t i = 0; i + 1 < s.size() && !holds; ++i) holds = s[i] == a && s[i + 1] == b;
+    if (!holds) return;
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+      auto it = pair_count_.find(pair_key(s[i], s[i + 1]));
+      if ((it->second -= c) == 0) pair_count_.erase(it);
+    }
+    merged_.clear();
+    for (size_t i = 0; i < s.size();) {
+      if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+        merged_.push_back(id);
+        i += 2;
+      } else {
+        merged_.push_back(s[i++]);
+      }
+    }
+    s.assign(merged_.begin(), merged_.end());
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+      const uint64_t q = pair_key(s[i], s[i + 1]);
+      pair_count_[q] += c;
+      if (s[i] == id || s[i + 1] == id) {
+        where_[q].push_back(w);
+        changed_.push_back(q);
+      }
+    }
+  }
+
+  std::vector<std::vector<int32_t>> words_;
+  std::vector<int64_t> counts_;
+  std::unordered_map<uint64_t, int64_t> pair_count_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> where_;
+  std::priority_queue<Candidate, std::vector<Candidate>, Below> heap_;
+  std::vector<uint64_t> changed_;  // pairs with the new symbol, during merge()
+  std::vector<int32_t> merged_;    // a word being rewritten
+};
+
+// The tokenizer.json of a trained vocabulary: tokens[id] the bytes of each id (the first k are
+// the special tokens, their text), merges in order.
+json trained_tokenizer_json(const std::vector<std::string>& tokens, const std::vector<std::pair<int32_t, int32_t>>& merges,
+                    int32_t k, SplitStyle style) {
+  auto symbols = [&](int32_t id) { return id < k ? tokens[id] : bytes_to_byte_level(tokens[id]); };
+  json vocab = json::object();
+  for (int32_t id = 0; id < static_cast<int32_t>(tokens.size()); ++id) vocab[symbols(id)] = id;
+  json jm = json::array();
+  for (const auto& [a, b] : merges) jm.push_back(json::array({symbols(a), symbols(b)}));
+  json added = json::array();
+  for (int32_t id = 0; id < k; ++id)
+    added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const json byte_level_plain = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+                                 {"use_regex", false}};
+  json pre;
+  if (style == SplitStyle::Qwen2)
+    pre = {{"type", "Sequence"},
+           {"pretokenizers", json::array({{{"type", "Split"},
+                                           {"pattern", {{"Regex", kQwen2SplitPattern}}},
+                                           {"behavior", "Isolated"},
+                                           {"invert", false}},
+                                          byte_level_plain})}};
+  else
+    pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", pre},
+          {"post_processor", byte_level_plain},
+          {"decoder", byte_level_plain},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", jm}}}};
+}
+
 }  // namespace
 
 BpeTrainer::BpeTrainer(BpeTrainerOptions options) : opt_(std::move(options)) {
@@ -91,41 +240,10 @@ Tokenizer BpeTrainer::train() const {
     id_of.emplace(tokens.back(), static_cast<int32_t>(tokens.size() - 1));
   }
 
-  // The distinct pre-tokens, in a fixed order so that training does not depend on hashing.
-  std::vector<std::pair<std::string, int64_t>> sorted(words_.begin(), words_.end());
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<std::vector<int32_t>> words(sorted.size());
-  std::vector<int64_t> counts(sorted.size());
-  std::unordered_map<uint64_t, int64_t> pair_count;
-  std::unordered_map<uint64_t, std::vector<int32_t>> where;
-  for (size_t w = 0; w < sorted.size(); ++w) {
-    counts[w] = sorted[w].second;
-    for (unsigned char c : sorted[w].first) words[w].push_back(k + c);
-    for (size_t i = 0; i + 1 < words[w].size(); ++i) {
-      const uint64_t p = pair_key(words[w][i], words[w][i + 1]);
-      pair_count[p] += counts[w];
-      where[p].push_back(static_cast<int32_t>(w));
-    }
-  }
-  std::priority_queue<Candidate, std::vector<Candidate>, Below> heap;
-  for (const auto& [p, c] : pair_count)
-    heap.push({c, static_cast<int32_t>(p >> 32), static_cast<int32_t>(p & 0xFFFFFFFFu)});
-
+  MergeState state(words_, k);
   std::vector<std::pair<int32_t, int32_t>> merges;
-  std::vector<uint64_t> changed;
-  std::vector<int32_t> merged;
-  while (static_cast<int64_t>(tokens.size()) < opt_.vocab_size && !heap.empty()) {
-    const Candidate top = heap.top();
-    heap.pop();
-    const uint64_t p = pair_key(top.a, top.b);
-    auto pc = pair_count.find(p);
-    const int64_t actual = pc == pair_count.end() ? 0 : pc->second;
-    if (actual != top.count) {  // a stale entry: counts of old pairs only go down
-      if (actual > 0) heap.push({actual, top.a, top.b});
-      continue;
-    }
-    if (actual < opt_.min_frequency) break;
-
+  Candidate top{};
+  while (static_cast<int64_t>(tokens.size()) < opt_.vocab_size && state.best(opt_.min_frequency, &top)) {
     const std::string bytes = tokens[top.a] + tokens[top.b];
     int32_t id;
     if (auto it = id_of.find(bytes); it != id_of.end()) {
@@ -136,90 +254,9 @@ Tokenizer BpeTrainer::train() const {
       id_of.emplace(bytes, id);
     }
     merges.emplace_back(top.a, top.b);
-
-    std::vector<int32_t> list = std::move(where[p]);
-    where.erase(p);
-    std::sort(list.begin(), list.end());
-    list.erase(std::unique(list.begin(), list.end()), list.end());
-    changed.clear();
-    for (int32_t w : list) {
-      std::vector<int32_t>& s = words[w];
-      const int64_t c = counts[w];
-      bool holds = false;
-      for (size_t i = 0; i + 1 < s.size() && !holds; ++i) holds = s[i] == top.a && s[i + 1] == top.b;
-      if (!holds) continue;
-      for (size_t i = 0; i + 1 < s.size(); ++i) {
-        auto it = pair_count.find(pair_key(s[i], s[i + 1]));
-        if ((it->second -= c) == 0) pair_count.erase(it);
-      }
-      merged.clear();
-      for (size_t i = 0; i < s.size();) {
-        if (i + 1 < s.size() && s[i] == top.a && s[i + 1] == top.b) {
-          merged.push_back(id);
-          i += 2;
-        } else {
-          merged.push_back(s[i++]);
-        }
-      }
-      s.assign(merged.begin(), merged.end());
-      for (size_t i = 0; i + 1 < s.size(); ++i) {
-        const uint64_t q = pair_key(s[i], s[i + 1]);
-        pair_count[q] += c;
-        if (s[i] == id || s[i + 1] == id) {
-          where[q].push_back(w);
-          changed.push_back(q);
-        }
-      }
-    }
-    std::sort(changed.begin(), changed.end());
-    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-    for (uint64_t q : changed)
-      if (auto it = pair_count.find(q); it != pair_count.end() && it->second > 0)
-        heap.push({it->second, static_cast<int32_t>(q >> 32), static_cast<int32_t>(q & 0xFFFFFFFFu)});
+    state.merge(top.a, top.b, id);
   }
-
-  // The tokenizer.json of the result.
-  auto symbols = [&](int32_t id) { return id < k ? tokens[id] : bytes_to_byte_level(tokens[id]); };
-  json vocab = json::object();
-  for (int32_t id = 0; id < static_cast<int32_t>(tokens.size()); ++id) vocab[symbols(id)] = id;
-  json jm = json::array();
-  for (const auto& [a, b] : merges) jm.push_back(json::array({symbols(a), symbols(b)}));
-  json added = json::array();
-  for (int32_t id = 0; id < k; ++id)
-    added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
-  const json byte_level_plain = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                                 {"use_regex", false}};
-  json pre;
-  if (opt_.style == SplitStyle::Qwen2)
-    pre = {{"type", "Sequence"},
-           {"pretokenizers", json::array({{{"type", "Split"},
-                                           {"pattern", {{"Regex", kQwen2SplitPattern}}},
-                                           {"behavior", "Isolated"},
-                                           {"invert", false}},
-                                          byte_level_plain})}};
-  else
-    pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  const json j = {{"version", "1.0"},
-                  {"truncation", nullptr},
-                  {"padding", nullptr},
-                  {"added_tokens", added},
-                  {"normalizer", nullptr},
-                  {"pre_tokenizer", pre},
-                  {"post_processor", byte_level_plain},
-                  {"decoder", byte_level_plain},
-                  {"model",
-                   {{"type", "BPE"},
-                    {"dropout", nullptr},
-                    {"unk_token", nullptr},
-                    {"continuing_subword_prefix", nullptr},
-                    {"end_of_word_suffix", nullptr},
-                    {"fuse_unk", false},
-                    {"byte_fallback", false},
-                    {"ignore_merges", false},
-                    {"vocab", vocab},
-                    {"merges", jm}}}};
-  return Tokenizer::from_json(j, "BpeTrainer");
+  return Tokenizer::from_json(trained_tokenizer_json(tokens, merges, k, opt_.style), "BpeTrainer");
 }
 
 Tokenizer BpeTrainer::train(const std::vector<std::string>& corpus, const BpeTrainerOptions& options) {

@@ -305,6 +305,54 @@ at::Tensor attention_bias(int64_t n_q, int64_t n_k, const at::Tensor& logw, cons
   return bias;
 }
 
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+// attention() through libtorch's fused scaled_dot_product_attention (no key mass): q [B, H, nq, d],
+// k, v [B, KH, nk, d] computed in ct; returns the output [B, H, nq, d] in q's dtype.
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                           const at::Tensor& bias4, const MaskGeometry& mask, at::ScalarType ct) {
+  const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3);
+  const int64_t KH = k.size(1), nk = k.size(2), G = H / KH;
+  at::Tensor qc = q.to(ct), kc = k.to(ct), vc = v.to(ct);
+  // The mask's block, 0 when it hides nothing from these queries (one decoding step).
+  const int64_t block = mask.block > 0 && mask.visible(mask.q0) < mask.n_cur ? mask.block : 0;
+  // A plain causal self-attention (queries = keys, no log-weights, no bias) needs no bias tensor.
+  const bool is_causal = block == 1 && nq == nk && !logw.defined() && !bias4.defined();
+  // Without a mask or bias every query row sees the keys alike: the G query heads of a kv head
+  // fold into the query length (K/V used as they are) and log-weights are one broadcast row.
+  const bool same_rows = block == 0 && !bias4.defined();
+  c10::optional<at::Tensor> bias;
+  if (same_rows) {
+    if (logw.defined()) bias = logw.to(q.device(), ct).view({1, nk}).expand({G * nq, nk});
+  } else if (!is_causal) {
+    at::Tensor b;
+    if (block > 0) b = mask_bias(nq, nk, mask.n_window, block, ct, q.device());  // cached, read only
+    if (logw.defined()) {
+      at::Tensor lw = logw.to(q.device(), ct).view({1, nk});
+      b = b.defined() ? b + lw : lw.expand({nq, nk});
+    }
+    if (bias4.defined()) b = b.defined() ? b + bias4.to(ct) : bias4.to(ct);
+    bias = b;
+  }
+  at::Tensor o;
+  if (G == 1) {
+    o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal);
+  } else if (same_rows) {
+    o = at::scaled_dot_product_attention(qc.reshape({B, KH, G * nq, d}), kc, vc, bias, 0.0, false)
+            .reshape({B, H, nq, d});
+  } else {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+    o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal, c10::nullopt, /*enable_gqa=*/true);
+#else
+    // No enable_gqa before libtorch 2.5: K/V repeated per query head.
+    at::Tensor ke = kc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
+    at::Tensor ve = vc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
+    o = at::scaled_dot_product_attention(qc, ke, ve, bias, 0.0, is_causal);
+#endif
+  }
+  return o.to(q.scalar_type());
+}
+#endif
+
 AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                           const at::Tensor& logw, const AttentionOptions& opt) {
   const bool batched = q_in.dim() == 4;
@@ -345,44 +393,7 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   AttentionResult res;
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
   if (opt.allow_fused && !opt.capture_mass) {
-    at::Tensor qc = q.to(ct), kc = k.to(ct), vc = v.to(ct);
-    // The mask's block, 0 when it hides nothing from these queries (one decoding step).
-    const int64_t block = mask.block > 0 && mask.visible(mask.q0) < mask.n_cur ? mask.block : 0;
-    // A plain causal self-attention (queries = keys, no log-weights, no bias) needs no bias tensor.
-    const bool is_causal = block == 1 && nq == nk && !logw.defined() && !bias4.defined();
-    // Without a mask or bias every query row sees the keys alike: the G query heads of a kv head
-    // fold into the query length (K/V used as they are) and log-weights are one broadcast row.
-    const bool same_rows = block == 0 && !bias4.defined();
-    c10::optional<at::Tensor> bias;
-    if (same_rows) {
-      if (logw.defined()) bias = logw.to(q.device(), ct).view({1, nk}).expand({G * nq, nk});
-    } else if (!is_causal) {
-      at::Tensor b;
-      if (block > 0) b = mask_bias(nq, nk, opt.n_window, block, ct, q.device());  // cached, read only
-      if (logw.defined()) {
-        at::Tensor lw = logw.to(q.device(), ct).view({1, nk});
-        b = b.defined() ? b + lw : lw.expand({nq, nk});
-      }
-      if (bias4.defined()) b = b.defined() ? b + bias4.to(ct) : bias4.to(ct);
-      bias = b;
-    }
-    at::Tensor o;
-    if (G == 1) {
-      o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal);
-    } else if (same_rows) {
-      o = at::scaled_dot_product_attention(qc.reshape({B, KH, G * nq, d}), kc, vc, bias, 0.0, false)
-              .reshape({B, H, nq, d});
-    } else {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-      o = at::scaled_dot_product_attention(qc, kc, vc, bias, 0.0, is_causal, c10::nullopt, /*enable_gqa=*/true);
-#else
-      // No enable_gqa before libtorch 2.5: K/V repeated per query head.
-      at::Tensor ke = kc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
-      at::Tensor ve = vc.unsqueeze(2).expand({B, KH, G, nk, d}).reshape({B, H, nk, d});
-      o = at::scaled_dot_product_attention(qc, ke, ve, bias, 0.0, is_causal);
-#endif
-    }
-    o = o.to(q.scalar_type());
+    const at::Tensor o = fused_attention(q, k, v, logw, bias4, mask, ct);
     res.out = batched ? o : o.squeeze(0);
     return res;
   }

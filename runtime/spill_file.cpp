@@ -200,6 +200,50 @@ size_t checked_bytes(const std::vector<int64_t>& shape, size_t element_size, siz
   return bytes;
 }
 
+// The header's "tensors" list: each tensor's dtype, shape, offset and bytes, their offsets
+// contiguous from 0 and covering the payload's `payload` bytes. Throws wm::CorruptData naming
+// `where` and the tensor.
+std::vector<TensorSpec> spill_tensor_specs(const nlohmann::json& tj, size_t payload, const std::string& where) {
+  if (!tj.is_array()) throw CorruptData(where + ": 'tensors' is not an array");
+  std::vector<TensorSpec> specs;
+  size_t expect_off = 0;
+  for (size_t i = 0; i < tj.size(); ++i) {
+    const auto& t = tj[i];
+    const std::string tw = str_cat(where, " tensor ", i);
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("offset"))
+      throw CorruptData(tw + ": needs dtype, shape and offset");
+    if (!t["dtype"].is_string()) throw CorruptData(tw + ": dtype is not a string");
+    if (!t["shape"].is_array()) throw CorruptData(tw + ": shape is not an array");
+    if (!t["offset"].is_number_unsigned()) throw CorruptData(tw + ": offset is not a non-negative integer");
+    TensorSpec s;
+    s.dtype = dtype_from_name(t["dtype"].get<std::string>(), where);
+    for (const auto& d : t["shape"]) {
+      if (!d.is_number_integer()) throw CorruptData(tw + ": a dimension is not an integer");
+      s.shape.push_back(d.get<int64_t>());
+    }
+    s.offset = t["offset"].get<size_t>();
+    if (s.offset != expect_off) throw CorruptData(where + ": tensor offsets are not contiguous");
+    s.bytes = checked_bytes(s.shape, c10::elementSize(s.dtype), payload - expect_off, tw);
+    expect_off += s.bytes;
+    specs.push_back(std::move(s));
+  }
+  if (expect_off != payload)
+    throw CorruptData(str_cat(where, ": the tensors cover ", expect_off, " of the payload's ", payload, " bytes"));
+  return specs;
+}
+
+// The tensors the specs describe, copied out of the payload `data`.
+std::vector<at::Tensor> spill_tensors(const std::vector<TensorSpec>& specs, const unsigned char* data) {
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(specs.size());
+  for (const auto& s : specs) {
+    at::Tensor t = at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
+    if (s.bytes > 0) std::memcpy(t.data_ptr(), data + s.offset, s.bytes);
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
 }  // namespace
 
 // Order: the fixed-size frame, then the whole header (every shape, dtype and offset checked
@@ -258,31 +302,7 @@ Block decode_block(const void* bytes, size_t size, const std::string& where, nlo
     if (!pj.is_number_unsigned() || pj.get<uint64_t>() != payload)
       throw CorruptData(str_cat(where, ": ", fsize, " bytes, the header describes a payload of ", pj.dump(),
                                 " bytes where the file holds ", payload, " (truncated or extended)"));
-    const auto& tj = h.at("tensors");
-    if (!tj.is_array()) throw CorruptData(where + ": 'tensors' is not an array");
-    size_t expect_off = 0;
-    for (size_t i = 0; i < tj.size(); ++i) {
-      const auto& t = tj[i];
-      const std::string tw = str_cat(where, " tensor ", i);
-      if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("offset"))
-        throw CorruptData(tw + ": needs dtype, shape and offset");
-      if (!t["dtype"].is_string()) throw CorruptData(tw + ": dtype is not a string");
-      if (!t["shape"].is_array()) throw CorruptData(tw + ": shape is not an array");
-      if (!t["offset"].is_number_unsigned()) throw CorruptData(tw + ": offset is not a non-negative integer");
-      TensorSpec s;
-      s.dtype = dtype_from_name(t["dtype"].get<std::string>(), where);
-      for (const auto& d : t["shape"]) {
-        if (!d.is_number_integer()) throw CorruptData(tw + ": a dimension is not an integer");
-        s.shape.push_back(d.get<int64_t>());
-      }
-      s.offset = t["offset"].get<size_t>();
-      if (s.offset != expect_off) throw CorruptData(where + ": tensor offsets are not contiguous");
-      s.bytes = checked_bytes(s.shape, c10::elementSize(s.dtype), payload - expect_off, tw);
-      expect_off += s.bytes;
-      specs.push_back(std::move(s));
-    }
-    if (expect_off != payload)
-      throw CorruptData(str_cat(where, ": the tensors cover ", expect_off, " of the payload's ", payload, " bytes"));
+    specs = spill_tensor_specs(h.at("tensors"), payload, where);
 
     const auto& nlj = h.at("n_layers");
     if (!nlj.is_number_unsigned()) throw CorruptData(where + ": n_layers is not a non-negative integer");
@@ -330,13 +350,7 @@ Block decode_block(const void* bytes, size_t size, const std::string& where, nlo
     }
   }
 
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(specs.size());
-  for (const auto& s : specs) {
-    at::Tensor t = at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
-    if (s.bytes > 0) std::memcpy(t.data_ptr(), data + s.offset, s.bytes);
-    tensors.push_back(std::move(t));
-  }
+  const std::vector<at::Tensor> tensors = spill_tensors(specs, data);
   for (size_t i = 0; i < nl; ++i)
     b.layers.push_back(LayerKv{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3]});
   if (has_emb) b.meta.embedding = tensors.back();

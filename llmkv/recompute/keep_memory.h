@@ -11,6 +11,7 @@
 // erased, its segments dynamic again). A new group's block is built after the step that formed
 // it (off that step's first token); until it exists its segments are used one by one.
 #include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +54,27 @@ class KeepMemory {
     ChunkKey key = 0;               // chunk key of the members' ids together
     std::vector<int64_t> ids;
   };
+  // construct()'s view of the prompt: its reusable segments with tokens (in prompt order), each
+  // segment's chunk key, the segment of each slot, and the group each segment belongs to.
+  struct Segments {
+    std::vector<int> seg;
+    std::vector<ChunkKey> key;  // per prompt segment (0: not reusable)
+    std::unordered_map<std::string, int> of_slot;
+    std::vector<int> group_at;   // per prompt segment: its group's index, -1: none
+    std::vector<char> in_group;
+    void mark(const Group& g, int gi);  // g's segments belong to group gi
+  };
+  // construct()'s steps. A slot whose content changed restarts its age, and its old block goes
+  // (unless another segment uses it).
+  void update_slots(const std::vector<PromptSegment>& prompt, const Segments& sg, const std::set<ChunkKey>& in_use,
+                    ChunkCache& cache);
+  // Groups stay while their segments are unchanged and still consecutive in the prompt.
+  void keep_groups(const Segments& sg, const std::set<ChunkKey>& in_use, ChunkCache& cache);
+  // New groups among static segments in no group: consecutive runs split by similarity and size.
+  void form_groups(const std::vector<PromptSegment>& prompt, Segments& sg, ChunkCache& cache);
+  // The units: a group whose block exists is one unit; otherwise its segments go one by one
+  // (and the block is built after the step). `off`: the segments' token offsets.
+  Construction units(const std::vector<int64_t>& off, const Segments& sg, const ChunkCache& cache) const;
 
   int static_after_;
   double similarity_;

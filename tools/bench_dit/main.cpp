@@ -166,12 +166,24 @@ int run(const Args& a) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"wm_bench_dit: per-chunk latency of a causal DiT config (random weights) through the few-step "
-               "sampler and the refill pass over a growing KV window"};
+// Every program mode's options: the causal DiT's (Args), --mg2's, --mg2-check's, --mg2-rollout's.
+struct AllOptions {
   Args a;
+  wm::bench::Mg2BenchOptions mg;
+  wm::bench::Mg2CheckOptions mc;
+  wm::bench::Mg2RolloutOptions ro;
+  bool no_decode = false, no_pin = false;
+  std::string json_out;
+};
+
+// The options whose presence picks a mode or is checked against it.
+struct ModeOptions {
+  CLI::Option *dtype = nullptr, *mg2 = nullptr, *mg2_model = nullptr, *mg2_check = nullptr, *mg2_rollout = nullptr;
+  CLI::Option *policies = nullptr, *seconds = nullptr, *warmup = nullptr, *repeats = nullptr, *json = nullptr;
+};
+
+// The causal DiT's options (configs/*.json models), a few shared with the other modes.
+void add_causal_options(CLI::App& app, Args& a, ModeOptions& m) {
   app.add_option("--config", a.config, "model config JSON")->capture_default_str()->check(CLI::ExistingFile);
   app.add_option("--layers", a.layers, "override the config's layer count (0: keep)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
@@ -183,8 +195,8 @@ int main(int argc, char** argv) {
                  "drop the oldest chunk beyond this many in the window (0: grow without bound)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--device", a.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  auto* dtype_opt = app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window; --mg2-rollout: bf16 unless given)")
-                        ->capture_default_str();
+  m.dtype = app.add_option("--dtype", a.dtype, "float32, bfloat16, float16 (weights and KV window; --mg2-rollout: bf16 unless given)")
+                ->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--seed", a.seed, "noise seed")->capture_default_str();
   auto* train = app.add_flag("--train", a.train, "time a training pass instead: forward_sequence over --chunks chunks + backward");
@@ -192,81 +204,97 @@ int main(int argc, char** argv) {
       ->needs(train);
   app.add_option("--iters", a.iters, "--train: timed iterations after one warm-up")->capture_default_str()
       ->check(CLI::Range(1, 100000))->needs(train);
-  wm::bench::Mg2BenchOptions mg;
-  wm::bench::Mg2CheckOptions mc;
-  auto* mg2 = app.add_option("--mg2", mg.mode,
-                             "Matrix-Game-2.0 instead: random weights of the release's config, one steady-state chunk "
-                             "(chunk 2, full native window) timed per step (universal, gta_drive, templerun)")
-                  ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
-  auto* mg2_model = app.add_option("--mg2-model", mg.model_dir, "as --mg2 with a model folder (config.json + checkpoint)")
-                        ->check(CLI::ExistingPath)->excludes(mg2);
-  auto* mg2_check = app.add_option("--mg2-check", mc.dir,
-                                   "one forward of chunk 0 at t = 1000 of DIR/model.safetensors with the conformance "
-                                   "fixtures' inputs against DIR/io.safetensors `flow` (made by the upstream code)")
-                        ->check(CLI::ExistingDirectory)->excludes(mg2)->excludes(mg2_model);
-  wm::bench::Mg2RolloutOptions ro;
-  auto* mg2_rollout = app.add_option("--mg2-rollout", ro.mode,
-                                     "Matrix-Game-2.0 rollout frames/s instead: random weights of the release's config, "
-                                     "DiT + memory + Wan VAE decode per chunk, under each of --policies")
-                          ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}))
-                          ->excludes(mg2)->excludes(mg2_model)->excludes(mg2_check);
-  auto* policies = app.add_option("--policies", ro.policies, "--mg2-rollout: native, full_kv, worldkv, worldkv_c, ...")
-                       ->delimiter(',')->default_str("native,worldkv")->needs(mg2_rollout);
-  auto* seconds = app.add_option("--seconds", ro.seconds, "--mg2-rollout: report at these lengths (seconds of video)")
-                      ->delimiter(',')->default_str("10,60")->needs(mg2_rollout);
-  app.add_option("--video-fps", ro.video_fps, "--mg2-rollout: video frames per second of video")
-      ->capture_default_str()->check(CLI::Range(1.0, 240.0))->needs(mg2_rollout);
-  bool no_decode = false, no_pin = false;
-  app.add_flag("--no-pin-host", no_pin, "--mg2-rollout: the bank's host tier in pageable memory, not pinned")
-      ->needs(mg2_rollout);
-  app.add_flag("--no-decode", no_decode, "--mg2-rollout: skip the Wan VAE decode")->needs(mg2_rollout);
-  app.add_option("--bank-device-gib", ro.bank_device_gib, "--mg2-rollout: the bank's GPU tier (GiB); the rest on the host")
-      ->capture_default_str()->check(CLI::Range(0.0, 4096.0))->needs(mg2_rollout);
-  auto* warmup = app.add_option("--warmup", mg.warmup, "--mg2: untimed chunks per dtype before the measured ones")
-                     ->capture_default_str()->check(CLI::Range(0, 1000));
-  auto* repeats = app.add_option("--repeats", mg.repeats, "--mg2: measured chunks per dtype")
-                      ->capture_default_str()->check(CLI::Range(1, 1000));
-  std::string json_out;
-  auto* json = app.add_option("--json", json_out, "--mg2, --mg2-check: also write the figures as JSON to this file");
+}
+
+// Matrix-Game-2.0's modes: --mg2 (or --mg2-model), --mg2-check, --mg2-rollout.
+void add_mg2_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
+  m.mg2 = app.add_option("--mg2", o.mg.mode,
+                         "Matrix-Game-2.0 instead: random weights of the release's config, one steady-state chunk "
+                         "(chunk 2, full native window) timed per step (universal, gta_drive, templerun)")
+              ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
+  m.mg2_model = app.add_option("--mg2-model", o.mg.model_dir, "as --mg2 with a model folder (config.json + checkpoint)")
+                    ->check(CLI::ExistingPath)->excludes(m.mg2);
+  m.mg2_check = app.add_option("--mg2-check", o.mc.dir,
+                               "one forward of chunk 0 at t = 1000 of DIR/model.safetensors with the conformance "
+                               "fixtures' inputs against DIR/io.safetensors `flow` (made by the upstream code)")
+                    ->check(CLI::ExistingDirectory)->excludes(m.mg2)->excludes(m.mg2_model);
+  m.mg2_rollout = app.add_option("--mg2-rollout", o.ro.mode,
+                                 "Matrix-Game-2.0 rollout frames/s instead: random weights of the release's config, "
+                                 "DiT + memory + Wan VAE decode per chunk, under each of --policies")
+                      ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}))
+                      ->excludes(m.mg2)->excludes(m.mg2_model)->excludes(m.mg2_check);
+  m.policies = app.add_option("--policies", o.ro.policies, "--mg2-rollout: native, full_kv, worldkv, worldkv_c, ...")
+                   ->delimiter(',')->default_str("native,worldkv")->needs(m.mg2_rollout);
+  m.seconds = app.add_option("--seconds", o.ro.seconds, "--mg2-rollout: report at these lengths (seconds of video)")
+                  ->delimiter(',')->default_str("10,60")->needs(m.mg2_rollout);
+  app.add_option("--video-fps", o.ro.video_fps, "--mg2-rollout: video frames per second of video")
+      ->capture_default_str()->check(CLI::Range(1.0, 240.0))->needs(m.mg2_rollout);
+  app.add_flag("--no-pin-host", o.no_pin, "--mg2-rollout: the bank's host tier in pageable memory, not pinned")
+      ->needs(m.mg2_rollout);
+  app.add_flag("--no-decode", o.no_decode, "--mg2-rollout: skip the Wan VAE decode")->needs(m.mg2_rollout);
+  app.add_option("--bank-device-gib", o.ro.bank_device_gib, "--mg2-rollout: the bank's GPU tier (GiB); the rest on the host")
+      ->capture_default_str()->check(CLI::Range(0.0, 4096.0))->needs(m.mg2_rollout);
+  m.warmup = app.add_option("--warmup", o.mg.warmup, "--mg2: untimed chunks per dtype before the measured ones")
+                 ->capture_default_str()->check(CLI::Range(0, 1000));
+  m.repeats = app.add_option("--repeats", o.mg.repeats, "--mg2: measured chunks per dtype")
+                  ->capture_default_str()->check(CLI::Range(1, 1000));
+  m.json = app.add_option("--json", o.json_out, "--mg2, --mg2-check: also write the figures as JSON to this file");
   app.footer("--mg2, --mg2-model, --mg2-check use --dtype f32|bf16|both (default f32), --threads, --device and "
              "(--mg2) --layers, --seed; the other options are for configs/*.json models.");
+}
+
+// Runs the mode the options pick; returns the exit status.
+int run_mode(AllOptions& o, const ModeOptions& m) {
+  Args& a = o.a;
+  if (*m.mg2_rollout) {
+    wm::bench::Mg2RolloutOptions& ro = o.ro;
+    wm::init_threads(a.threads);
+    if (!*m.policies) ro.policies = {"native", "worldkv"};
+    if (!*m.seconds) ro.seconds = {10, 60};
+    ro.device = a.device;
+    ro.dtype = *m.dtype ? a.dtype : "bf16";
+    ro.seed = a.seed;
+    ro.layers = a.layers;
+    ro.decode = !o.no_decode;
+    ro.pin_host = !o.no_pin;
+    ro.json_out = o.json_out;
+    return wm::bench::run_mg2_rollout(ro);
+  }
+  const bool mg2_mode = *m.mg2 || *m.mg2_model || *m.mg2_check;
+  if (!mg2_mode) {
+    for (auto* opt : {m.warmup, m.repeats, m.json})
+      if (*opt) throw wm::Error(opt->get_name() + " applies to --mg2, --mg2-model and --mg2-check");
+    return run(a);
+  }
+  wm::init_threads(a.threads);
+  const auto dtypes = wm::bench::parse_mg2_dtypes(a.dtype == "float32" ? "f32" : a.dtype);
+  if (*m.mg2_check) {
+    o.mc.dtypes = dtypes;
+    o.mc.device = a.device;
+    o.mc.json_out = o.json_out;
+    return wm::bench::run_mg2_check(o.mc);
+  }
+  o.mg.dtypes = dtypes;
+  o.mg.device = a.device;
+  o.mg.layers = a.layers;
+  o.mg.seed = a.seed;
+  o.mg.json_out = o.json_out;
+  return wm::bench::run_mg2_bench(o.mg);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wm_bench_dit: per-chunk latency of a causal DiT config (random weights) through the few-step "
+               "sampler and the refill pass over a growing KV window"};
+  AllOptions o;
+  ModeOptions m;
+  add_causal_options(app, o.a, m);
+  add_mg2_options(app, o, m);
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
   try {
-    if (*mg2_rollout) {
-      wm::init_threads(a.threads);
-      if (!*policies) ro.policies = {"native", "worldkv"};
-      if (!*seconds) ro.seconds = {10, 60};
-      ro.device = a.device;
-      ro.dtype = *dtype_opt ? a.dtype : "bf16";
-      ro.seed = a.seed;
-      ro.layers = a.layers;
-      ro.decode = !no_decode;
-      ro.pin_host = !no_pin;
-      ro.json_out = json_out;
-      return wm::bench::run_mg2_rollout(ro);
-    }
-    const bool mg2_mode = *mg2 || *mg2_model || *mg2_check;
-    if (!mg2_mode)
-      for (auto* opt : {warmup, repeats, json})
-        if (*opt) throw wm::Error(opt->get_name() + " applies to --mg2, --mg2-model and --mg2-check");
-    if (mg2_mode) {
-      wm::init_threads(a.threads);
-      const auto dtypes = wm::bench::parse_mg2_dtypes(a.dtype == "float32" ? "f32" : a.dtype);
-      if (*mg2_check) {
-        mc.dtypes = dtypes;
-        mc.device = a.device;
-        mc.json_out = json_out;
-        return wm::bench::run_mg2_check(mc);
-      }
-      mg.dtypes = dtypes;
-      mg.device = a.device;
-      mg.layers = a.layers;
-      mg.seed = a.seed;
-      mg.json_out = json_out;
-      return wm::bench::run_mg2_bench(mg);
-    }
-    return run(a);
+    return run_mode(o, m);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_bench_dit: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;

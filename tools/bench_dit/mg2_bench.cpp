@@ -441,6 +441,84 @@ int run_mg2_bench(const Mg2BenchOptions& o) {
   return 0;
 }
 
+namespace {
+
+// The actions of chunk 0 into *actions: io.safetensors' ([1, Nv, k] -> [Nv, k]) where it holds
+// them, else the fixture generator's. Returns which, and whether the two agree.
+std::string check_actions(const SafeTensors& io, const Mg2Config& c, wm::dit::Mg2Actions* actions) {
+  const FixtureActions gen_actions = fixture_actions(c.mode() == "templerun", std::max(1, c.keyboard_dim()));
+  auto pick = [&](const char* name, const at::Tensor& generated, at::Tensor& out) {
+    if (!io.contains(name)) {
+      out = generated;
+      return str_cat(name, " from the fixture generator");
+    }
+    out = io.get(name)[0].to(at::kFloat);
+    const bool same = out.sizes() == generated.sizes() && at::equal(out, generated);
+    return str_cat(name, " from io.safetensors (", same ? "equal to" : "NOT equal to", " the generator's)");
+  };
+  std::string from = pick("keyboard_cond", gen_actions.keyboard, actions->keyboard);
+  if (c.mouse_dim() > 0) from += ", " + pick("mouse_cond", gen_actions.mouse, actions->mouse);
+  return from;
+}
+
+// The upstream forward's time and threads from DIR/time.json, when it is there.
+void upstream_time(const std::string& dir, double* seconds, int* threads) {
+  std::ifstream f(std::filesystem::path(dir) / "time.json");
+  if (!f) return;
+  const json tj = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (tj.is_object() && tj.contains("time_s")) *seconds = tj["time_s"].get<double>();
+  if (tj.is_object() && tj.contains("threads")) *threads = tj["threads"].get<int>();
+}
+
+// One forward of chunk 0 at t0 in dtype dt against upstream's flow `ref` ([1, C, F, h, w]):
+// prints the row and returns it as JSON (times, differences overall and per latent frame).
+json check_dtype(Mg2DitImpl& model, at::ScalarType dt, at::Device dev, const FixtureInputs& in,
+                 const wm::dit::Mg2Actions& actions, float t0, const at::Tensor& ref) {
+  const int F = model.config().frames_per_chunk;
+  const double ref_max = ref.abs().max().item<double>();
+  const std::string label = "check " + dtype_name(dt);
+  if (model.dtype() != dt) {
+    std::fprintf(stderr, "[%s] converting the weights\n", label.c_str());
+    model.to(dev, dt);
+  }
+  std::fprintf(stderr, "[%s] forward\n", label.c_str());
+  const auto ta = Clock::now();
+  const wm::dit::Mg2Visual vis = model.encode_visual(in.clip);
+  sync(vis.k.back());
+  const double visual_s = seconds_since(ta);
+  const auto tb = Clock::now();
+  at::Tensor flow = model.forward_chunk(in.noise.narrow(0, 0, F), at::full({F}, t0), in.cond.narrow(0, 0, F), vis,
+                                        actions, 0, wm::dit::Mg2Context{});
+  sync(flow);
+  const double forward_s = seconds_since(tb);
+  const at::Tensor ours = flow.to(at::kCPU, at::kDouble).permute({1, 0, 2, 3}).unsqueeze(0);
+  const at::Tensor diff = (ours - ref).abs();
+  const double max_diff = diff.max().item<double>();
+  const double rel = ref_max > 0 ? max_diff / ref_max : max_diff;
+  std::vector<double> per_frame;
+  for (int f = 0; f < F; ++f) {
+    const double m = ref.select(2, f).abs().max().item<double>();
+    const double d = diff.select(2, f).max().item<double>();
+    per_frame.push_back(m > 0 ? d / m : d);
+  }
+  std::printf("%-5s %9.2f %10.2f %9.2f %10.4f %11.3e %10.3e ", dtype_name(dt).c_str(), visual_s, forward_s,
+              visual_s + forward_s, ref_max, max_diff, rel);
+  for (double v : per_frame) std::printf(" %.3e", v);
+  std::printf("\n");
+  std::fflush(stdout);
+  return {{"dtype", dtype_name(dt)},
+          {"visual_s", visual_s},
+          {"forward_s", forward_s},
+          {"total_s", visual_s + forward_s},
+          {"max_abs_ref", ref_max},
+          {"max_abs_diff", max_diff},
+          {"rel", rel},
+          {"rel_per_frame", per_frame},
+          {"mean_abs_diff", diff.mean().item<double>()}};
+}
+
+}  // namespace
+
 int run_mg2_check(const Mg2CheckOptions& o) {
   namespace fs = std::filesystem;
   WM_CHECK(!o.dtypes.empty(), "no dtype");
@@ -469,21 +547,8 @@ int run_mg2_check(const Mg2CheckOptions& o) {
   // Chunk 0's inputs as the fixture script makes them; the actions from io.safetensors when it
   // holds them (checked against the generator), else from the generator.
   const FixtureInputs in = fixture_inputs();
-  const FixtureActions gen_actions = fixture_actions(c.mode() == "templerun", std::max(1, c.keyboard_dim()));
   wm::dit::Mg2Actions actions;
-  // The tensor `name` of io.safetensors ([1, Nv, k] -> [Nv, k]) if there, else the generator's;
-  // says which, and whether the two agree.
-  auto pick = [&](const char* name, const at::Tensor& generated, at::Tensor& out) {
-    if (!io.contains(name)) {
-      out = generated;
-      return str_cat(name, " from the fixture generator");
-    }
-    out = io.get(name)[0].to(at::kFloat);
-    const bool same = out.sizes() == generated.sizes() && at::equal(out, generated);
-    return str_cat(name, " from io.safetensors (", same ? "equal to" : "NOT equal to", " the generator's)");
-  };
-  std::string actions_from = pick("keyboard_cond", gen_actions.keyboard, actions.keyboard);
-  if (c.mouse_dim() > 0) actions_from += ", " + pick("mouse_cond", gen_actions.mouse, actions.mouse);
+  const std::string actions_from = check_actions(io, c, &actions);
   const wm::dit::Mg2Schedule sched = wm::dit::mg2_schedule(wm::dit::mg2_default_steps(c));
   const float t0 = sched.timesteps[0];
   if (io.contains("c0.s0.t")) {
@@ -494,14 +559,7 @@ int run_mg2_check(const Mg2CheckOptions& o) {
   // Upstream's time (time.json from the fixture script).
   double up_s = -1;
   int up_threads = 0;
-  {
-    std::ifstream f(fs::path(o.dir) / "time.json");
-    if (f) {
-      const json tj = json::parse(f, nullptr, /*allow_exceptions=*/false);
-      if (tj.is_object() && tj.contains("time_s")) up_s = tj["time_s"].get<double>();
-      if (tj.is_object() && tj.contains("threads")) up_threads = tj["threads"].get<int>();
-    }
-  }
+  upstream_time(o.dir, &up_s, &up_threads);
 
   std::printf("Matrix-Game-2.0 %s from %s: %d blocks, dim %d; loaded in %.1f s\n", c.mode().c_str(), o.dir.c_str(),
               c.num_layers, c.dim, load_s);
@@ -513,49 +571,8 @@ int run_mg2_check(const Mg2CheckOptions& o) {
               "max|diff|", "rel", "rel per latent frame");
   std::fflush(stdout);
 
-  const double ref_max = ref.abs().max().item<double>();
   json rows = json::array();
-  for (at::ScalarType dt : o.dtypes) {
-    const std::string label = "check " + dtype_name(dt);
-    if (model->dtype() != dt) {
-      std::fprintf(stderr, "[%s] converting the weights\n", label.c_str());
-      model->to(dev, dt);
-    }
-    std::fprintf(stderr, "[%s] forward\n", label.c_str());
-    const auto ta = Clock::now();
-    const wm::dit::Mg2Visual vis = model->encode_visual(in.clip);
-    sync(vis.k.back());
-    const double visual_s = seconds_since(ta);
-    const auto tb = Clock::now();
-    at::Tensor flow = model->forward_chunk(in.noise.narrow(0, 0, F), at::full({F}, t0), in.cond.narrow(0, 0, F), vis,
-                                           actions, 0, wm::dit::Mg2Context{});
-    sync(flow);
-    const double forward_s = seconds_since(tb);
-    const at::Tensor ours = flow.to(at::kCPU, at::kDouble).permute({1, 0, 2, 3}).unsqueeze(0);
-    const at::Tensor diff = (ours - ref).abs();
-    const double max_diff = diff.max().item<double>();
-    const double rel = ref_max > 0 ? max_diff / ref_max : max_diff;
-    std::vector<double> per_frame;
-    for (int f = 0; f < F; ++f) {
-      const double m = ref.select(2, f).abs().max().item<double>();
-      const double d = diff.select(2, f).max().item<double>();
-      per_frame.push_back(m > 0 ? d / m : d);
-    }
-    std::printf("%-5s %9.2f %10.2f %9.2f %10.4f %11.3e %10.3e ", dtype_name(dt).c_str(), visual_s, forward_s,
-                visual_s + forward_s, ref_max, max_diff, rel);
-    for (double v : per_frame) std::printf(" %.3e", v);
-    std::printf("\n");
-    std::fflush(stdout);
-    rows.push_back({{"dtype", dtype_name(dt)},
-                    {"visual_s", visual_s},
-                    {"forward_s", forward_s},
-                    {"total_s", visual_s + forward_s},
-                    {"max_abs_ref", ref_max},
-                    {"max_abs_diff", max_diff},
-                    {"rel", rel},
-                    {"rel_per_frame", per_frame},
-                    {"mean_abs_diff", diff.mean().item<double>()}});
-  }
+  for (at::ScalarType dt : o.dtypes) rows.push_back(check_dtype(*model, dt, dev, in, actions, t0, ref));
   if (up_s >= 0)
     std::printf("\nupstream (fp32, time.json): %.2f s on %d threads for the same forward (its CLIP K/V included)\n",
                 up_s, up_threads);

@@ -21,6 +21,7 @@
 
 #include "llmkv/chunk_cache.h"
 #include "llmkv/hf_folder.h"
+#include "llmkv/model_source.h"
 #include "llmkv/model.h"
 #include "llmkv/sentence_encoder.h"
 #include "llmkv/session.h"
@@ -257,9 +258,10 @@ struct Options {
   std::shared_ptr<wm::RemoteStore> remote;  // --bank-tier redis: the store, opened with the model
 };
 
-void add_options(CLI::App& app, Options& o) {
+// The model, the tasks and samples, the policies and budgets.
+void add_run_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model_dir,
-                 "model folder (default: the embedded tiny model, looked for in the working directory, then above "
+                 "model folder or GGUF file (default: the embedded tiny model, looked for in the working directory, then above "
                  "this program's folder)")
       ->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -280,7 +282,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--budgets", o.budgets,
                  "KV budgets per layer for the other policies: tokens (64) or a share of the context (25%)")
       ->capture_default_str();
-  wm::llm::TextMemoryConfig& m = o.memory;
+}
+
+// The token-wise policies' options (streaming_llm, snapkv, pyramidkv, adakv, h2o, keepkv).
+void add_token_policy_options(CLI::App& app, wm::llm::TextMemoryConfig& m) {
   app.add_option("--sink", m.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--window", m.window, "snapkv, pyramidkv, adakv: observation window (last queries)")
@@ -311,6 +316,11 @@ void add_options(CLI::App& app, Options& o) {
                  "keepkv_layer: rebuild the cache from the full KV kept in the bank every N steps (0: never)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+}
+
+// The block-wise policies' options (evoke): relevance, what stays, and the bank's tiers.
+void add_block_policy_options(CLI::App& app, Options& o) {
+  wm::llm::TextMemoryConfig& m = o.memory;
   app.add_option("--placement", m.placement,
                  "evoke: restored blocks at their original positions, at the tail (re-anchored), or compact (the "
                  "window re-anchored to positions 0, 1, ... in arrival order after every eviction and recall)")
@@ -375,6 +385,10 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"disk", "redis"}));
   wm::cli::add_kv_store_options(app, o.kv_store, "--bank-tier redis: evoke's banked blocks beyond host memory");
+}
+
+// What is measured besides accuracy, where results go, and how the model runs.
+void add_output_options(CLI::App& app, Options& o) {
   app.add_flag("--kl", o.kl,
                "also the mean KL divergence of each policy's next-token distribution from the full cache's over "
                "the answer tokens");
@@ -395,6 +409,13 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+}
+
+void add_options(CLI::App& app, Options& o) {
+  add_run_options(app, o);
+  add_token_policy_options(app, o.memory);
+  add_block_policy_options(app, o);
+  add_output_options(app, o);
 }
 
 // The held-out samples of one task at one context, as every run sees them.
@@ -645,6 +666,48 @@ std::vector<std::string> block_kinds(const std::vector<std::string>& tasks, int6
   return kinds;
 }
 
+// --bank-tier redis needs --kv-store and --bank-host-mib; disk: --spill-dir and --bank-host-mib
+// together or neither. Throws wm::Error naming the option.
+void check_bank_options(const Options& o) {
+  if (o.bank_tier == "redis") {
+    if (o.kv_store.url.empty()) throw wm::Error("--bank-tier redis needs --kv-store URL");
+    if (o.bank_host_mib == 0)
+      throw wm::Error("--bank-tier redis is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+    if (!o.spill_dir.empty()) throw wm::Error("--spill-dir is for --bank-tier disk");
+  } else {
+    if (!o.kv_store.url.empty()) throw wm::Error("--kv-store is for --bank-tier redis");
+    if (o.bank_host_mib > 0 && o.spill_dir.empty())
+      throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
+    if (!o.spill_dir.empty() && o.bank_host_mib == 0)
+      throw wm::Error("--spill-dir is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
+  }
+}
+
+// Each --kind-floor names a kind of block the tasks run have. Throws wm::Error listing them.
+void check_kind_floors(const Options& o) {
+  if (o.kind_floors.empty()) return;
+  const std::vector<std::string> kinds = block_kinds(o.tasks, o.contexts.front());
+  for (const auto& f : o.kind_floors) {
+    const std::string kind = f.substr(0, f.rfind(':'));
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      std::string known;
+      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
+      throw wm::Error(wm::str_cat("--kind-floor ", f, ": no block of the tasks run has kind '", kind, "' (they have: ",
+                                  known, ")"));
+    }
+  }
+}
+
+void print_remote_stats(const wm::RemoteStore& store) {
+  const wm::RemoteStats s = store.stats();
+  std::fprintf(stderr,
+               "wm_llm_bench: the bank beyond host memory in %s: %lld blocks written (%.1f MiB), %lld read back, "
+               "%lld writes failed (kept in host memory), %lld damaged or foreign, %lld outages\n",
+               store.endpoint().url.c_str(), static_cast<long long>(s.puts), s.put_bytes / 1048576.0,
+               static_cast<long long>(s.hits), static_cast<long long>(s.put_failed),
+               static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -669,18 +732,7 @@ int main(int argc, char** argv) {
                                       {{"the model's config.json", o.model_dir + "/config.json"},
                                        {"the model's tokenizer.json", o.model_dir + "/tokenizer.json"},
                                        {"the model's model.safetensors", o.model_dir + "/model.safetensors"}});
-    if (o.bank_tier == "redis") {
-      if (o.kv_store.url.empty()) throw wm::Error("--bank-tier redis needs --kv-store URL");
-      if (o.bank_host_mib == 0)
-        throw wm::Error("--bank-tier redis is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
-      if (!o.spill_dir.empty()) throw wm::Error("--spill-dir is for --bank-tier disk");
-    } else {
-      if (!o.kv_store.url.empty()) throw wm::Error("--kv-store is for --bank-tier redis");
-      if (o.bank_host_mib > 0 && o.spill_dir.empty())
-        throw wm::Error("--bank-host-mib needs --spill-dir (where the bank's blocks spill beyond it)");
-      if (!o.spill_dir.empty() && o.bank_host_mib == 0)
-        throw wm::Error("--spill-dir is where blocks beyond --bank-host-mib go: give --bank-host-mib as well");
-    }
+    check_bank_options(o);
     const bool evoke = std::find(o.policies.begin(), o.policies.end(), "evoke") != o.policies.end();
     if (!o.kind_floors.empty() && !evoke) throw wm::Error("--kind-floor applies to --policies evoke, which is not run");
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
@@ -701,26 +753,16 @@ int main(int argc, char** argv) {
     wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     if (o.tasks.empty()) o.tasks = wm::llmtasks::task_names();
-    if (!o.kind_floors.empty()) {
-      const std::vector<std::string> kinds = block_kinds(o.tasks, o.contexts.front());
-      for (const auto& f : o.kind_floors) {
-        const std::string kind = f.substr(0, f.rfind(':'));
-        if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-          std::string known;
-          for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
-          throw wm::Error(wm::str_cat("--kind-floor ", f, ": no block of the tasks run has kind '", kind, "' (they have: ",
-                                      known, ")"));
-        }
-      }
-    }
+    check_kind_floors(o);
     if (o.weights == "int8" && !dev.is_cpu())
       throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
-    wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
+    wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, at::kFloat);
+    wm::llm::LlmModel model = src.model;
     if (o.weights == "int8") model->quantize_int8();
     model->eval();
     if (o.bank_tier == "redis")
       o.remote = wm::cli::open_kv_store(o.kv_store, wm::llm::key_hex(wm::llm::model_fingerprint(*model)));
-    const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
+    const wm::llm::Tokenizer tok = *src.tokenizer;
     if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
       throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
     if (!o.embedder_dir.empty())
@@ -739,15 +781,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(o.first_sample + o.samples - 1), split);
     const nlohmann::json results = run_bench(o, model, tok, dev);
     print_table(results, o.kl);
-    if (o.remote) {
-      const wm::RemoteStats s = o.remote->stats();
-      std::fprintf(stderr,
-                   "wm_llm_bench: the bank beyond host memory in %s: %lld blocks written (%.1f MiB), %lld read back, "
-                   "%lld writes failed (kept in host memory), %lld damaged or foreign, %lld outages\n",
-                   o.remote->endpoint().url.c_str(), static_cast<long long>(s.puts), s.put_bytes / 1048576.0,
-                   static_cast<long long>(s.hits), static_cast<long long>(s.put_failed),
-                   static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages));
-    }
+    if (o.remote) print_remote_stats(*o.remote);
     if (csv_file) {
       write_csv(csv_file->stream(), results);
       csv_file->commit();

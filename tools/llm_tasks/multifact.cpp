@@ -226,6 +226,38 @@ bool mentions_any(const Exchange& e, const std::set<std::string>& values) {
   return false;
 }
 
+// Unrelated exchanges until the length is closest to target; none mentions a fact's value.
+// *total (the tokens so far) grows by theirs.
+std::vector<Exchange> filler_exchanges(Rng& rng, const std::vector<int>& other_types, std::set<std::string>& used_values,
+                                       const std::set<std::string>& fact_values, const TokenCounter& count,
+                                       const Costs& costs, int64_t target, int64_t* total) {
+  std::vector<Exchange> filler;
+  while (true) {
+    Exchange e = filler_exchange(rng, other_types, used_values);
+    if (mentions_any(e, fact_values)) continue;
+    cost_of(e, count, costs);
+    if (!closer_with(*total, e.tokens, target)) break;
+    *total += e.tokens;
+    filler.push_back(std::move(e));
+  }
+  return filler;
+}
+
+// Appends exchange e to s as two turns from `turn` on (the user's message, then the reply: a
+// plain one, or the answer's segment between its opening and its end); returns the next turn.
+int emit_exchange(Sample& s, int turn, const Exchange& e) {
+  push_segment(s, str_cat("turn:", turn), "user", user_msg(e.user));
+  ++turn;
+  if (e.answer.empty()) {
+    push_segment(s, str_cat("turn:", turn), "assistant", plain_reply(e.reply));
+  } else {
+    push_segment(s, str_cat("turn:", turn), "assistant", kAnswerOpen);
+    push_segment(s, str_cat("turn:", turn, ":answer"), e.answer_kind, " " + e.answer + "\n", e.answer_kind == "answer");
+    push_segment(s, str_cat("turn:", turn, ":end"), "assistant", kEnd);
+  }
+  return turn + 1;
+}
+
 }  // namespace
 
 Sample make_multifact(uint64_t seed, const GenOptions& o) {
@@ -278,16 +310,9 @@ Sample make_multifact(uint64_t seed, const GenOptions& o) {
 
   // Unrelated exchanges until the length is reached; none mentions a fact's value.
   std::vector<int> other_types = o.multifact_distractors ? types : std::vector<int>{};
-  std::vector<Exchange> filler;
   int64_t total = fixed;
-  while (true) {
-    Exchange e = filler_exchange(rng, other_types, used_values);
-    if (mentions_any(e, fact_values)) continue;
-    cost_of(e, count, costs);
-    if (!closer_with(total, e.tokens, target)) break;
-    total += e.tokens;
-    filler.push_back(std::move(e));
-  }
+  const std::vector<Exchange> filler =
+      filler_exchanges(rng, other_types, used_values, fact_values, count, costs, target, &total);
 
   // Facts go among the first 40% of the exchanges, in random order; probes come last, shuffled.
   const int nf = static_cast<int>(filler.size());
@@ -306,31 +331,18 @@ Sample make_multifact(uint64_t seed, const GenOptions& o) {
   int turn = 0;
   nlohmann::json jfacts = nlohmann::json::array();
   std::vector<int> fact_turn(nfacts), probe_turn(nfacts);
-  auto emit = [&](const Exchange& e) {
-    push_segment(s, str_cat("turn:", turn), "user", user_msg(e.user));
-    ++turn;
-    if (e.answer.empty()) {
-      push_segment(s, str_cat("turn:", turn), "assistant", plain_reply(e.reply));
-    } else {
-      push_segment(s, str_cat("turn:", turn), "assistant", kAnswerOpen);
-      push_segment(s, str_cat("turn:", turn, ":answer"), e.answer_kind, " " + e.answer + "\n",
-                   e.answer_kind == "answer");
-      push_segment(s, str_cat("turn:", turn, ":end"), "assistant", kEnd);
-    }
-    ++turn;
-  };
   size_t next_fact = 0;
   for (int k = 0; k <= nf; ++k) {
     while (next_fact < fact_at.size() && fact_at[next_fact].first == k) {
       int i = fact_at[next_fact++].second;
       fact_turn[i] = turn;
-      emit(facts[i]);
+      turn = emit_exchange(s, turn, facts[i]);
     }
-    if (k < nf) emit(filler[k]);
+    if (k < nf) turn = emit_exchange(s, turn, filler[k]);
   }
   for (int i : probe_order) {
     probe_turn[i] = turn;
-    emit(probes[i]);
+    turn = emit_exchange(s, turn, probes[i]);
   }
   for (int i = 0; i < nfacts; ++i)
     jfacts.push_back({{"type", kFacts[types[i]].name}, {"value", values[i]}, {"fact_turn", fact_turn[i]},

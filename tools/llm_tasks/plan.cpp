@@ -72,6 +72,80 @@ std::vector<std::string> changed(const World& before, const World& after) {
   return out;
 }
 
+// A core house, its goal, the steps already taken (start) and the steps asked for (ntargets),
+// with the tokens of the prompt they make.
+struct PlanChoice {
+  WorldSpec spec;
+  Goal goal;
+  uint64_t world_seed = 0;
+  std::vector<std::string> solution;
+  int start = 0, ntargets = 0;
+  int64_t cost = 0;
+};
+
+// The tokens of the prompt of house w (start steps taken) past its rules: the memory header,
+// goal, memory, the steps taken, then each target's cue and answer with the memory lines that
+// change before the next.
+int64_t prompt_cost(World w, const PlanChoice& c, const TokenCounter& count) {
+  int64_t cost = count(kMemoryHeader) + count("Goal: " + c.goal.text() + ".\n");
+  for (const Segment& m : w.memory_lines()) cost += count(m.text);
+  for (int i = 0; i < c.start; ++i) cost += count(step_cue(i + 1) + " " + c.solution[i] + "\n");
+  for (int j = 0; j < c.ntargets; ++j) {
+    const int i = c.start + j;
+    cost += count(step_cue(i + 1)) + count(" " + c.solution[i] + "\n");
+    if (j + 1 < c.ntargets) {
+      World next = w;
+      next.execute(c.solution[i]);
+      for (const std::string& n : changed(w, next)) cost += count(next.memory_line(n) + "\n");
+      w = next;
+    }
+  }
+  return cost;
+}
+
+// Finds a core house, goal, start step and target count whose prompt (with rules_cost for the
+// rules) fits `target` tokens, shrinking the house on each failed attempt (8 at most: the last
+// is kept even when it does not fit).
+PlanChoice choose_plan(Rng& rng, const GenOptions& o, const TokenCounter& count, int64_t rules_cost) {
+  const int64_t target = o.target_tokens;
+  const uint64_t base_world_seed = rng.fork() & 0xFFFFFFFFFFFFull;
+  PlanChoice c;
+  const int kAttempts = 8;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    int64_t budget = target;
+    for (int a = 0; a < attempt; ++a) budget = budget * 7 / 10;
+    c.spec = spec_for(budget, rng);
+    c.world_seed = hash_combine(base_world_seed, static_cast<uint64_t>(attempt)) & 0xFFFFFFFFFFFFull;
+    World w = World::generate(c.world_seed, c.spec, &c.goal);
+    c.solution = w.solve(c.goal, 500);
+    const int L = static_cast<int>(c.solution.size());
+    c.ntargets = std::min(o.plan_targets > 0 ? o.plan_targets : static_cast<int>(rng.uniform_int(1, 3)), L);
+    c.start = static_cast<int>(rng.uniform_int(0, L - c.ntargets));
+    for (int i = 0; i < c.start; ++i) w.execute(c.solution[i]);
+    c.cost = rules_cost + prompt_cost(std::move(w), c, count);
+    if (c.cost <= target) break;
+  }
+  return c;
+}
+
+// Distractor lines to fill the prompt up to `target` tokens (they never change and the oracle
+// never reads them): how many, *cost growing by their tokens.
+int distractors_to_fill(const PlanChoice& c, const TokenCounter& count, int64_t target, int64_t* cost) {
+  int distractors = 0;
+  if (*cost >= target) return 0;
+  const int64_t line = std::max<int64_t>(1, count("{\"object\": \"red-pen\", \"position\": \"in the box\"}\n"));
+  WorldSpec wide = c.spec;
+  wide.distractors = static_cast<int>((target - *cost) / line) + 8;
+  World big = World::generate(c.world_seed, wide);
+  for (const std::string& n : big.distractor_names()) {
+    int64_t t = count(big.memory_line(n) + "\n");
+    if (!closer_with(*cost, t, target)) break;
+    *cost += t;
+    ++distractors;
+  }
+  return distractors;
+}
+
 }  // namespace
 
 Sample make_plan(uint64_t seed, const GenOptions& o) {
@@ -81,63 +155,19 @@ Sample make_plan(uint64_t seed, const GenOptions& o) {
   const TokenCounter count = counter_of(o);
   const int64_t target = o.target_tokens;
   Rng rng(hash_combine(seed, hash_string("plan")));
-  const uint64_t base_world_seed = rng.fork() & 0xFFFFFFFFFFFFull;
 
   const std::string& rules = target >= 768 ? kRulesLong : kRulesShort;
-  const int64_t rules_cost = count(rules), example_cost = count(kExample), header_cost = count(kMemoryHeader);
-
-  // Find a core house, goal, start step and target count whose prompt fits; shrink on failure.
-  WorldSpec spec;
-  Goal goal;
-  uint64_t world_seed = 0;
-  std::vector<std::string> solution;
-  int start = 0, ntargets = 0;
-  int64_t cost = 0;
-  const int kAttempts = 8;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    int64_t budget = target;
-    for (int a = 0; a < attempt; ++a) budget = budget * 7 / 10;
-    spec = spec_for(budget, rng);
-    world_seed = hash_combine(base_world_seed, static_cast<uint64_t>(attempt)) & 0xFFFFFFFFFFFFull;
-    World w = World::generate(world_seed, spec, &goal);
-    solution = w.solve(goal, 500);
-    const int L = static_cast<int>(solution.size());
-    ntargets = std::min(o.plan_targets > 0 ? o.plan_targets : static_cast<int>(rng.uniform_int(1, 3)), L);
-    start = static_cast<int>(rng.uniform_int(0, L - ntargets));
-    for (int i = 0; i < start; ++i) w.execute(solution[i]);
-    cost = rules_cost + header_cost + count("Goal: " + goal.text() + ".\n");
-    for (const Segment& m : w.memory_lines()) cost += count(m.text);
-    for (int i = 0; i < start; ++i) cost += count(step_cue(i + 1) + " " + solution[i] + "\n");
-    for (int j = 0; j < ntargets; ++j) {
-      const int i = start + j;
-      cost += count(step_cue(i + 1)) + count(" " + solution[i] + "\n");
-      if (j + 1 < ntargets) {
-        World next = w;
-        next.execute(solution[i]);
-        for (const std::string& n : changed(w, next)) cost += count(next.memory_line(n) + "\n");
-        w = next;
-      }
-    }
-    if (cost <= target) break;
-  }
+  PlanChoice c = choose_plan(rng, o, count, count(rules));
+  int64_t cost = c.cost;
+  const int64_t example_cost = count(kExample);
   const bool with_example = target >= 1024 && cost + example_cost <= target;
   if (with_example) cost += example_cost;
-
-  // Distractor lines fill the rest; they never change and the oracle never reads them.
-  int distractors = 0;
-  if (cost < target) {
-    const int64_t line = std::max<int64_t>(1, count("{\"object\": \"red-pen\", \"position\": \"in the box\"}\n"));
-    WorldSpec wide = spec;
-    wide.distractors = static_cast<int>((target - cost) / line) + 8;
-    World big = World::generate(world_seed, wide);
-    for (const std::string& n : big.distractor_names()) {
-      int64_t c = count(big.memory_line(n) + "\n");
-      if (!closer_with(cost, c, target)) break;
-      cost += c;
-      ++distractors;
-    }
-  }
-  spec.distractors = distractors;
+  c.spec.distractors = distractors_to_fill(c, count, target, &cost);
+  const WorldSpec& spec = c.spec;
+  const Goal& goal = c.goal;
+  const std::vector<std::string>& solution = c.solution;
+  const int start = c.start, ntargets = c.ntargets;
+  const uint64_t world_seed = c.world_seed;
 
   Sample s;
   s.task = "plan";

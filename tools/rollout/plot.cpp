@@ -120,35 +120,24 @@ void bar_chart(const std::string& path, const std::string& title, const std::str
   save(path, m);
 }
 
-void line_chart(const std::string& path, const std::string& title, const std::string& x_label,
-                const std::string& y_label, const std::vector<Series>& series, bool log_y) {
-  cv::Mat m(H, W, CV_8UC3, cv::Scalar(255, 255, 255));
-  frame(m, title, x_label, y_label);
-  double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
-  auto ty = [&](double y) { return log_y ? std::log10(std::max(y, 1e-12)) : y; };
-  bool integer_x = true;
-  for (auto& s : series)
-    for (auto& [x, y] : s.points) {
-      if (!std::isfinite(y)) continue;
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
-      integer_x = integer_x && x == std::round(x);
-    }
-  if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one x: the points in the middle
-  if (!log_y) y0 = std::min(y0, 0.0);
-  if (y1 == y0) y1 = y0 + 1;
-  const double d0 = y0, d1 = y1;  // the data's range (exponents on a log axis)
-  double x_step = nice_step(x1 - x0, 6);
-  if (integer_x) x_step = std::max(1.0, x_step);
-  // The y range: 5% headroom; ticks at round steps, the bottom at a tick (a log axis: both ends
-  // at 1, 2 or 5 times a power of ten, ticks at each of those when the range spans up to 2.5
-  // decades, else at whole decades).
-  // With `band`, also a band at the top for the legend, so that no data hides under it.
-  const int lw = 194, lh = 20 * static_cast<int>(series.size()) + 8;
+namespace {
+
+// A line chart's axes: the x range, the y range (exponents on a log axis) and its ticks, and
+// where a point lands in pixels.
+struct Axes {
+  double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  bool log_y = false;
   std::vector<double> y_ticks;
-  auto set_range = [&](bool band) {
-    const double f = band ? std::min(0.8, 0.05 + (lh + 6.0) / (H - B - T)) : 0.05;
-    y0 = d0, y1 = d0 + (d1 - d0) / (1 - f);
+
+  double ty(double y) const { return log_y ? std::log10(std::max(y, 1e-12)) : y; }
+  int px(double x) const { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); }
+  int py(double y) const { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); }
+
+  // The y range over the data's [d0, d1] with the share `headroom` of the plot above it; ticks
+  // at round steps, the bottom at a tick (a log axis: both ends at 1, 2 or 5 times a power of
+  // ten, ticks at each of those when the range spans up to 2.5 decades, else at whole decades).
+  void set_y(double d0, double d1, double headroom) {
+    y0 = d0, y1 = d0 + (d1 - d0) / (1 - headroom);
     y_ticks.clear();
     if (!log_y) {
       const double step = nice_step(y1 - y0, 5);
@@ -167,26 +156,78 @@ void line_chart(const std::string& path, const std::string& title, const std::st
       y0 = std::floor(y0 + 1e-9), y1 = std::ceil(y1 - 1e-9);
       y_ticks = ticks_within(y0, y1, std::max(1.0, nice_step(y1 - y0, 5)));
     }
-  };
-  auto px = [&](double x) { return static_cast<int>(L + (x - x0) / (x1 - x0) * (W - L - R)); };
-  auto py = [&](double y) { return static_cast<int>(H - B - (ty(y) - y0) / (y1 - y0) * (H - B - T)); };
+  }
+};
+
+// No point or line of the series passes through `box` (with a dot's radius and some around it).
+bool free_at(const cv::Rect& box, const std::vector<Series>& series, const Axes& ax) {
+  const cv::Rect near(box.x - 8, box.y - 8, box.width + 16, box.height + 16);
+  for (const auto& s : series)
+    for (size_t i = 0; i < s.points.size(); ++i) {
+      if (!std::isfinite(s.points[i].second)) continue;
+      const cv::Point b(ax.px(s.points[i].first), ax.py(s.points[i].second));
+      if (near.contains(b)) return false;
+      if (i == 0 || !std::isfinite(s.points[i - 1].second)) continue;
+      const cv::Point a(ax.px(s.points[i - 1].first), ax.py(s.points[i - 1].second));
+      for (int k = 1; k < 32; ++k)
+        if (near.contains(a + (b - a) * (k / 32.0))) return false;
+    }
+  return true;
+}
+
+// Each series' line, and a dot on each point when it has few (a single one draws no line).
+void draw_series(cv::Mat& m, const std::vector<Series>& series, const Axes& ax) {
+  for (size_t si = 0; si < series.size(); ++si) {
+    const auto& s = series[si];
+    for (size_t i = 1; i < s.points.size(); ++i)
+      if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
+        cv::line(m, {ax.px(s.points[i - 1].first), ax.py(s.points[i - 1].second)},
+                 {ax.px(s.points[i].first), ax.py(s.points[i].second)}, kPalette[si % 8], 2, cv::LINE_AA);
+    if (s.points.size() <= 32)
+      for (const auto& [x, y] : s.points)
+        if (std::isfinite(y)) cv::circle(m, {ax.px(x), ax.py(y)}, 4, kPalette[si % 8], cv::FILLED, cv::LINE_AA);
+  }
+}
+
+// The legend, on a box of its own so that no line runs through it.
+void draw_legend(cv::Mat& m, const std::vector<Series>& series, const cv::Rect& legend) {
+  cv::rectangle(m, legend, {255, 255, 255}, cv::FILLED);
+  cv::rectangle(m, legend, {200, 200, 200}, 1);
+  for (size_t si = 0; si < series.size(); ++si) {
+    const int y = legend.y + 12 + 20 * static_cast<int>(si);
+    cv::line(m, {legend.x + 10, y}, {legend.x + 35, y}, kPalette[si % 8], 3);
+    text(m, series[si].name, legend.x + 42, y + 5, 0.45);
+  }
+}
+
+}  // namespace
+
+void line_chart(const std::string& path, const std::string& title, const std::string& x_label,
+                const std::string& y_label, const std::vector<Series>& series, bool log_y) {
+  cv::Mat m(H, W, CV_8UC3, cv::Scalar(255, 255, 255));
+  frame(m, title, x_label, y_label);
+  Axes ax;
+  ax.log_y = log_y;
+  double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
+  bool integer_x = true;
+  for (auto& s : series)
+    for (auto& [x, y] : s.points) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ax.ty(y)), y1 = std::max(y1, ax.ty(y));
+      integer_x = integer_x && x == std::round(x);
+    }
+  if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one x: the points in the middle
+  if (!log_y) y0 = std::min(y0, 0.0);
+  if (y1 == y0) y1 = y0 + 1;
+  ax.x0 = x0, ax.x1 = x1;
+  double x_step = nice_step(x1 - x0, 6);
+  if (integer_x) x_step = std::max(1.0, x_step);
   // The legend goes in the first corner (top right, top left, bottom right, bottom left) that
-  // no point or line passes through; if none is free, top right above a band kept for it.
-  auto free_at = [&](const cv::Rect& box) {
-    const cv::Rect near(box.x - 8, box.y - 8, box.width + 16, box.height + 16);  // a dot's radius and some
-    for (const auto& s : series)
-      for (size_t i = 0; i < s.points.size(); ++i) {
-        if (!std::isfinite(s.points[i].second)) continue;
-        const cv::Point b(px(s.points[i].first), py(s.points[i].second));
-        if (near.contains(b)) return false;
-        if (i == 0 || !std::isfinite(s.points[i - 1].second)) continue;
-        const cv::Point a(px(s.points[i - 1].first), py(s.points[i - 1].second));
-        for (int k = 1; k < 32; ++k)
-          if (near.contains(a + (b - a) * (k / 32.0))) return false;
-      }
-    return true;
-  };
-  set_range(false);
+  // no point or line passes through; if none is free, top right above a band at the top kept
+  // for it, so that no data hides under it.
+  const int lw = 194, lh = 20 * static_cast<int>(series.size()) + 8;
+  ax.set_y(y0, y1, 0.05);
   const std::vector<cv::Rect> corners = {{W - R - 6 - lw, T + 6, lw, lh},
                                          {L + 6, T + 6, lw, lh},
                                          {W - R - 6 - lw, H - B - 6 - lh, lw, lh},
@@ -194,35 +235,17 @@ void line_chart(const std::string& path, const std::string& title, const std::st
   cv::Rect legend = corners[0];
   bool placed = false;
   for (const auto& c : corners)
-    if (!placed && free_at(c)) legend = c, placed = true;
-  if (!placed && !series.empty()) set_range(true);
+    if (!placed && free_at(c, series, ax)) legend = c, placed = true;
+  if (!placed && !series.empty()) ax.set_y(y0, y1, std::min(0.8, 0.05 + (lh + 6.0) / (H - B - T)));
+  const std::vector<double>& y_ticks = ax.y_ticks;
   for (double v : y_ticks) {
-    const int yy = static_cast<int>(H - B - (v - y0) / (y1 - y0) * (H - B - T));
+    const int yy = static_cast<int>(H - B - (v - ax.y0) / (ax.y1 - ax.y0) * (H - B - T));
     cv::line(m, {L, yy}, {W - R, yy}, {225, 225, 225}, 1);
     text(m, log_y ? log_tick_label(v) : tick_label(v, y_ticks.size() > 1 ? y_ticks[1] - y_ticks[0] : 1), 38, yy + 4, 0.4);
   }
-  for (double xv : ticks_within(x0, x1, x_step)) text(m, tick_label(xv, x_step), px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
-  for (size_t si = 0; si < series.size(); ++si) {
-    const auto& s = series[si];
-    for (size_t i = 1; i < s.points.size(); ++i)
-      if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
-        cv::line(m, {px(s.points[i - 1].first), py(s.points[i - 1].second)}, {px(s.points[i].first), py(s.points[i].second)},
-                 kPalette[si % 8], 2, cv::LINE_AA);
-    // Few points (a single one draws no line): a dot on each.
-    if (s.points.size() <= 32)
-      for (const auto& [x, y] : s.points)
-        if (std::isfinite(y)) cv::circle(m, {px(x), py(y)}, 4, kPalette[si % 8], cv::FILLED, cv::LINE_AA);
-  }
-  // The legend, drawn last on a box of its own so that no line runs through it.
-  if (!series.empty()) {
-    cv::rectangle(m, legend, {255, 255, 255}, cv::FILLED);
-    cv::rectangle(m, legend, {200, 200, 200}, 1);
-    for (size_t si = 0; si < series.size(); ++si) {
-      const int y = legend.y + 12 + 20 * static_cast<int>(si);
-      cv::line(m, {legend.x + 10, y}, {legend.x + 35, y}, kPalette[si % 8], 3);
-      text(m, series[si].name, legend.x + 42, y + 5, 0.45);
-    }
-  }
+  for (double xv : ticks_within(x0, x1, x_step)) text(m, tick_label(xv, x_step), ax.px(xv), H - B + 18, 0.4, {30, 30, 30}, true);
+  draw_series(m, series, ax);
+  if (!series.empty()) draw_legend(m, series, legend);
   save(path, m);
 }
 

@@ -157,6 +157,77 @@ void run_eval_only(const Args& a, at::Device dev) {
               1e3 * s / a.eval_frames);
 }
 
+// Copies the codec saved at `path` into dst (weights and latent statistics). Throws wm::Error
+// when it was trained with another shape than cfg.
+void load_into(wm::dit::ConvAe& dst, const std::string& path, const wm::dit::ConvAeConfig& cfg, at::Device dev) {
+  wm::dit::ConvAe src = wm::dit::load_conv_ae(path, dev);
+  WM_CHECK(wm::dit::conv_ae_config_json(src->config()) == wm::dit::conv_ae_config_json(cfg), path,
+           " was trained with another codec shape (", wm::dit::conv_ae_config_json(src->config()),
+           "); give the same --channels / --widths / --image-size");
+  at::NoGradGuard ng;
+  auto s = src->parameters(), d = dst->parameters();
+  for (size_t i = 0; i < s.size(); ++i) d[i].copy_(s[i]);
+  dst->latent_mean.copy_(src->latent_mean);
+  dst->latent_std.copy_(src->latent_std);
+}
+
+// The step training starts at: with --resume and a run in the folder, the run's step, its model,
+// EMA and optimizer loaded (*wall_before its training time so far); else 0, the EMA a copy of
+// the model. Throws wm::Error when the run is at --steps already.
+int64_t start_or_resume(const Args& a, const RunFiles& files, const wm::dit::ConvAeConfig& cfg, wm::dit::ConvAe& model,
+              wm::dit::ConvAe& ema, torch::optim::AdamW& opt, at::Device dev, double* wall_before) {
+  if (!(a.resume && fs::exists(files.last) && fs::exists(files.state))) {
+    at::NoGradGuard ng;
+    auto s = model->parameters(), d = ema->parameters();
+    for (size_t i = 0; i < s.size(); ++i) d[i].copy_(s[i]);
+    return 0;
+  }
+  load_into(model, files.last, cfg, dev);
+  load_into(ema, files.codec, cfg, dev);
+  torch::load(opt, files.opt);
+  std::ifstream f(files.state);
+  const nlohmann::json st = nlohmann::json::parse(f);
+  const int64_t step = st.at("step").get<int64_t>();
+  *wall_before = st.value("wall_seconds", 0.0);
+  if (step >= a.steps)
+    throw wm::Error(wm::str_cat("--resume: the run in ", a.out, " is at step ", step, " already; raise --steps (",
+                                a.steps, ") to train on"));
+  std::cerr << "wm_train_codec: resumed at step " << step << " from " << a.out << "\n";
+  return step;
+}
+
+// One step on step `step`'s frames: the reconstruction loss (with noise on the latents when
+// asked), an AdamW step at learning rate lr, then the EMA update. Returns the loss; *frames_done
+// gets the time the frames were ready. Throws wm::Error when the loss is not finite.
+double train_step(const Args& a, int64_t step, double lr, wm::dit::ConvAe& model, wm::dit::ConvAe& ema,
+                  torch::optim::AdamW& opt, at::Device dev, Clock::time_point* frames_done) {
+  const uint64_t seed = step_seed(a, step);
+  const at::Tensor x = wm::dit::frames_to_unit(render_frames(seed, a.batch, a.frames_per_scene, a.image_size), dev);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  *frames_done = Clock::now();
+  at::Tensor z = model->encode_raw(x);
+  if (a.latent_noise > 0) {
+    at::Tensor eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(dev);
+    z = z + eps * (a.latent_noise * z.detach().std());
+  }
+  at::Tensor y = model->decode_raw(z);
+  at::Tensor loss = (y - x).pow(2).mean();
+  opt.zero_grad();
+  loss.backward();
+  torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  opt.step();
+  {
+    at::NoGradGuard ng;
+    const double d = std::min(a.ema, (1.0 + step) / (10.0 + step));
+    auto s = model->parameters(), e = ema->parameters();
+    for (size_t i = 0; i < s.size(); ++i) e[i].mul_(d).add_(s[i], 1 - d);
+  }
+  const double l = loss.item<double>();
+  WM_CHECK(std::isfinite(l), "the loss is not finite at step ", step);
+  return l;
+}
+
 void train(const Args& a, at::Device dev) {
   const wm::dit::ConvAeConfig cfg = codec_config(a);
   {
@@ -170,36 +241,8 @@ void train(const Args& a, at::Device dev) {
   model->to(dev);
   ema->to(dev);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(a.lr).betas({0.9, 0.99}).weight_decay(0.0));
-  int64_t step = 0;
   double wall_before = 0;
-  if (a.resume && fs::exists(files.last) && fs::exists(files.state)) {
-    auto load_into = [&](wm::dit::ConvAe& dst, const std::string& path) {
-      wm::dit::ConvAe src = wm::dit::load_conv_ae(path, dev);
-      WM_CHECK(wm::dit::conv_ae_config_json(src->config()) == wm::dit::conv_ae_config_json(cfg), path,
-               " was trained with another codec shape (", wm::dit::conv_ae_config_json(src->config()),
-               "); give the same --channels / --widths / --image-size");
-      at::NoGradGuard ng;
-      auto s = src->parameters(), d = dst->parameters();
-      for (size_t i = 0; i < s.size(); ++i) d[i].copy_(s[i]);
-      dst->latent_mean.copy_(src->latent_mean);
-      dst->latent_std.copy_(src->latent_std);
-    };
-    load_into(model, files.last);
-    load_into(ema, files.codec);
-    torch::load(opt, files.opt);
-    std::ifstream f(files.state);
-    const nlohmann::json st = nlohmann::json::parse(f);
-    step = st.at("step").get<int64_t>();
-    wall_before = st.value("wall_seconds", 0.0);
-    if (step >= a.steps)
-      throw wm::Error(wm::str_cat("--resume: the run in ", a.out, " is at step ", step, " already; raise --steps (",
-                                  a.steps, ") to train on"));
-    std::cerr << "wm_train_codec: resumed at step " << step << " from " << a.out << "\n";
-  } else {
-    at::NoGradGuard ng;
-    auto s = model->parameters(), d = ema->parameters();
-    for (size_t i = 0; i < s.size(); ++i) d[i].copy_(s[i]);
-  }
+  int64_t step = start_or_resume(a, files, cfg, model, ema, opt, dev, &wall_before);
   for (auto& p : ema->parameters()) p.set_requires_grad(false);
   std::ofstream log = wm::train::open_log(files.log);
   int64_t nparams = 0;
@@ -240,31 +283,9 @@ void train(const Args& a, at::Device dev) {
   model->train();
   while (step < a.steps) {
     const auto t0 = Clock::now();
-    const uint64_t seed = step_seed(a, step);
-    const at::Tensor x = wm::dit::frames_to_unit(render_frames(seed, a.batch, a.frames_per_scene, a.image_size), dev);
-    at::Generator gen = at::detail::createCPUGenerator(seed);
-    const auto t1 = Clock::now();
-    at::Tensor z = model->encode_raw(x);
-    if (a.latent_noise > 0) {
-      at::Tensor eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(dev);
-      z = z + eps * (a.latent_noise * z.detach().std());
-    }
-    at::Tensor y = model->decode_raw(z);
-    at::Tensor loss = (y - x).pow(2).mean();
-    opt.zero_grad();
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    auto t1 = t0;
     const double lr = wm::train::cosine_learning_rate(a.lr, a.warmup, a.steps, step);
-    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    opt.step();
-    {
-      at::NoGradGuard ng;
-      const double d = std::min(a.ema, (1.0 + step) / (10.0 + step));
-      auto s = model->parameters(), e = ema->parameters();
-      for (size_t i = 0; i < s.size(); ++i) e[i].mul_(d).add_(s[i], 1 - d);
-    }
-    const double l = loss.item<double>();
-    WM_CHECK(std::isfinite(l), "the loss is not finite at step ", step);
+    const double l = train_step(a, step, lr, model, ema, opt, dev, &t1);
     ++step;
     ++n;
     data_s += std::chrono::duration<double>(t1 - t0).count();

@@ -18,6 +18,68 @@ void validate(const RenderSpec& s) {
   if (s.supersample < 1 || s.supersample > 8) bad("supersample", "1..8", std::to_string(s.supersample));
 }
 
+namespace {
+
+// Where a ray from (x, y) along (rx, ry) meets a wall, by DDA over the grid: the perpendicular
+// distance (at least 1e-4), the side crossed (0: a vertical grid line, 1: a horizontal one), the
+// wall's cell and the cell before it. From inside a wall: that wall.
+struct WallHit {
+  double perp;
+  int side, mx, my, prev_x, prev_y;
+};
+
+inline WallHit cast_ray(const Scene& sc, double x, double y, double rx, double ry) {
+  int mx = static_cast<int>(std::floor(x)), my = static_cast<int>(std::floor(y));
+  const double ddx = rx == 0 ? 1e30 : std::fabs(1.0 / rx), ddy = ry == 0 ? 1e30 : std::fabs(1.0 / ry);
+  int sx, sy;
+  double side_x, side_y;
+  if (rx < 0) { sx = -1; side_x = (x - mx) * ddx; } else { sx = 1; side_x = (mx + 1.0 - x) * ddx; }
+  if (ry < 0) { sy = -1; side_y = (y - my) * ddy; } else { sy = 1; side_y = (my + 1.0 - y) * ddy; }
+  int side = 0, prev_x = mx, prev_y = my;
+  bool hit = sc.is_solid(mx, my);  // camera inside a wall: show that wall
+  for (int steps = 0; !hit && steps < 4 * (sc.width + sc.height); ++steps) {
+    prev_x = mx;
+    prev_y = my;
+    if (side_x < side_y) { side_x += ddx; mx += sx; side = 0; } else { side_y += ddy; my += sy; side = 1; }
+    hit = sc.is_solid(mx, my);
+  }
+  const double perp = side == 0 ? side_x - ddx : side_y - ddy;
+  return {std::max(perp, 1e-4), side, mx, my, prev_x, prev_y};
+}
+
+// The texture of the wall hit: its landmark's, else the wall material of the zone the ray came
+// from.
+inline int wall_texture(const Scene& sc, const WallHit& w) {
+  const int16_t lm = (w.mx >= 0 && w.my >= 0 && w.mx < sc.width && w.my < sc.height)
+                         ? sc.landmark[static_cast<size_t>(w.my) * sc.width + w.mx]
+                         : -1;
+  if (lm >= 0) return lm;
+  const int16_t z = (w.prev_x >= 0 && w.prev_y >= 0 && w.prev_x < sc.width && w.prev_y < sc.height)
+                        ? sc.zone[static_cast<size_t>(w.prev_y) * sc.width + w.prev_x]
+                        : -1;
+  return sc.zone_material[z >= 0 ? z : 0].wall;
+}
+
+// The floor's (or ceiling's) texel at world point (wx, wy), its cell clamped to the scene;
+// *gain its shade (the floor's baked shading, 1 for a ceiling).
+inline const uint8_t* floor_texel(const Scene& sc, double wx, double wy, bool floor, float* gain) {
+  const int T = Texture::kSize;
+  int cx = static_cast<int>(std::floor(wx)), cy = static_cast<int>(std::floor(wy));
+  cx = std::clamp(cx, 0, sc.width - 1);
+  cy = std::clamp(cy, 0, sc.height - 1);
+  const size_t ci = static_cast<size_t>(cy) * sc.width + cx;
+  const int16_t z = sc.zone[ci];
+  const Material& m = sc.zone_material[z >= 0 ? z : 0];
+  const Texture& t = sc.textures[floor ? m.floor : m.ceiling];
+  int u = static_cast<int>((wx - std::floor(wx)) * T), v = static_cast<int>((wy - std::floor(wy)) * T);
+  u = std::clamp(u, 0, T - 1);
+  v = std::clamp(v, 0, T - 1);
+  *gain = floor ? sc.floor_shade[ci] * (1.0f / 128.0f) : 1.0f;
+  return t.at(u, v);
+}
+
+}  // namespace
+
 Raycaster::Raycaster(const Scene& scene, RenderSpec spec) : scene_(scene), spec_(spec) {
   validate(spec_);
   if (scene_.width <= 0 || scene_.solid.size() != static_cast<size_t>(scene_.width) * scene_.height)
@@ -60,43 +122,19 @@ void Raycaster::render(const Pose& pose, wm::Image& out) const {
     row_fog[y] = std::exp(-density * static_cast<float>(d));
   }
   accum.assign(static_cast<size_t>(spec_.width) * spec_.height * 3, 0.0f);
-  const int Wm = sc.width;
 
   for (int x = 0; x < W; ++x) {
     const double cam_x = 2.0 * (x + 0.5) / W - 1.0;
     const double rx = dx + px * cam_x, ry = dy + py * cam_x;
-    // DDA.
-    int mx = static_cast<int>(std::floor(pose.x)), my = static_cast<int>(std::floor(pose.y));
-    const double ddx = rx == 0 ? 1e30 : std::fabs(1.0 / rx), ddy = ry == 0 ? 1e30 : std::fabs(1.0 / ry);
-    int sx, sy;
-    double side_x, side_y;
-    if (rx < 0) { sx = -1; side_x = (pose.x - mx) * ddx; } else { sx = 1; side_x = (mx + 1.0 - pose.x) * ddx; }
-    if (ry < 0) { sy = -1; side_y = (pose.y - my) * ddy; } else { sy = 1; side_y = (my + 1.0 - pose.y) * ddy; }
-    int side = 0, prev_x = mx, prev_y = my;
-    bool hit = sc.is_solid(mx, my);  // camera inside a wall: show that wall
-    for (int steps = 0; !hit && steps < 4 * (sc.width + sc.height); ++steps) {
-      prev_x = mx;
-      prev_y = my;
-      if (side_x < side_y) { side_x += ddx; mx += sx; side = 0; } else { side_y += ddy; my += sy; side = 1; }
-      hit = sc.is_solid(mx, my);
-    }
-    double perp = side == 0 ? side_x - ddx : side_y - ddy;
-    perp = std::max(perp, 1e-4);
+    const WallHit w = cast_ray(sc, pose.x, pose.y, rx, ry);
+    const int side = w.side;
+    const double perp = w.perp;
     double wall_u = side == 0 ? pose.y + perp * ry : pose.x + perp * rx;
     wall_u -= std::floor(wall_u);
     int tu = static_cast<int>(wall_u * T);
     if ((side == 0 && rx < 0) || (side == 1 && ry > 0)) tu = T - 1 - tu;  // keep textures unmirrored
     tu = std::clamp(tu, 0, T - 1);
-    int tex_id;
-    int16_t lm = (mx >= 0 && my >= 0 && mx < sc.width && my < sc.height) ? sc.landmark[static_cast<size_t>(my) * Wm + mx] : -1;
-    if (lm >= 0) {
-      tex_id = lm;
-    } else {
-      int16_t z = (prev_x >= 0 && prev_y >= 0 && prev_x < sc.width && prev_y < sc.height)
-                      ? sc.zone[static_cast<size_t>(prev_y) * Wm + prev_x] : -1;
-      tex_id = sc.zone_material[z >= 0 ? z : 0].wall;
-    }
-    const Texture& wt = sc.textures[tex_id];
+    const Texture& wt = sc.textures[wall_texture(sc, w)];
     const float wall_fog = std::exp(-density * static_cast<float>(perp));
     const float wall_gain = (side == 1 ? static_cast<float>(sc.side_shade) : 1.0f) * wall_fog;
     const float wall_fog_r = fr * (1 - wall_fog), wall_fog_g = fg * (1 - wall_fog), wall_fog_b = fb * (1 - wall_fog);
@@ -118,20 +156,11 @@ void Raycaster::render(const Pose& pose, wm::Image& out) const {
       } else {
         const float d = row_dist[y];
         const double wx = pose.x + d * rx, wy = pose.y + d * ry;
-        int cx = static_cast<int>(std::floor(wx)), cy = static_cast<int>(std::floor(wy));
-        cx = std::clamp(cx, 0, sc.width - 1);
-        cy = std::clamp(cy, 0, sc.height - 1);
-        const size_t ci = static_cast<size_t>(cy) * Wm + cx;
-        int16_t z = sc.zone[ci];
-        const Material& m = sc.zone_material[z >= 0 ? z : 0];
         const bool floor = y >= horizon;
-        const Texture& t = sc.textures[floor ? m.floor : m.ceiling];
-        int u = static_cast<int>((wx - std::floor(wx)) * T), v = static_cast<int>((wy - std::floor(wy)) * T);
-        u = std::clamp(u, 0, T - 1);
-        v = std::clamp(v, 0, T - 1);
-        const uint8_t* p = t.at(u, v);
+        float gain;
+        const uint8_t* p = floor_texel(sc, wx, wy, floor, &gain);
         const float f = row_fog[y];
-        const float gain = f * (floor ? sc.floor_shade[ci] * (1.0f / 128.0f) : 1.0f);
+        gain *= f;
         r = p[0] * gain + fr * (1 - f);
         g = p[1] * gain + fg * (1 - f);
         b = p[2] * gain + fb * (1 - f);
