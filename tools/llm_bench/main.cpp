@@ -707,6 +707,27 @@ void print_remote_stats(const wm::RemoteStore& store) {
                static_cast<long long>(s.corrupt + s.foreign), static_cast<long long>(s.outages));
 }
 
+// The results into the outputs asked for (each may be absent), each committed whole.
+void write_results(const Options& o, const nlohmann::json& results, const char* split, wm::cli::OutputFile* json_file,
+                   wm::cli::OutputFile* csv_file, wm::cli::OutputFolder* plots) {
+  if (csv_file) {
+    write_csv(csv_file->stream(), results);
+    csv_file->commit();
+  }
+  if (plots) {
+    write_plots(plots->staging(), results);
+    plots->commit();
+  }
+  if (json_file) {
+    const nlohmann::json drawn{{"first", o.first_sample}, {"count", o.samples}, {"split", split}};
+    json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"samples", drawn},
+                                          {"results", results}}
+                               .dump(2)
+                        << "\n";
+    json_file->commit();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -780,22 +801,7 @@ int main(int argc, char** argv) {
     const nlohmann::json results = run_bench(o, model, tok, dev);
     print_table(results, o.kl);
     if (o.remote) print_remote_stats(*o.remote);
-    if (csv_file) {
-      write_csv(csv_file->stream(), results);
-      csv_file->commit();
-    }
-    if (plots) {
-      write_plots(plots->staging(), results);
-      plots->commit();
-    }
-    if (json_file) {
-      const nlohmann::json drawn{{"first", o.first_sample}, {"count", o.samples}, {"split", split}};
-      json_file->stream() << nlohmann::json{{"model", o.model_dir}, {"arrival", o.arrival}, {"samples", drawn},
-                                            {"results", results}}
-                                 .dump(2)
-                          << "\n";
-      json_file->commit();
-    }
+    write_results(o, results, split, json_file.get(), csv_file.get(), plots.get());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wm_llm_bench: error: %s\n", wm::cli::error_text(e).c_str());
     return 1;
