@@ -23,6 +23,7 @@
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model_source.h"
+#include "llmkv/perplexity.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
 #include "llmkv/weight_shapes.h"
@@ -128,6 +129,8 @@ struct Options {
   wm::llm::TextMemoryConfig memory;
   std::string session;  // --session: the conversation's name in the kv store
   bool session_reset = false;
+  std::string perplexity_file;       // --perplexity: score this text instead of generating
+  int64_t perplexity_window = 1024, perplexity_windows = 0;
   wm::cli::KvStoreOptions kv_store;
   bool model_given = false, prompt_given = false, prompt_file_given = false, budget_given = false;
 };
@@ -208,6 +211,15 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "keepkv: each step's attention scores from its last N queries (0: from all of them)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--perplexity", o.perplexity_file,
+                 "score this text file instead of generating: its perplexity in windows of --perplexity-window tokens, "
+                 "each run afresh, every token after a window's first scored (the tail short of a window is left out)");
+  app.add_option("--perplexity-window", o.perplexity_window, "tokens a --perplexity window holds")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--perplexity-windows", o.perplexity_windows, "score the first N windows only (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--dump-logits", o.dump_logits, "write the logits at the prompt's last position to this .npy file");
   app.add_option("--stats-json", o.stats_json_path, "write timing and KV figures as JSON to this file");
   app.add_flag("--no-stream", o.no_stream, "print the text at the end instead of as it is generated");
@@ -552,6 +564,32 @@ std::string read_prompt(const Options& o) {
   return text;
 }
 
+// --perplexity: the file's tokens (no special tokens parsed, none added) scored window by window.
+void run_perplexity(const Options& o, at::Device dev, at::ScalarType dt) {
+  if (o.chat || o.beams > 0 || !o.prompt.empty() || !o.prompt_file.empty())
+    throw wm::Error("--perplexity scores a file: it does not combine with --chat, --beams or a prompt");
+  const std::string text = read_prompt_file(o.perplexity_file, o.max_prompt_bytes);
+  wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, dt);
+  if (o.weights == "int8") src.model->quantize_int8();
+  std::vector<int64_t> ids = src.tokenizer->encode(text, false, false);
+  const size_t in_file = ids.size();
+  const auto keep = static_cast<size_t>(o.perplexity_windows * o.perplexity_window);
+  if (o.perplexity_windows > 0 && ids.size() > keep) ids.resize(keep);
+  wm::cli::ProgressLine progress(15);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = wm::llm::perplexity(*src.model, ids, o.perplexity_window, [&](int64_t done, int64_t total) {
+    progress.show(done == total, "wm_llm: perplexity window %lld/%lld", static_cast<long long>(done),
+                  static_cast<long long>(total));
+  });
+  progress.finish();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("perplexity %.4f (mean NLL %.6f) over %lld tokens scored in %zu windows of %lld (%zu tokens in the file)\n",
+              r.perplexity, r.mean_nll, static_cast<long long>(r.scored), r.window_nll.size(),
+              static_cast<long long>(o.perplexity_window), in_file);
+  std::fprintf(stderr, "wm_llm: %.1f s, %.0f tokens/s\n", s,
+               static_cast<double>(r.window_nll.size() * o.perplexity_window) / s);
+}
+
 void write_outputs(const Options& o, at::Device dev, const nlohmann::json& turns, Outputs& out) {
   if (out.stats) {
     // Generated text need not be valid UTF-8: invalid bytes are written as U+FFFD.
@@ -585,6 +623,10 @@ int main(int argc, char** argv) {
     check_generation_options(o);
     Outputs out = open_outputs(o);
 
+    if (!o.perplexity_file.empty()) {
+      run_perplexity(o, dev, dt);
+      return 0;
+    }
     Conversation conv(o, dev, dt, kvdt, out.logits.get());
     if (o.chat && o.prompt.empty() && o.prompt_file.empty())
       chat_from_stdin(conv, o.max_prompt_bytes);

@@ -21,6 +21,7 @@
 
 #include "llmkv/chunk_cache.h"
 #include "llmkv/hf_folder.h"
+#include "llmkv/model_source.h"
 #include "llmkv/model.h"
 #include "llmkv/sentence_encoder.h"
 #include "llmkv/session.h"
@@ -260,7 +261,7 @@ struct Options {
 // The model, the tasks and samples, the policies and budgets.
 void add_run_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model_dir,
-                 "model folder (default: the embedded tiny model, looked for in the working directory, then above "
+                 "model folder or GGUF file (default: the embedded tiny model, looked for in the working directory, then above "
                  "this program's folder)")
       ->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
@@ -776,12 +777,13 @@ int main(int argc, char** argv) {
     check_kind_floors(o);
     if (o.weights == "int8" && !dev.is_cpu())
       throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
-    wm::llm::LlmModel model = wm::llm::load_llm(o.model_dir, dev, at::kFloat);
+    wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, at::kFloat);
+    wm::llm::LlmModel model = src.model;
     if (o.weights == "int8") model->quantize_int8();
     model->eval();
     if (o.bank_tier == "redis")
       o.remote = wm::cli::open_kv_store(o.kv_store, wm::llm::key_hex(wm::llm::model_fingerprint(*model)));
-    const auto tok = wm::llm::Tokenizer::load(o.model_dir + "/tokenizer.json");
+    const wm::llm::Tokenizer tok = *src.tokenizer;
     if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
       throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
     if (!o.embedder_dir.empty())

@@ -33,6 +33,7 @@
 #include "llmkv/model.h"
 #include "llmkv/recompute/blend.h"
 #include "llmkv/recompute/recompute_policy.h"
+#include "llmkv/model_source.h"
 #include "llmkv/tokenizer.h"
 #include "llmkv/weight_shapes.h"
 #include "runtime/device.h"
@@ -96,7 +97,7 @@ struct Options {
 // The model, the episodes and the prompts.
 void add_run_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model,
-                 "model folder, or a config.json for random weights at that shape (default: the embedded tiny model, "
+                 "model folder or GGUF file, or a config.json for random weights at that shape (default: the embedded tiny model, "
                  "looked for in the working directory, then above this program's folder)")
       ->capture_default_str()
       ->check(CLI::ExistingPath);
@@ -714,10 +715,11 @@ void write_plots(const std::string& dir, const std::vector<PolicySummary>& rows,
 
 // A random-weight model from a config, or a model folder.
 wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name) {
-  if (fs::is_directory(o.model)) {
-    if (o.layers > 0) throw wm::Error("--layers applies to a config.json (random weights), not a model folder");
-    *name = fs::path(o.model).filename().string();
-    return wm::llm::load_llm(o.model, dev, at::kFloat);
+  if (fs::is_directory(o.model) || wm::llm::is_gguf_file(o.model)) {
+    if (o.layers > 0) throw wm::Error("--layers applies to a config.json (random weights), not a model folder or GGUF file");
+    wm::llm::LlmSource src = wm::llm::open_llm(o.model, dev, at::kFloat);
+    *name = src.name;
+    return src.model;
   }
   wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(o.model);
   if (o.layers > 0) cfg.num_hidden_layers = o.layers;
@@ -788,6 +790,10 @@ void validate_options(const Options& o) {
 // The tokenizer: --tokenizer, else the model folder's, else (a config.json) the embedded model's,
 // its path written back to o.tokenizer. Throws wm::Error when it has more ids than the model.
 wm::llm::Tokenizer load_tokenizer(Options& o, const wm::llm::LlmModelImpl& model) {
+  if (o.tokenizer.empty() && wm::llm::is_gguf_file(o.model)) {
+    o.tokenizer = o.model;
+    return wm::llm::open_llm_tokenizer(o.model);
+  }
   if (o.tokenizer.empty()) {
     std::string tried;
     o.tokenizer = fs::is_directory(o.model) ? o.model + "/tokenizer.json"
