@@ -14,7 +14,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "fuzz.sh: SECONDS must be a positive integer, got '$seconds'" >&2
   exit 2
 fi
-all=(safetensors pth gguf spill_file dit_config llm_config llm_weights suite tokenizer_json tokenizer_text http_request)
+all=(safetensors pth gguf spill_file dit_config llm_config llm_weights suite tokenizer_json tokenizer_text http_request jinja)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then targets=("${all[@]}"); fi
 
