@@ -376,6 +376,49 @@ StepResult LlmModelImpl::step(const at::Tensor& tokens, const at::Tensor& pos, K
   return res;
 }
 
+namespace {
+
+// The batched step's attention of layer l on its fast path (float32 windows on the CPU, the
+// decode kernels): each sequence's new K/V row written straight into its window, every
+// attention in one hand-over to the kernels' threads, the positions committed after. q [H, B, d],
+// k/v [KH, B, d]; returns the outputs [B, H, d].
+at::Tensor batch_attention_raw(const Qkv& p, int l, const std::vector<KvWindow*>& windows, const StepOptions& opt,
+                               const std::string& segment, const at::Tensor& pos_rows, std::vector<StepResult>& res) {
+  const int64_t B = static_cast<int64_t>(windows.size());
+  const int64_t H = p.q.size(0), KH = p.k.size(0), d = p.q.size(2);
+  RECORD_USER_SCOPE("wm.llm.attention");
+  const at::Tensor qt = p.q.transpose(0, 1).contiguous();  // [B, H, d]
+  const at::Tensor kc = p.k.contiguous(), vc = p.v.contiguous();  // [KH, B, d]
+  const float *qp = qt.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  std::vector<DecodeSlot> slots(static_cast<size_t>(B));
+  int64_t nk_max = 0;
+  std::vector<KvWindow::RawStage> st(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    st[b] = windows[b]->stage_raw(l, 1);
+    for (int64_t h = 0; h < KH; ++h) {
+      std::memcpy(static_cast<float*>(st[b].k) + h * st[b].head_stride + st[b].n * d, kp + (h * B + b) * d,
+                  sizeof(float) * d);
+      std::memcpy(static_cast<float*>(st[b].v) + h * st[b].head_stride + st[b].n * d, vp + (h * B + b) * d,
+                  sizeof(float) * d);
+    }
+    nk_max = std::max(nk_max, st[b].n + 1);
+  }
+  at::Tensor out = at::empty({B, H, d}, at::kFloat), scratch = at::empty({B, H, nk_max}, at::kFloat);
+  for (int64_t b = 0; b < B; ++b)
+    slots[b] = {qp + b * H * d,      st[b].k,       st[b].v,
+                st[b].head_stride,   st[b].logw,    st[b].n + 1,
+                out.data_ptr<float>() + b * H * d, scratch.data_ptr<float>() + b * H * nk_max};
+  decode_attention_slots(slots, H, KH, d);
+  for (int64_t b = 0; b < B; ++b) {
+    if (opt.capture_query)
+      res[b].query.push_back(p.q.narrow(1, b, 1).select(1, 0).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
+    windows[b]->commit_staged(opt.region, segment, l, 1, pos_rows.data_ptr<int64_t>() + b);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const at::Tensor& pos,
                                                  const std::vector<KvWindow*>& windows, const StepOptions& opt) {
   at::NoGradGuard no_grad;
@@ -411,42 +454,13 @@ std::vector<StepResult> LlmModelImpl::step_batch(const at::Tensor& tokens, const
   bool raw = dev.is_cpu() && mdt == at::kFloat && decode_kernels_on() && !opt.capture_mass && opt.append;
   for (int64_t b = 0; b < B && raw; ++b)
     raw = windows[b]->spec().dtype == at::kFloat && windows[b]->spec().rope.n_axes() == 1;
-  const int64_t H = cfg_.num_attention_heads, KH = cfg_.num_key_value_heads, d = cfg_.head_dim;
   const at::Tensor pos_rows = pos_cpu.contiguous();  // [B]: sequence b's one position
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Qkv p = project(l, x, cos, sin);  // q [H, B, d], k/v [KH, B, d]: token b is sequence b's
     bool raw_layer = raw;
     for (int64_t b = 0; b < B && raw_layer; ++b) raw_layer = !windows[b]->has_head_logw(l);
     if (raw_layer) {
-      RECORD_USER_SCOPE("wm.llm.attention");
-      const at::Tensor qt = p.q.transpose(0, 1).contiguous();  // [B, H, d]
-      const at::Tensor kc = p.k.contiguous(), vc = p.v.contiguous();  // [KH, B, d]
-      const float *qp = qt.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
-      std::vector<DecodeSlot> slots(static_cast<size_t>(B));
-      int64_t nk_max = 0;
-      std::vector<KvWindow::RawStage> st(static_cast<size_t>(B));
-      for (int64_t b = 0; b < B; ++b) {
-        st[b] = windows[b]->stage_raw(l, 1);
-        for (int64_t h = 0; h < KH; ++h) {
-          std::memcpy(static_cast<float*>(st[b].k) + h * st[b].head_stride + st[b].n * d, kp + (h * B + b) * d,
-                      sizeof(float) * d);
-          std::memcpy(static_cast<float*>(st[b].v) + h * st[b].head_stride + st[b].n * d, vp + (h * B + b) * d,
-                      sizeof(float) * d);
-        }
-        nk_max = std::max(nk_max, st[b].n + 1);
-      }
-      at::Tensor out = at::empty({B, H, d}, at::kFloat), scratch = at::empty({B, H, nk_max}, at::kFloat);
-      for (int64_t b = 0; b < B; ++b)
-        slots[b] = {qp + b * H * d,      st[b].k,       st[b].v,
-                    st[b].head_stride,   st[b].logw,    st[b].n + 1,
-                    out.data_ptr<float>() + b * H * d, scratch.data_ptr<float>() + b * H * nk_max};
-      decode_attention_slots(slots, H, KH, d);
-      for (int64_t b = 0; b < B; ++b) {
-        if (opt.capture_query)
-          res[b].query.push_back(p.q.narrow(1, b, 1).select(1, 0).to(at::kFloat).reshape({KH, H / KH, -1}).mean(1));
-        windows[b]->commit_staged(opt.region, segment, l, 1, pos_rows.data_ptr<int64_t>() + b);
-      }
-      x = finish(l, x, out.transpose(0, 1));
+      x = finish(l, x, batch_attention_raw(p, l, windows, opt, segment, pos_rows, res).transpose(0, 1));
       continue;
     }
     std::vector<at::Tensor> outs;

@@ -192,6 +192,100 @@ struct GgufFile::Mapping {
   }
 };
 
+namespace {
+
+// The header after the magic: the version (2 or 3) and the two counts, each checked against the
+// bytes left.
+uint32_t gguf_read_header(GgufCursor& c, const uint8_t* bytes, uint64_t& n_tensors, uint64_t& n_kv) {
+  const std::string header = "the header";
+  if (std::memcmp(bytes, "GGUF", 4) != 0) c.fail(header, "no GGUF magic (the file starts with other bytes)");
+  c.scalar(4, header, "the magic");
+  const uint32_t version = c.u32(header, "the version");
+  if (version != 2 && version != 3) {
+    const uint32_t swapped = __builtin_bswap32(version);
+    c.fail(header, str_cat("version ", version,
+                           swapped == 2 || swapped == 3 ? " (a big-endian file, which this reader does not read)"
+                           : version == 1           ? " (GGUF v1, whose counts are 32-bit, is not read; convert it)"
+                                                    : "",
+                           "; versions 2 and 3 are read"));
+  }
+  n_tensors = c.u64(header, "the tensor count");
+  n_kv = c.u64(header, "the metadata count");
+  if (n_tensors > c.left() / kGgufMinTensorInfoBytes)
+    c.fail(header, str_cat(n_tensors, " tensors: their infos alone would need at least ", kGgufMinTensorInfoBytes,
+                           " bytes each, the file has ", c.left(), " left"));
+  if (n_kv > c.left() / kGgufMinKvBytes)
+    c.fail(header, str_cat(n_kv, " metadata entries: they would need at least ", kGgufMinKvBytes,
+                           " bytes each, the file has ", c.left(), " left"));
+  return version;
+}
+
+// Tensor info i: name, dimensions (positive, their product below 2^63), a known type whose blocks
+// a row holds whole, and an aligned offset.
+GgufTensor gguf_read_tensor_info(GgufCursor& c, uint64_t i, uint32_t alignment) {
+  GgufTensor t;
+  t.name = c.string(str_cat("tensor info ", i), "the name");
+  const std::string tw = str_cat("tensor '", t.name, "'");
+  const uint32_t n_dims = c.u32(tw, "the dimension count");
+  if (n_dims > kGgufMaxDims) c.fail(tw, str_cat(n_dims, " dimensions, ggml has at most ", kGgufMaxDims));
+  uint64_t numel = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t n = c.u64(tw, "a dimension");
+    if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      c.fail(tw, str_cat("dimension ", d, " is ", n, " (must be positive and below 2^63)"));
+    if (__builtin_mul_overflow(numel, n, &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      c.fail(tw, "its dimensions' product overflows");
+    t.dims.push_back(static_cast<int64_t>(n));
+  }
+  t.numel = static_cast<int64_t>(numel);
+  const uint32_t type = c.u32(tw, "the type");
+  const GgmlTypeTraits* tr = ggml_type_traits(type);
+  if (tr == nullptr) c.fail(tw, str_cat("unknown ggml type ", type));
+  t.type = static_cast<GgmlType>(type);
+  const uint64_t row = t.dims.empty() ? 1 : static_cast<uint64_t>(t.dims[0]);
+  if (row % tr->block_size != 0)
+    c.fail(tw, str_cat("first dimension ", row, " is not a multiple of ", tr->name, "'s block of ", tr->block_size));
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel / tr->block_size, static_cast<uint64_t>(tr->block_bytes), &nbytes))
+    c.fail(tw, "its byte size overflows");
+  t.nbytes = static_cast<size_t>(nbytes);
+  t.offset = c.u64(tw, "the offset");
+  if (t.offset % alignment != 0) c.fail(tw, str_cat("offset ", t.offset, " is not a multiple of the alignment ", alignment));
+  return t;
+}
+
+// Points each tensor at its bytes in the data section (data_size bytes from file offset
+// data_offset of the file at `file`) after checking that they lie inside it and that no two
+// tensors share a byte.
+void gguf_place_tensors(GgufCursor& c, std::vector<GgufTensor>& tensors, const uint8_t* file, uint64_t data_offset,
+                        uint64_t data_size) {
+  for (GgufTensor& t : tensors) {
+    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
+      uint64_t end = 0;
+      const bool overflow = __builtin_add_overflow(t.offset, static_cast<uint64_t>(t.nbytes), &end);
+      c.fail(str_cat("tensor '", t.name, "'"),
+             str_cat(t.nbytes, " bytes at offset ", t.offset, overflow ? "" : str_cat(" (to ", end, ")"),
+                     " lie past the end of the data section (", data_size, " bytes from file offset ", data_offset,
+                     "); the file may be truncated"));
+    }
+    t.data = file + data_offset + t.offset;
+  }
+  std::vector<const GgufTensor*> order;
+  order.reserve(tensors.size());
+  for (const GgufTensor& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const GgufTensor& a = *order[i - 1];
+    const GgufTensor& b = *order[i];
+    if (b.offset < a.offset + a.nbytes)
+      c.fail(str_cat("tensor '", b.name, "'"),
+             str_cat("bytes [", b.offset, ", ", b.offset + b.nbytes, ") overlap tensor '", a.name, "' (bytes [",
+                     a.offset, ", ", a.offset + a.nbytes, "))"));
+  }
+}
+
+}  // namespace
+
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile g;
   g.path_ = path;
@@ -216,32 +310,12 @@ GgufFile GgufFile::open(const std::string& path) {
   g.map_->size = fsize;
   const auto* bytes = static_cast<const uint8_t*>(g.map_->base);
   GgufCursor c(bytes, fsize, path);
-
-  const std::string header = "the header";
-  if (std::memcmp(bytes, "GGUF", 4) != 0) c.fail(header, "no GGUF magic (the file starts with other bytes)");
-  c.scalar(4, header, "the magic");
-  g.version_ = c.u32(header, "the version");
-  if (g.version_ != 2 && g.version_ != 3) {
-    const uint32_t swapped = __builtin_bswap32(g.version_);
-    c.fail(header, str_cat("version ", g.version_,
-                           swapped == 2 || swapped == 3 ? " (a big-endian file, which this reader does not read)"
-                           : g.version_ == 1        ? " (GGUF v1, whose counts are 32-bit, is not read; convert it)"
-                                                    : "",
-                           "; versions 2 and 3 are read"));
-  }
-  const uint64_t n_tensors = c.u64(header, "the tensor count");
-  const uint64_t n_kv = c.u64(header, "the metadata count");
-  if (n_tensors > c.left() / kGgufMinTensorInfoBytes)
-    c.fail(header, str_cat(n_tensors, " tensors: their infos alone would need at least ", kGgufMinTensorInfoBytes,
-                           " bytes each, the file has ", c.left(), " left"));
-  if (n_kv > c.left() / kGgufMinKvBytes)
-    c.fail(header, str_cat(n_kv, " metadata entries: they would need at least ", kGgufMinKvBytes,
-                           " bytes each, the file has ", c.left(), " left"));
+  uint64_t n_tensors = 0, n_kv = 0;
+  g.version_ = gguf_read_header(c, bytes, n_tensors, n_kv);
 
   g.keys_.reserve(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
-    const std::string where = str_cat("metadata entry ", i);
-    std::string key = c.string(where, "the key");
+    std::string key = c.string(str_cat("metadata entry ", i), "the key");
     const std::string kw = str_cat("key '", key, "'");
     if (g.metadata_.count(key)) c.fail(kw, "appears twice");
     const uint32_t type = c.u32(kw, "the value type");
@@ -250,7 +324,6 @@ GgufFile GgufFile::open(const std::string& path) {
     g.keys_.push_back(key);
     g.metadata_.emplace(std::move(key), std::move(v));
   }
-
   if (g.has("general.alignment")) {
     const GgufValue& a = g.metadata_.at("general.alignment");
     if (a.type != GgufValueType::UINT32)
@@ -262,68 +335,15 @@ GgufFile GgufFile::open(const std::string& path) {
 
   g.tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
-    GgufTensor t;
-    t.name = c.string(str_cat("tensor info ", i), "the name");
-    const std::string tw = str_cat("tensor '", t.name, "'");
-    if (g.tensor_index_.count(t.name)) c.fail(tw, "appears twice");
-    const uint32_t n_dims = c.u32(tw, "the dimension count");
-    if (n_dims > kGgufMaxDims) c.fail(tw, str_cat(n_dims, " dimensions, ggml has at most ", kGgufMaxDims));
-    uint64_t numel = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t n = c.u64(tw, "a dimension");
-      if (n == 0 || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        c.fail(tw, str_cat("dimension ", d, " is ", n, " (must be positive and below 2^63)"));
-      if (__builtin_mul_overflow(numel, n, &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        c.fail(tw, "its dimensions' product overflows");
-      t.dims.push_back(static_cast<int64_t>(n));
-    }
-    t.numel = static_cast<int64_t>(numel);
-    const uint32_t type = c.u32(tw, "the type");
-    const GgmlTypeTraits* tr = ggml_type_traits(type);
-    if (tr == nullptr) c.fail(tw, str_cat("unknown ggml type ", type));
-    t.type = static_cast<GgmlType>(type);
-    const uint64_t row = t.dims.empty() ? 1 : static_cast<uint64_t>(t.dims[0]);
-    if (row % tr->block_size != 0)
-      c.fail(tw, str_cat("first dimension ", row, " is not a multiple of ", tr->name, "'s block of ", tr->block_size));
-    uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(numel / tr->block_size, static_cast<uint64_t>(tr->block_bytes), &nbytes))
-      c.fail(tw, "its byte size overflows");
-    t.nbytes = static_cast<size_t>(nbytes);
-    t.offset = c.u64(tw, "the offset");
-    if (t.offset % g.alignment_ != 0)
-      c.fail(tw, str_cat("offset ", t.offset, " is not a multiple of the alignment ", g.alignment_));
+    GgufTensor t = gguf_read_tensor_info(c, i, g.alignment_);
+    if (g.tensor_index_.count(t.name)) c.fail(str_cat("tensor '", t.name, "'"), "appears twice");
     g.tensor_index_.emplace(t.name, g.tensors_.size());
     g.tensors_.push_back(std::move(t));
   }
-
   // The data section starts at the next multiple of the alignment.
-  const uint64_t end_of_infos = c.pos();
-  g.data_offset_ = (end_of_infos + g.alignment_ - 1) / g.alignment_ * g.alignment_;
+  g.data_offset_ = (c.pos() + g.alignment_ - 1) / g.alignment_ * g.alignment_;
   g.data_size_ = g.data_offset_ <= fsize ? fsize - g.data_offset_ : 0;
-  for (GgufTensor& t : g.tensors_) {
-    if (t.offset > g.data_size_ || t.nbytes > g.data_size_ - t.offset) {
-      uint64_t end = 0;
-      const bool overflow = __builtin_add_overflow(t.offset, static_cast<uint64_t>(t.nbytes), &end);
-      c.fail(str_cat("tensor '", t.name, "'"),
-             str_cat(t.nbytes, " bytes at offset ", t.offset, overflow ? "" : str_cat(" (to ", end, ")"),
-                     " lie past the end of the data section (", g.data_size_, " bytes from file offset ",
-                     g.data_offset_, "); the file may be truncated"));
-    }
-    t.data = bytes + g.data_offset_ + t.offset;
-  }
-  // No two tensors share a byte.
-  std::vector<const GgufTensor*> order;
-  order.reserve(g.tensors_.size());
-  for (const GgufTensor& t : g.tensors_) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    const GgufTensor& a = *order[i - 1];
-    const GgufTensor& b = *order[i];
-    if (b.offset < a.offset + a.nbytes)
-      c.fail(str_cat("tensor '", b.name, "'"),
-             str_cat("bytes [", b.offset, ", ", b.offset + b.nbytes, ") overlap tensor '", a.name, "' (bytes [",
-                     a.offset, ", ", a.offset + a.nbytes, "))"));
-  }
+  gguf_place_tensors(c, g.tensors_, bytes, g.data_offset_, g.data_size_);
   return g;
 }
 

@@ -135,6 +135,84 @@ struct Options {
   bool model_given = false, prompt_given = false, prompt_file_given = false, budget_given = false;
 };
 
+// Sampling, stopping, beams and the prefill's chunk.
+void add_generation_options(CLI::App& app, Options& o) {
+  app.add_option("-n,--max-new-tokens", o.gen.max_new_tokens, "tokens to generate at most")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("-t,--temperature", o.gen.sampling.temperature, "0: greedy")
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 100.0));
+  app.add_option("--top-k", o.gen.sampling.top_k, "keep the k most probable tokens (0: all)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--top-p", o.gen.sampling.top_p, "nucleus mass in (0, 1]")
+      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_option("--seed", o.gen.sampling.seed, "sampling seed")->capture_default_str()->check(wm::cli::Uint64());
+  app.add_option("--stop", o.gen.stop_strings, "stop string (repeatable)");
+  app.add_option("--stop-token", o.stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  app.add_option("--beams", o.beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
+  app.add_option("--length-penalty", o.length_penalty, "beam ranking: score / length^penalty")
+      ->check(wm::cli::FiniteRange(-10.0, 10.0));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per forward pass")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+}
+
+// The memory policy; returns --kv-budget's option (given or not matters).
+CLI::Option* add_memory_options(CLI::App& app, Options& o) {
+  app.add_option("--policy", o.memory.policy, "KV memory policy")
+      ->capture_default_str()
+      ->check(CLI::IsMember(wm::llm::text_policy_names()));
+  CLI::Option* budget_opt =
+      app.add_option("--kv-budget", o.memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--sink", o.memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--window", o.memory.window, "snapkv, pyramidkv, adakv: observation window (last prompt queries)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--adakv-floor", o.memory.adakv_floor,
+                 "adakv: each kv head keeps at least this share of an even split of its layer's budget")
+      ->capture_default_str()
+      ->check(wm::cli::FiniteRange(0.0, 1.0));
+  app.add_flag("!--no-prompt-restart", o.memory.prompt_restart,
+               "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting them");
+  app.add_option("--score-kernel", o.memory.score_kernel,
+                 "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
+                 "published)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
+  app.add_option("--score-window", o.memory.score_window,
+                 "keepkv: each step's attention scores from its last N queries (0: from all of them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  return budget_opt;
+}
+
+// --perplexity, the outputs, the device and the numbers' types.
+void add_run_options(CLI::App& app, Options& o) {
+  app.add_option("--perplexity", o.perplexity_file,
+                 "score this text file instead of generating: its perplexity in windows of --perplexity-window tokens, "
+                 "each run afresh, every token after a window's first scored (the tail short of a window is left out)");
+  app.add_option("--perplexity-window", o.perplexity_window, "tokens a --perplexity window holds")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--perplexity-windows", o.perplexity_windows, "score the first N windows only (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dump-logits", o.dump_logits, "write the logits at the prompt's last position to this .npy file");
+  app.add_option("--stats-json", o.stats_json_path, "write timing and KV figures as JSON to this file");
+  app.add_flag("--no-stream", o.no_stream, "print the text at the end instead of as it is generated");
+  app.add_flag("--parse-special", o.raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
+  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "float32, float16, bfloat16")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--weights", o.weights,
+                 "float: the projections in --dtype; int8: quantised at load, a float32 scale per 32 inputs (CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "int8"}));
+  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
 // Parses the command line into `o`. Returns the exit status when the program ends here (--help,
 // a parse error, which CLI11 has printed), nothing when it goes on.
 std::optional<int> parse_options(int argc, char** argv, Options& o) {
@@ -168,71 +246,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag("--session-reset", o.session_reset,
                "--session: start the conversation afresh (what was saved under the name is replaced)");
   wm::cli::add_kv_store_options(app, o.kv_store, "--session's conversations");
-  app.add_option("-n,--max-new-tokens", o.gen.max_new_tokens, "tokens to generate at most")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("-t,--temperature", o.gen.sampling.temperature, "0: greedy")
-      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 100.0));
-  app.add_option("--top-k", o.gen.sampling.top_k, "keep the k most probable tokens (0: all)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--top-p", o.gen.sampling.top_p, "nucleus mass in (0, 1]")
-      ->capture_default_str()->check(wm::cli::FiniteRange(0.0, 1.0));
-  app.add_option("--seed", o.gen.sampling.seed, "sampling seed")->capture_default_str()->check(wm::cli::Uint64());
-  app.add_option("--stop", o.gen.stop_strings, "stop string (repeatable)");
-  app.add_option("--stop-token", o.stop_tokens, "stop token id (repeatable; the model's end tokens always stop)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
-  app.add_option("--beams", o.beams, "beam search with this many beams (0: sample)")->check(CLI::Range(0, 64));
-  app.add_option("--length-penalty", o.length_penalty, "beam ranking: score / length^penalty")
-      ->check(wm::cli::FiniteRange(-10.0, 10.0));
-  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per forward pass")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--policy", o.memory.policy, "KV memory policy")
-      ->capture_default_str()
-      ->check(CLI::IsMember(wm::llm::text_policy_names()));
-  auto* budget_opt =
-      app.add_option("--kv-budget", o.memory.budget, "KV tokens per layer the policy keeps (needed by all but full)")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--sink", o.memory.sink, "streaming_llm: attention-sink tokens")->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--window", o.memory.window, "snapkv, pyramidkv, adakv: observation window (last prompt queries)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--adakv-floor", o.memory.adakv_floor,
-                 "adakv: each kv head keeps at least this share of an even split of its layer's budget")
-      ->capture_default_str()
-      ->check(wm::cli::FiniteRange(0.0, 1.0));
-  app.add_flag("!--no-prompt-restart", o.memory.prompt_restart,
-               "keepkv: a prompt step adds its attention to the scores' moving average instead of restarting them");
-  app.add_option("--score-kernel", o.memory.score_kernel,
-                 "keepkv: max-pooling width over its scores before choosing what to keep (odd; 1: none, KeepKV as "
-                 "published)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
-  app.add_option("--score-window", o.memory.score_window,
-                 "keepkv: each step's attention scores from its last N queries (0: from all of them)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--perplexity", o.perplexity_file,
-                 "score this text file instead of generating: its perplexity in windows of --perplexity-window tokens, "
-                 "each run afresh, every token after a window's first scored (the tail short of a window is left out)");
-  app.add_option("--perplexity-window", o.perplexity_window, "tokens a --perplexity window holds")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
-  app.add_option("--perplexity-windows", o.perplexity_windows, "score the first N windows only (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--dump-logits", o.dump_logits, "write the logits at the prompt's last position to this .npy file");
-  app.add_option("--stats-json", o.stats_json_path, "write timing and KV figures as JSON to this file");
-  app.add_flag("--no-stream", o.no_stream, "print the text at the end instead of as it is generated");
-  app.add_flag("--parse-special", o.raw_special, "match special tokens (e.g. <|im_start|>) in the prompt text");
-  app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  app.add_option("--dtype", o.dtype, "float32, float16, bfloat16")->capture_default_str();
-  app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
-  app.add_option("--weights", o.weights,
-                 "float: the projections in --dtype; int8: quantised at load, a float32 scale per 32 inputs (CPU)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"float", "int8"}));
-  app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_generation_options(app, o);
+  CLI::Option* budget_opt = add_memory_options(app, o);
+  add_run_options(app, o);
   app.footer("--dump-logits and --stats-json are written whole when the run succeeds, and not at all when it fails.");
   try {
     app.parse(argc, argv);

@@ -218,6 +218,45 @@ void add_options(CLI::App& app, Options& o) {
 
 }  // namespace
 
+// Binds --host / --port (0: any free port) and returns the port. The library listens with a
+// backlog of 5: a burst of clients would see their connections dropped and retried a second
+// later, so the socket is taken here and its backlog raised once bound.
+int bind_listener(wm::serve::HttpServer& svr, const Options& o) {
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) throw wm::Error("cannot listen on " + o.host);
+  } else if (!svr.bind_to_port(o.host, port)) {
+    throw wm::Error(wm::str_cat("cannot listen on ", o.host, ":", port, " (in use, or not an address here)"));
+  }
+  if (listen_fd >= 0) ::listen(listen_fd, 1024);
+  return port;
+}
+
+// The line that says what runs where.
+void print_banner(const Options& o, at::Device dev, int nt, const std::string& relevance_note, size_t sessions, int port) {
+  const std::string policy =
+      o.memory.policy == "full"
+          ? std::string("full")
+          : wm::str_cat(o.memory.policy, " (budget ", o.memory.budget, " tokens",
+                        o.memory.policy == "evoke" ? ", relevance " + o.memory.relevance + relevance_note : "", ")");
+  const std::string kept =
+      o.state_dir.empty()
+          ? wm::str_cat("in memory only (beyond --max-sessions ", o.max_sessions, " or --session-memory ",
+                        o.session_memory_mib, " MiB the least recently used idle ones end; --state-dir keeps them)")
+          : "saved in " + o.state_dir + " (" + std::to_string(sessions) + " found)";
+  std::printf("wm_serve: %s on %s, %d threads, %d parallel, policy %s; sessions %s; listening on http://%s:%d\n",
+              o.model_dir.c_str(), wm::describe_device(dev).c_str(), nt, o.parallel, policy.c_str(), kept.c_str(),
+              o.host.c_str(), port);
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   Options o;
   o.memory.policy = "evoke";
@@ -261,23 +300,7 @@ int main(int argc, char** argv) {
       wm::serve::write_error(res, status, message);
     });
     server.routes(svr);
-    // The library listens with a backlog of 5: a burst of clients would see their connections
-    // dropped and retried a second later. The socket is taken here and its backlog raised
-    // once bound.
-    int listen_fd = -1;
-    svr.set_socket_options([&listen_fd](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      listen_fd = sock;
-    });
-    int port = o.port;
-    if (port == 0) {
-      port = svr.bind_to_any_port(o.host);
-      if (port < 0) throw wm::Error("cannot listen on " + o.host);
-    } else if (!svr.bind_to_port(o.host, port)) {
-      throw wm::Error(wm::str_cat("cannot listen on ", o.host, ":", port, " (in use, or not an address here)"));
-    }
-    if (listen_fd >= 0) ::listen(listen_fd, 1024);
+    const int port = bind_listener(svr, o);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::signal(SIGHUP, on_signal);  // a closed terminal drains too, as SIGTERM does
@@ -297,20 +320,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 250 && server.in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       svr.stop();
     });
-    const std::string policy =
-        o.memory.policy == "full"
-            ? std::string("full")
-            : wm::str_cat(o.memory.policy, " (budget ", o.memory.budget, " tokens",
-                          o.memory.policy == "evoke" ? ", relevance " + o.memory.relevance + relevance_note : "", ")");
-    std::printf("wm_serve: %s on %s, %d threads, %d parallel, policy %s; sessions %s; listening on http://%s:%d\n",
-                o.model_dir.c_str(), wm::describe_device(dev).c_str(), nt, o.parallel, policy.c_str(),
-                o.state_dir.empty()
-                    ? wm::str_cat("in memory only (beyond --max-sessions ", o.max_sessions, " or --session-memory ",
-                                  o.session_memory_mib, " MiB the least recently used idle ones end; --state-dir "
-                                  "keeps them)").c_str()
-                    : ("saved in " + o.state_dir + " (" + std::to_string(server.engine().sessions()) + " found)").c_str(),
-                o.host.c_str(), port);
-    std::fflush(stdout);
+    print_banner(o, dev, nt, relevance_note, server.engine().sessions(), port);
     svr.listen_after_bind();
     done = true;
     stopper.join();
