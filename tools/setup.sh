@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-openmp
-  libopencv-dev libeigen3-dev libsdl2-dev
+  libopencv-dev libeigen3-dev libsdl2-dev libsdl2-ttf-dev fonts-dejavu-core
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev

@@ -1,125 +1,124 @@
 #include "viewer/font.h"
 
+#include <SDL_ttf.h>
+
 #include <algorithm>
-#include <vector>
+#include <cstdlib>
+#include <filesystem>
+
+#include "runtime/error.h"
+
+#ifndef WM_VIEWER_FONT_FILE
+#define WM_VIEWER_FONT_FILE "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"
+#endif
 
 namespace wm::viewer {
-
 namespace {
 
-// The classic 5x7 LCD font, printable ASCII 0x20..0x7E, five column bytes per glyph.
-const std::array<uint8_t, 5> kGlyphs[95] = {
-    {0x00, 0x00, 0x00, 0x00, 0x00}, {0x00, 0x00, 0x5f, 0x00, 0x00}, {0x00, 0x07, 0x00, 0x07, 0x00},
-    {0x14, 0x7f, 0x14, 0x7f, 0x14}, {0x24, 0x2a, 0x7f, 0x2a, 0x12}, {0x23, 0x13, 0x08, 0x64, 0x62},
-    {0x36, 0x49, 0x55, 0x22, 0x50}, {0x00, 0x05, 0x03, 0x00, 0x00}, {0x00, 0x1c, 0x22, 0x41, 0x00},
-    {0x00, 0x41, 0x22, 0x1c, 0x00}, {0x14, 0x08, 0x3e, 0x08, 0x14}, {0x08, 0x08, 0x3e, 0x08, 0x08},
-    {0x00, 0x50, 0x30, 0x00, 0x00}, {0x08, 0x08, 0x08, 0x08, 0x08}, {0x00, 0x60, 0x60, 0x00, 0x00},
-    {0x20, 0x10, 0x08, 0x04, 0x02},  // '/'
-    {0x3e, 0x51, 0x49, 0x45, 0x3e}, {0x00, 0x42, 0x7f, 0x40, 0x00}, {0x42, 0x61, 0x51, 0x49, 0x46},
-    {0x21, 0x41, 0x45, 0x4b, 0x31}, {0x18, 0x14, 0x12, 0x7f, 0x10}, {0x27, 0x45, 0x45, 0x45, 0x39},
-    {0x3c, 0x4a, 0x49, 0x49, 0x30}, {0x01, 0x71, 0x09, 0x05, 0x03}, {0x36, 0x49, 0x49, 0x49, 0x36},
-    {0x06, 0x49, 0x49, 0x29, 0x1e},  // '9'
-    {0x00, 0x36, 0x36, 0x00, 0x00}, {0x00, 0x56, 0x36, 0x00, 0x00}, {0x08, 0x14, 0x22, 0x41, 0x00},
-    {0x14, 0x14, 0x14, 0x14, 0x14}, {0x00, 0x41, 0x22, 0x14, 0x08}, {0x02, 0x01, 0x51, 0x09, 0x06},
-    {0x32, 0x49, 0x79, 0x41, 0x3e},  // '@'
-    {0x7e, 0x11, 0x11, 0x11, 0x7e}, {0x7f, 0x49, 0x49, 0x49, 0x36}, {0x3e, 0x41, 0x41, 0x41, 0x22},
-    {0x7f, 0x41, 0x41, 0x22, 0x1c}, {0x7f, 0x49, 0x49, 0x49, 0x41}, {0x7f, 0x09, 0x09, 0x09, 0x01},
-    {0x3e, 0x41, 0x49, 0x49, 0x7a}, {0x7f, 0x08, 0x08, 0x08, 0x7f}, {0x00, 0x41, 0x7f, 0x41, 0x00},
-    {0x20, 0x40, 0x41, 0x3f, 0x01}, {0x7f, 0x08, 0x14, 0x22, 0x41}, {0x7f, 0x40, 0x40, 0x40, 0x40},
-    {0x7f, 0x02, 0x0c, 0x02, 0x7f}, {0x7f, 0x04, 0x08, 0x10, 0x7f}, {0x3e, 0x41, 0x41, 0x41, 0x3e},
-    {0x7f, 0x09, 0x09, 0x09, 0x06}, {0x3e, 0x41, 0x51, 0x21, 0x5e}, {0x7f, 0x09, 0x19, 0x29, 0x46},
-    {0x46, 0x49, 0x49, 0x49, 0x31}, {0x01, 0x01, 0x7f, 0x01, 0x01}, {0x3f, 0x40, 0x40, 0x40, 0x3f},
-    {0x1f, 0x20, 0x40, 0x20, 0x1f}, {0x3f, 0x40, 0x38, 0x40, 0x3f}, {0x63, 0x14, 0x08, 0x14, 0x63},
-    {0x07, 0x08, 0x70, 0x08, 0x07}, {0x61, 0x51, 0x49, 0x45, 0x43},  // 'Z'
-    {0x00, 0x7f, 0x41, 0x41, 0x00}, {0x02, 0x04, 0x08, 0x10, 0x20}, {0x00, 0x41, 0x41, 0x7f, 0x00},
-    {0x04, 0x02, 0x01, 0x02, 0x04}, {0x40, 0x40, 0x40, 0x40, 0x40}, {0x00, 0x01, 0x02, 0x04, 0x00},
-    {0x20, 0x54, 0x54, 0x54, 0x78}, {0x7f, 0x48, 0x44, 0x44, 0x38}, {0x38, 0x44, 0x44, 0x44, 0x20},
-    {0x38, 0x44, 0x44, 0x48, 0x7f}, {0x38, 0x54, 0x54, 0x54, 0x18}, {0x08, 0x7e, 0x09, 0x01, 0x02},
-    {0x0c, 0x52, 0x52, 0x52, 0x3e}, {0x7f, 0x08, 0x04, 0x04, 0x78}, {0x00, 0x44, 0x7d, 0x40, 0x00},
-    {0x20, 0x40, 0x44, 0x3d, 0x00}, {0x7f, 0x10, 0x28, 0x44, 0x00}, {0x00, 0x41, 0x7f, 0x40, 0x00},
-    {0x7c, 0x04, 0x18, 0x04, 0x78}, {0x7c, 0x08, 0x04, 0x04, 0x78}, {0x38, 0x44, 0x44, 0x44, 0x38},
-    {0x7c, 0x14, 0x14, 0x14, 0x08}, {0x08, 0x14, 0x14, 0x18, 0x7c}, {0x7c, 0x08, 0x04, 0x04, 0x08},
-    {0x48, 0x54, 0x54, 0x54, 0x20}, {0x04, 0x3f, 0x44, 0x40, 0x20}, {0x3c, 0x40, 0x40, 0x20, 0x7c},
-    {0x1c, 0x20, 0x40, 0x20, 0x1c}, {0x3c, 0x40, 0x30, 0x40, 0x3c}, {0x44, 0x28, 0x10, 0x28, 0x44},
-    {0x0c, 0x50, 0x50, 0x50, 0x3c}, {0x44, 0x64, 0x54, 0x4c, 0x44},  // 'z'
-    {0x00, 0x08, 0x36, 0x41, 0x00}, {0x00, 0x00, 0x7f, 0x00, 0x00}, {0x00, 0x41, 0x36, 0x08, 0x00},
-    {0x10, 0x08, 0x08, 0x10, 0x08},  // '~'
-};
+constexpr int kFirst = 32, kCount = 95;  // printable ASCII
 
-// Lower-case letters with descenders, redrawn 9 rows tall (the table's versions sit on the baseline).
-struct Descender {
-  char c;
-  std::array<uint16_t, kGlyphW> cols;
-};
-const Descender kDescenders[] = {
-    {'g', {0x038, 0x144, 0x144, 0x144, 0x0fc}}, {'j', {0x080, 0x100, 0x104, 0x0fd, 0x000}},
-    {'p', {0x1fc, 0x044, 0x044, 0x044, 0x038}}, {'q', {0x038, 0x044, 0x044, 0x044, 0x1fc}},
-    {'y', {0x03c, 0x140, 0x140, 0x140, 0x0fc}},
-};
+int size_index(int scale) { return scale <= 1 ? 0 : scale < 4 ? 1 : 2; }
 
 int glyph_index(char c) {
   const int u = static_cast<unsigned char>(c);
-  return (u >= 32 && u <= 126) ? u - 32 : '?' - 32;
+  return (u >= kFirst && u < kFirst + kCount) ? u - kFirst : '?' - kFirst;
 }
 
 }  // namespace
 
-std::array<uint16_t, kGlyphW> glyph_columns(char c) {
-  for (const auto& d : kDescenders)
-    if (d.c == c) return d.cols;
-  const auto& g = kGlyphs[glyph_index(c)];
-  return {g[0], g[1], g[2], g[3], g[4]};
+struct Font::Size {
+  TTF_Font* font = nullptr;
+  TexturePtr atlas;  // the 95 printable characters in a row, white on transparent
+  int advance = 0, line = 0, height = 0;
+};
+
+std::string font_path() {
+  const char* env = std::getenv("WM_VIEWER_FONT");
+  return env != nullptr && *env ? std::string(env) : std::string(WM_VIEWER_FONT_FILE);
 }
 
-BitmapFont::BitmapFont(SDL_Renderer* r) : r_(r) {
-  const int n = 95, aw = n * kCellW, ah = kCellH;
-  std::vector<uint32_t> px(static_cast<size_t>(aw) * ah, 0u);  // ARGB8888, transparent
-  for (int g = 0; g < n; ++g) {
-    const auto cols = glyph_columns(static_cast<char>(32 + g));
-    for (int cx = 0; cx < kGlyphW; ++cx)
-      for (int cy = 0; cy < kGlyphH; ++cy)
-        if (cols[cx] >> cy & 1) px[static_cast<size_t>(cy) * aw + g * kCellW + cx] = 0xffffffffu;
+int font_pixels(int scale) {
+  static const int px[3] = {12, 16, 32};
+  return px[size_index(scale)];
+}
+
+Font::Font(SDL_Renderer* r, const std::string& path) : r_(r) {
+  if (!std::filesystem::exists(path))
+    throw Error(str_cat("no font at '", path, "' (Debian's fonts-dejavu-core installs DejaVuSansMono.ttf; ",
+                        "WM_VIEWER_FONT names another)"));
+  if (TTF_Init() != 0) throw Error(str_cat("TTF_Init: ", TTF_GetError()));
+  ttf_init_ = true;
+  std::string all;
+  for (int i = 0; i < kCount; ++i) all += static_cast<char>(kFirst + i);
+  static const int kScales[3] = {1, 2, 4};
+  for (int s = 0; s < 3; ++s) {
+    sizes_[s] = std::make_unique<Size>();
+    Size& z = *sizes_[s];
+    z.font = TTF_OpenFont(path.c_str(), font_pixels(kScales[s]));
+    if (z.font == nullptr) throw Error(str_cat("TTF_OpenFont '", path, "': ", TTF_GetError()));
+    TTF_SetFontKerning(z.font, 0);
+    TTF_SetFontHinting(z.font, TTF_HINTING_NORMAL);
+    int minx = 0, maxx = 0, miny = 0, maxy = 0;
+    if (TTF_GlyphMetrics(z.font, 'M', &minx, &maxx, &miny, &maxy, &z.advance) != 0 || z.advance <= 0)
+      throw Error(str_cat("TTF_GlyphMetrics '", path, "': ", TTF_GetError()));
+    z.height = TTF_FontHeight(z.font);
+    z.line = std::max(z.height, TTF_FontLineSkip(z.font));
+    SDL_Surface* row = TTF_RenderUTF8_Blended(z.font, all.c_str(), SDL_Color{255, 255, 255, 255});
+    if (row == nullptr) throw Error(str_cat("TTF_RenderUTF8_Blended: ", TTF_GetError()));
+    const bool mono = row->w == z.advance * kCount;
+    z.atlas.reset(SDL_CreateTextureFromSurface(r, row));
+    SDL_FreeSurface(row);
+    if (!mono) throw Error(str_cat("'", path, "' is not a monospace font (the viewer lays text out by advances)"));
+    if (!z.atlas) throw Error(sdl_error("Font: SDL_CreateTextureFromSurface"));
+    SDL_SetTextureBlendMode(z.atlas.get(), SDL_BLENDMODE_BLEND);
   }
-  atlas_.reset(SDL_CreateTexture(r, SDL_PIXELFORMAT_ARGB8888, SDL_TEXTUREACCESS_STATIC, aw, ah));
-  if (!atlas_) throw Error(sdl_error("BitmapFont: SDL_CreateTexture"));
-  if (SDL_UpdateTexture(atlas_.get(), nullptr, px.data(), aw * 4) != 0)
-    throw Error(sdl_error("BitmapFont: SDL_UpdateTexture"));
-  SDL_SetTextureBlendMode(atlas_.get(), SDL_BLENDMODE_BLEND);
-  SDL_SetTextureScaleMode(atlas_.get(), SDL_ScaleModeNearest);
 }
 
-int BitmapFont::draw(int x, int y, const std::string& text, SDL_Color c, int scale) const {
-  SDL_SetTextureColorMod(atlas_.get(), c.r, c.g, c.b);
-  SDL_SetTextureAlphaMod(atlas_.get(), c.a);
+Font::~Font() {
+  for (auto& z : sizes_)
+    if (z && z->font) TTF_CloseFont(z->font);
+  for (auto& z : sizes_) z.reset();
+  if (ttf_init_) TTF_Quit();
+}
+
+const Font::Size& Font::size(int scale) const { return *sizes_[size_index(scale)]; }
+int Font::advance(int scale) const { return size(scale).advance; }
+int Font::line_height(int scale) const { return size(scale).line; }
+
+int Font::draw(int x, int y, const std::string& text, SDL_Color c, int scale) const {
+  const Size& z = size(scale);
+  SDL_SetTextureColorMod(z.atlas.get(), c.r, c.g, c.b);
+  SDL_SetTextureAlphaMod(z.atlas.get(), c.a);
   int cx = x, cy = y, right = x;
   for (char ch : text) {
     if (ch == '\n') {
       cx = x;
-      cy += kCellH * scale;
+      cy += z.line;
       continue;
     }
     if (ch != ' ') {
-      const SDL_Rect src{glyph_index(ch) * kCellW, 0, kGlyphW, kGlyphH};
-      const SDL_Rect dst{cx, cy, kGlyphW * scale, kGlyphH * scale};
-      SDL_RenderCopy(r_, atlas_.get(), &src, &dst);
+      const SDL_Rect src{glyph_index(ch) * z.advance, 0, z.advance, z.height};
+      const SDL_Rect dst{cx, cy, z.advance, z.height};
+      SDL_RenderCopy(r_, z.atlas.get(), &src, &dst);
     }
-    cx += kCellW * scale;
+    cx += z.advance;
     right = std::max(right, cx);
   }
   return right;
 }
 
-int BitmapFont::width(const std::string& text, int scale) {
+int Font::width(const std::string& text, int scale) const {
   int best = 0, cur = 0;
   for (char ch : text) {
     if (ch == '\n') cur = 0;
     else best = std::max(best, ++cur);
   }
-  return best * kCellW * scale;
+  return best * size(scale).advance;
 }
 
-int BitmapFont::height(const std::string& text, int scale) {
-  return (1 + static_cast<int>(std::count(text.begin(), text.end(), '\n'))) * kCellH * scale;
+int Font::height(const std::string& text, int scale) const {
+  const Size& z = size(scale);
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n')) * z.line + z.height;
 }
 
 }  // namespace wm::viewer

@@ -1,38 +1,52 @@
 #pragma once
-// A small embedded bitmap font (5x7 glyphs, descenders of g j p q y below the baseline, in 6x10
-// cells, printable ASCII) drawn through a glyph atlas texture: no font files, no SDL_ttf. Glyphs
-// scale by whole factors so text stays crisp.
+// The viewer's text: DejaVu Sans Mono (Debian's fonts-dejavu-core) through SDL2_ttf, antialiased.
+// Each size's printable ASCII is rendered once into a white atlas texture (a monospace font
+// without kerning puts character i at i advances), and text is drawn from it per character,
+// tinted; a character outside 32..126 draws as '?'. Sizes go by scale: 1 captions, 2 the HUD,
+// 4 banners.
 #include <SDL.h>
 
 #include <array>
-#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "viewer/sdl_handles.h"
 
 namespace wm::viewer {
 
-constexpr int kGlyphW = 5, kGlyphH = 9;  // pixel rows of a glyph: 7 above the baseline, 2 below
-constexpr int kCellW = 6, kCellH = 10;   // advance and line height at scale 1
+// The font file: $WM_VIEWER_FONT when set, else the one CMake found (WM_VIEWER_FONT_FILE:
+// /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf).
+std::string font_path();
 
-// Column bits of the glyph for c (bit 0 = top row); characters outside 32..126 draw as '?'.
-std::array<uint16_t, kGlyphW> glyph_columns(char c);
+// Pixel size of the font at scale 1, 2, 4 (others: the nearest of those).
+int font_pixels(int scale);
 
-class BitmapFont {
+class Font {
  public:
-  // Builds the atlas texture on `r`. Throws wm::Error with SDL's message on failure.
-  explicit BitmapFont(SDL_Renderer* r);
+  // Opens `path` at every size and builds the atlases on r. Throws wm::Error naming the file
+  // (and the package that installs it) or with SDL_ttf's message.
+  Font(SDL_Renderer* r, const std::string& path);
+  ~Font();
+  Font(const Font&) = delete;
+  Font& operator=(const Font&) = delete;
 
-  // Draws one line of text with its top-left at (x, y), each font pixel scale x scale screen
-  // pixels, in colour c. '\n' starts a new line. Returns the x just past the widest line.
+  // Draws text with its top-left at (x, y) in colour c; '\n' starts a new line. Returns the x
+  // just past the widest line.
   int draw(int x, int y, const std::string& text, SDL_Color c, int scale = 2) const;
-  // Width and height in screen pixels of text drawn at this scale (widest line, all lines).
-  static int width(const std::string& text, int scale = 2);
-  static int height(const std::string& text, int scale = 2);
+  // Width and height in pixels of text at this scale (widest line, all lines).
+  int width(const std::string& text, int scale = 2) const;
+  int height(const std::string& text, int scale = 2) const;
+  // A character's advance and a line's height at this scale.
+  int advance(int scale = 2) const;
+  int line_height(int scale = 2) const;
 
  private:
+  struct Size;  // one size's font (SDL_ttf's, kept out of this header) and atlas
+  const Size& size(int scale) const;
+
   SDL_Renderer* r_;
-  TexturePtr atlas_;
+  bool ttf_init_ = false;
+  std::array<std::unique_ptr<Size>, 3> sizes_;  // scales 1, 2, 4
 };
 
 }  // namespace wm::viewer

@@ -1,9 +1,8 @@
 #include "viewer/generator.h"
 
-#include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/core/grad_mode.h>
 
 #include "runtime/error.h"
-#include "tools/rollout/world_adapter.h"
 
 namespace wm::viewer {
 
@@ -50,10 +49,19 @@ MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index
   return s;
 }
 
+MemorySnapshot snapshot_native(const worldkv::WorldSession& session, const worldkv::ChunkOutput& chunk) {
+  MemorySnapshot s;
+  s.policy = "native";
+  s.window = {{"rolling", session.model().native_window_chunks(chunk.index)},
+              {"denoise", {worldkv::WorldMemory::chunk_id(chunk.index)}}};
+  s.window_bytes = chunk.window_bytes;
+  return s;
+}
+
 Generator::Generator(std::unique_ptr<worldkv::WorldSession> session, std::function<void()> on_result)
     : session_(std::move(session)), on_result_(std::move(on_result)) {
   WM_CHECK(session_ != nullptr, "no session");
-  frames_per_chunk_ = session_->frames_per_chunk();
+  info_ = session_->info();
   worker_ = std::thread([this] { run(); });
 }
 
@@ -65,6 +73,11 @@ Generator::~Generator() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+}
+
+int Generator::controls_for_chunk(int64_t index) const {
+  return index == 0 ? 1 + info_.temporal_stride * (info_.frames_per_chunk - 1)
+                    : info_.temporal_stride * info_.frames_per_chunk;
 }
 
 void Generator::submit(ChunkRequest request) {
@@ -79,7 +92,7 @@ void Generator::submit(ChunkRequest request) {
   cv_.notify_one();
 }
 
-uint64_t Generator::reset(uint64_t seed, worldkv::Policy policy) {
+uint64_t Generator::reset(uint64_t seed, const std::string& policy) {
   uint64_t e;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,26 +126,39 @@ uint64_t Generator::epoch() const {
   return epoch_;
 }
 
-ChunkResult Generator::generate(const Job& job) {
+ChunkResult Generator::generate(Job& job) {
   ChunkResult r;
   r.epoch = job.epoch;
   r.chunk.index = session_->chunks_done();
-  r.poses = job.chunk.poses;
+  r.controls = job.chunk.controls;
   try {
-    const std::vector<worldkv::FrameControl> controls = rollout::model_controls(job.chunk.poses, job.chunk.actions);
-    r.chunk = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0
-                  ? session_->prompt(job.chunk.prompt_frames, controls)
-                  : session_->next(controls);
-    r.memory = snapshot_memory(*session_->memory(), r.chunk.index, after_commit_, r.chunk.retrieved);
-    after_commit_ = regions_of(*session_->memory());
+    const bool prompt = !job.chunk.prompt_frames.empty() && session_->chunks_done() == 0;
+    r.chunk = prompt ? session_->prompt(job.chunk.prompt_frames, job.chunk.controls) : session_->next(job.chunk.controls);
+    r.chunk.latents = at::Tensor();  // the UI shows the frames
+    if (const worldkv::WorldMemory* mem = session_->memory()) {
+      r.memory = snapshot_memory(*mem, r.chunk.index, after_commit_, r.chunk.retrieved);
+      after_commit_ = regions_of(*mem);
+    } else {
+      r.memory = snapshot_native(*session_, r.chunk);
+    }
   } catch (const std::exception& e) {
     r.error = str_cat("chunk ", r.chunk.index, ": ", e.what());
   }
   return r;
 }
 
+void Generator::push(ChunkResult r, bool chunk) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (chunk) --pending_chunks_;
+    if (stop_) return;
+    results_.push_back(std::move(r));
+  }
+  if (on_result_) on_result_();
+}
+
 void Generator::run() {
-  torch::NoGradGuard no_grad;  // grad mode is per thread
+  at::NoGradGuard no_grad;  // grad mode is per thread
   for (;;) {
     Job job;
     {
@@ -142,30 +168,19 @@ void Generator::run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    if (job.reset) {
-      try {
-        session_->reset(job.seed, job.policy.name());
-        after_commit_.clear();
-      } catch (const std::exception& e) {
-        ChunkResult r;
-        r.epoch = job.epoch;
-        r.error = str_cat("reset to ", worldkv::policy_name(job.policy), ": ", e.what());
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          results_.push_back(std::move(r));
-        }
-        if (on_result_) on_result_();
-      }
+    if (!job.reset) {
+      push(generate(job), true);
       continue;
     }
-    ChunkResult r = generate(job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --pending_chunks_;
-      if (stop_) return;
-      results_.push_back(std::move(r));
+    try {
+      session_->reset(job.seed, job.policy);
+      after_commit_.clear();
+    } catch (const std::exception& e) {
+      ChunkResult r;
+      r.epoch = job.epoch;
+      r.error = str_cat("reset to ", job.policy, ": ", e.what());
+      push(std::move(r), false);
     }
-    if (on_result_) on_result_();
   }
 }
 

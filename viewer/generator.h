@@ -1,8 +1,8 @@
 #pragma once
-// The generation worker: a thread that owns the WorldSession and turns chunk requests into
-// chunk results, so the UI thread never waits on the model. Requests and resets are served in
-// the order they are made; every result carries the epoch it was made in, and a reset starts a
-// new epoch, so the UI can drop results that a reset made stale.
+// The generation worker: a thread that owns the WorldSession (any model kind) and turns chunk
+// requests into chunk results, so the UI thread never waits on the model. Requests and resets are
+// served in the order they are made; every result carries the epoch it was made in, and a reset
+// starts a new epoch, so the UI can drop results that a reset made stale.
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -16,19 +16,17 @@
 #include <utility>
 #include <vector>
 
-#include "tools/world/actions.h"
-#include "tools/world/pose.h"
-#include "worldkv/policy.h"
 #include "worldkv/pose.h"
 #include "worldkv/session.h"
 
 namespace wm::viewer {
 
-// What the HUD and the minimap show of the world memory, copied on the worker thread.
+// What the HUD and the panels show of the memory, copied on the worker thread.
 struct MemorySnapshot {
   std::string policy;
-  // The window chunk i was denoised over, in window order: {"sink", [...]}, {"retrieved", [...]},
-  // {"recent", [...]}, {"denoise", ["chunk:i"]} (regions the policy lacks are left out).
+  // The window chunk i was made over, in window order: {"sink", [...]}, {"retrieved", [...]},
+  // {"recent", [...]}, {"denoise", ["chunk:i"]} (regions the policy lacks are left out); on the
+  // model's own window {"rolling", [the chunks whose frames it holds]}, {"denoise", ...}.
   std::vector<std::pair<std::string, std::vector<std::string>>> window;
   int retrieved_capacity = 0;                  // chunks the retrieved region can hold (0: none), as
                                                // the memory lays it out (worldkv::window_chunks)
@@ -40,24 +38,21 @@ struct MemorySnapshot {
   size_t window_bytes = 0;
 };
 
-// A chunk in the viewer's terms, those of the world it walks in: the worker converts the poses
-// and actions to the model's (tools/rollout/world_adapter.h) as it hands them to the session.
+// A chunk of controls, one per video frame (WorldSession::controls_for_chunk of them).
 struct ChunkRequest {
-  std::vector<world::Pose> poses;      // frames_per_chunk poses
-  std::vector<world::Action> actions;  // the actions that led to them
-  std::vector<Image> prompt_frames;    // first chunk of a session only: the ground-truth view the
-                                       // model starts from (WorldSession::prompt); else empty
+  std::vector<worldkv::FrameControl> controls;
+  std::vector<Image> prompt_frames;  // first chunk of a rollout only: the frames the model starts
+                                     // from (WorldSession::prompt); else empty
 };
 
-// A request served: the session's output for it, the request's poses, and the memory as the HUD
-// shows it.
+// A request served: the session's output for it and the memory as the HUD shows it.
 struct ChunkResult {
   uint64_t epoch = 0;
-  worldkv::ChunkOutput chunk;          // chunk index in its epoch, frames, the session's timings;
-                                       // of a failed chunk, the index only
-  std::vector<world::Pose> poses;      // the request's poses, one per frame
+  worldkv::ChunkOutput chunk;  // index in its epoch, frames, poses, timings, sizes; of a failed
+                               // chunk, the index only
+  std::vector<worldkv::FrameControl> controls;  // the request's, one per frame
   MemorySnapshot memory;
-  std::string error;                   // non-empty: the chunk failed with this message
+  std::string error;           // non-empty: the chunk (or the reset before it) failed with this message
 };
 
 class Generator {
@@ -72,30 +67,34 @@ class Generator {
 
   // Queues a chunk of the current epoch.
   void submit(ChunkRequest request);
-  // Queues a reset of the session (empty memory, chunk 0, noise seed, policy); returns the new
-  // epoch, whose results follow every earlier request's.
-  uint64_t reset(uint64_t seed, worldkv::Policy policy);
+  // Queues a reset of the session (empty memory, chunk 0, noise seed, policy: "native" or a video
+  // policy); returns the new epoch, whose results follow every earlier request's.
+  uint64_t reset(uint64_t seed, const std::string& policy);
   // The oldest finished result, if any (never blocks).
   std::optional<ChunkResult> poll();
   // Chunk requests queued or in progress (resets not counted).
   int pending() const;
   uint64_t epoch() const;
-  int frames_per_chunk() const { return frames_per_chunk_; }
+  // The model (fixed; readable from any thread) and the video frames of control chunk `index`
+  // of a rollout takes.
+  const worldkv::ModelInfo& info() const { return info_; }
+  int controls_for_chunk(int64_t index) const;
 
  private:
   struct Job {
     bool reset = false;
     uint64_t epoch = 0;
     uint64_t seed = 0;
-    worldkv::Policy policy = worldkv::Policy::WorldKv;
+    std::string policy;
     ChunkRequest chunk;
   };
   void run();
-  ChunkResult generate(const Job& job);
+  ChunkResult generate(Job& job);
+  void push(ChunkResult r, bool chunk);
 
   std::unique_ptr<worldkv::WorldSession> session_;
+  worldkv::ModelInfo info_;
   std::function<void()> on_result_;
-  int frames_per_chunk_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
@@ -114,5 +113,8 @@ class Generator {
 MemorySnapshot snapshot_memory(const worldkv::WorldMemory& memory, int64_t index,
                                const std::vector<std::pair<std::string, std::vector<std::string>>>& before,
                                const std::vector<std::string>& retrieved);
+
+// The snapshot of a chunk made on the model's own window: the chunks it held, the chunk's window bytes.
+MemorySnapshot snapshot_native(const worldkv::WorldSession& session, const worldkv::ChunkOutput& chunk);
 
 }  // namespace wm::viewer

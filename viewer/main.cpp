@@ -12,17 +12,18 @@
 #include "tools/cli/output_file.h"
 #include "tools/cli/validators.h"
 #include "viewer/app.h"
-#include "viewer/hud.h"
-#include "viewer/mg2_app.h"
-#include "viewer/mg2_hud.h"
+#include "viewer/mg2_view.h"
+#include "viewer/tiny_view.h"
 
 int main(int argc, char** argv) {
   wm::viewer::ViewerOptions o;
   std::string script_file, inject;
   CLI::App app{"wm_viewer: play the world model live (WASD + mouse), with its KV memory on screen"};
-  app.footer(std::string("\nKeys:\n") + wm::viewer::help_text() +
+  wm::viewer::ViewerOptions universal;
+  universal.mode = "universal";
+  app.footer(std::string("\nKeys (the tiny model):\n") + wm::viewer::help_text(wm::viewer::TinyView(o)) +
              "\n\nMatrix-Game-2.0 keys (universal; gta_drive and templerun in viewer/README.md):\n" +
-             wm::viewer::mg2_help_text("universal") +
+             wm::viewer::help_text(wm::viewer::Mg2View(universal)) +
              "\n\nScripts (--inject / --script): commands separated by ';' or newlines:\n"
              "  down KEY | up KEY | press KEY | hold KEY DUR | mouse DX [DY] | click [left|middle|right]\n"
              "  wait DUR | screenshot PATH | quit        DUR: 500ms, 2s, 3c (chunks), 12f (frames)\n"

@@ -28,11 +28,11 @@ void Minimap::set_scene(SDL_Renderer* r, const world::Scene& scene) {
   if (SDL_UpdateTexture(map_.get(), nullptr, rgb.data(), w_ * 3) != 0) throw Error(sdl_error("Minimap: SDL_UpdateTexture"));
 }
 
-void Minimap::draw(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const std::vector<world::Pose>& trail,
+void Minimap::draw(SDL_Renderer* r, const Font& font, const SDL_Rect& area, const std::vector<world::Pose>& trail,
                    const MemorySnapshot* mem, const world::Pose& cam, double fov_deg) const {
   using namespace palette;
   if (!map_ || area.w <= 0 || area.h <= 0) return;
-  const int legend_h = kCellH + 4, map_h = area.h - legend_h;
+  const int legend_h = font.line_height(1) + 4, map_h = area.h - legend_h;
   const int cell = std::max(1, std::min(area.w / w_, map_h / h_));
   const SDL_Rect map{area.x + (area.w - cell * w_) / 2, area.y + std::max(0, (map_h - cell * h_) / 2), cell * w_, cell * h_};
   SDL_RenderCopy(r, map_.get(), nullptr, &map);
@@ -104,7 +104,7 @@ void Minimap::draw(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area
   dot(cam.x, cam.y, std::max(2, cell / 3), kCamera);
 
   // Legend along the bottom of the area.
-  const int ly = area.y + area.h - kCellH;
+  const int ly = area.y + area.h - font.line_height(1);
   int x = area.x;
   x = font.draw(x, ly, "trail", kTrail, 1) + 10;
   x = font.draw(x, ly, "banked", kBanked, 1) + 10;

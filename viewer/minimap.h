@@ -21,7 +21,7 @@ class Minimap {
 
   // Draws into `area` (the map is fitted, square cells, centred). trail: camera positions so
   // far; mem may be null; fov_deg: the camera's horizontal field of view.
-  void draw(SDL_Renderer* r, const BitmapFont& font, const SDL_Rect& area, const std::vector<world::Pose>& trail,
+  void draw(SDL_Renderer* r, const Font& font, const SDL_Rect& area, const std::vector<world::Pose>& trail,
             const MemorySnapshot* mem, const world::Pose& camera, double fov_deg) const;
 
  private:

@@ -47,18 +47,19 @@ TEST(Viewer, NotConfigured) {
 #include "tools/media/png.h"
 #include "tests/worldkv/synthetic.h"
 #include "tools/world/scene.h"
+#include "tools/rollout/mg2_start.h"
 #include "viewer/app.h"
 #include "viewer/font.h"
 #include "viewer/generator.h"
 #include "viewer/hud.h"
 #include "viewer/input.h"
 #include "viewer/layout.h"
-#include "viewer/mg2_app.h"
-#include "viewer/mg2_generator.h"
 #include "viewer/mg2_hud.h"
 #include "viewer/mg2_input.h"
+#include "viewer/mg2_view.h"
 #include "viewer/palette.h"
 #include "viewer/script.h"
+#include "viewer/tiny_view.h"
 #include "worldkv/mg2_adapter.h"
 
 namespace fs = std::filesystem;
@@ -186,16 +187,73 @@ TEST(ViewerSnapshot, RetrievedCapacityFollowsTheMemorysLayout) {
   }
 }
 
+// DejaVu Sans Mono through SDL_ttf on a software renderer (no window): a monospace layout, the
+// text drawn in the HUD's colour inside its box and nowhere else, a clear error for a missing file.
 TEST(ViewerHud, FontAndFormatting) {
-  const auto a = wv::glyph_columns('A');
-  EXPECT_NE(a[0], 0);
-  EXPECT_EQ(wv::glyph_columns('\x01'), wv::glyph_columns('?'));
-  EXPECT_NE(wv::glyph_columns('g')[1] >> 8, 0);  // descender below the baseline
-  EXPECT_EQ(wv::BitmapFont::width("ab\nabcd", 2), 4 * wv::kCellW * 2);
+  SDL_Surface* surf = SDL_CreateRGBSurfaceWithFormat(0, 320, 64, 32, SDL_PIXELFORMAT_RGBA32);
+  ASSERT_NE(surf, nullptr) << SDL_GetError();
+  SDL_Renderer* r = SDL_CreateSoftwareRenderer(surf);
+  ASSERT_NE(r, nullptr) << SDL_GetError();
+  {
+    const wv::Font font(r, wv::font_path());
+    EXPECT_GT(font.advance(2), font.advance(1));
+    EXPECT_GT(font.advance(4), font.advance(2));
+    EXPECT_EQ(font.width("ab\nabcd", 2), 4 * font.advance(2));
+    EXPECT_EQ(font.height("a\nb", 2), font.line_height(2) + font.height("a", 2));
+    SDL_SetRenderDrawColor(r, 0, 0, 0, 255);
+    SDL_RenderClear(r);
+    const std::string text = "Hello, HUD";
+    EXPECT_EQ(font.draw(4, 4, text, wv::palette::kText, 2), 4 + font.width(text, 2));
+    SDL_RenderFlush(r);
+    const SDL_Color c = wv::palette::kText;
+    size_t inside = 0, outside = 0;
+    for (int y = 0; y < surf->h; ++y)
+      for (int x = 0; x < surf->w; ++x) {
+        const uint8_t* p = static_cast<const uint8_t*>(surf->pixels) + y * surf->pitch + 4 * x;
+        const bool lit = p[0] > 0 || p[1] > 0 || p[2] > 0;
+        const bool in_box = x >= 4 && x < 4 + font.width(text, 2) && y >= 4 && y < 4 + font.height(text, 2);
+        inside += in_box && p[0] == c.r && p[1] == c.g && p[2] == c.b;
+        outside += !in_box && lit;
+      }
+    EXPECT_GT(inside, 20u) << "glyph pixels in the text's own colour";
+    EXPECT_EQ(outside, 0u);
+    EXPECT_THROW(wv::Font(r, "/nonexistent/DejaVuSansMono.ttf"), wm::Error);
+  }
+  SDL_DestroyRenderer(r);
+  SDL_FreeSurface(surf);
   EXPECT_EQ(wv::format_bytes(512), "512 B");
   EXPECT_EQ(wv::format_bytes(3 << 20), "3.00 MB");
+  EXPECT_EQ(wv::format_ms(120.4), "120 ms");
+  EXPECT_EQ(wv::format_ms(61300), "61.3 s");
+  EXPECT_EQ(wv::format_ms_list({120, 95.4}, {"", "  p50 "}), "120  p50 95 ms");
+  EXPECT_EQ(wv::format_ms_list({61300, 9000}, {"model ", "  decode "}), "model 61.3  decode 9.0 s");
   EXPECT_EQ(wv::chunk_number("chunk:42"), 42);
   EXPECT_EQ(wv::chunk_number("file:a.py#0"), -1);
+}
+
+// One help for every view: its steering keys, the policies its digit keys pick (the tiny model
+// has no window of its own, Matrix-Game-2.0's keys stop at 5), G where there is a ground truth,
+// Esc where the mouse steers, the new start.
+TEST(ViewerHelp, EachViewListsItsKeysAndPolicies) {
+  wv::ViewerOptions o;
+  const std::string tiny = wv::help_text(wv::TinyView(o));
+  EXPECT_EQ(tiny.find("0 native"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("6 worldkv_attn"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("ground truth"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("Esc"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("new scene"), std::string::npos) << tiny;
+  o.mode = "templerun";
+  const std::string tr = wv::help_text(wv::Mg2View(o));
+  EXPECT_NE(tr.find("0 native"), std::string::npos) << tr;
+  EXPECT_NE(tr.find("5 sink_recent"), std::string::npos) << tr;
+  EXPECT_EQ(tr.find("worldkv_attn"), std::string::npos) << tr;
+  EXPECT_EQ(tr.find("ground truth"), std::string::npos) << tr;
+  EXPECT_EQ(tr.find("Esc"), std::string::npos) << tr;  // templerun has no mouse
+  EXPECT_NE(tr.find("jump"), std::string::npos) << tr;
+  EXPECT_NE(tr.find("restart from frame 1"), std::string::npos) << tr;
+  wv::ViewerOptions bad;
+  bad.mode = "custom";
+  EXPECT_THROW(wv::Mg2View{bad}, wm::Error);
 }
 
 // ---------------------------------------------------------------- Matrix-Game-2.0, no window
@@ -324,10 +382,10 @@ TEST(ViewerMg2, RecognisesModelsAndFindsTheHubsFilesBesideThem) {
   fs::remove_all(other);
 
   const std::string want = (fx.parent_path() / "Wan2.1_VAE.pth").lexically_normal().string();
-  EXPECT_EQ(wv::mg2_file_beside_model((fx / "model.safetensors").string(), "", "Wan2.1_VAE.pth"), want);
-  EXPECT_EQ(wv::mg2_file_beside_model(fx.string(), "", "Wan2.1_VAE.pth"), want);
-  EXPECT_EQ(wv::mg2_file_beside_model(fx.string() + "/", "", "Wan2.1_VAE.pth"), want);
-  EXPECT_EQ(wv::mg2_file_beside_model(fx.string(), "my.pth", "Wan2.1_VAE.pth"), "my.pth");
+  EXPECT_EQ(wm::rollout::mg2_file_beside_model((fx / "model.safetensors").string(), "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wm::rollout::mg2_file_beside_model(fx.string(), "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wm::rollout::mg2_file_beside_model(fx.string() + "/", "", "Wan2.1_VAE.pth"), want);
+  EXPECT_EQ(wm::rollout::mg2_file_beside_model(fx.string(), "my.pth", "Wan2.1_VAE.pth"), "my.pth");
 }
 
 TEST(ViewerMg2, RollingWindowHoldsTheFramesUpstreamKeeps) {
@@ -631,35 +689,79 @@ void write_random_wan_vae(const std::string& path, int64_t dim, uint64_t seed) {
 // one (wan_vae_tiny.pth, same code) costs about 1 s of CPU a 640x352 frame, this one a third of
 // that. W held and the mouse 200 px right for both chunks: every one of the 9 + 12 frames' inputs
 // carries W, the mouse turns 1.0 (0.2 a frame), and the retrieval pose follows.
-TEST_F(ViewerProgram, Mg2RunsTwoChunksOfTheReducedModelFromHeldKeys) {
-  const fs::path model = fs::path(WM_SOURCE_DIR) / "tests/dit/fixtures/mg2/universal/model.safetensors";
-  const fs::path lat = dir_ / "mg2_latents.safetensors", vae = dir_ / "wan_vae_dim1.safetensors";
-  at::Generator g = at::detail::createCPUGenerator(3);
-  wm::save_safetensors(lat.string(), {{"image_latents", at::randn({2, 16, 44, 80}, g)},
-                                      {"clip_tokens", at::randn({257, 1280}, g)}});
-  write_random_wan_vae(vae.string(), 1, 4);
-  const fs::path shot = dir_ / "mg2.png", summary = dir_ / "mg2.json";
+namespace viewer_test {
+
+// The reduced universal model's files for a run: random image latents and CLIP tokens, and a
+// 1-wide random Wan VAE (written once).
+struct Mg2Files {
+  fs::path model, latents, vae;
+};
+
+Mg2Files mg2_files(const fs::path& dir) {
+  Mg2Files f{fs::path(WM_SOURCE_DIR) / "tests/dit/fixtures/mg2/universal/model.safetensors",
+             dir / "mg2_latents.safetensors", dir / "wan_vae_dim1.safetensors"};
+  if (!fs::exists(f.vae)) {
+    at::Generator g = at::detail::createCPUGenerator(3);
+    wm::save_safetensors(f.latents.string(), {{"image_latents", at::randn({2, 16, 44, 80}, g)},
+                                              {"clip_tokens", at::randn({257, 1280}, g)}});
+    write_random_wan_vae(f.vae.string(), 1, 4);
+  }
+  return f;
+}
+
+// Every key of a JSON object, nested ones as "a.b", sorted.
+std::set<std::string> key_paths(const nlohmann::json& j, const std::string& prefix = "") {
+  std::set<std::string> out;
+  for (const auto& [k, v] : j.items()) {
+    out.insert(prefix + k);
+    if (v.is_object() && k != "keys")
+      for (const auto& sub : key_paths(v, prefix + k + ".")) out.insert(sub);
+  }
+  return out;
+}
+
+// Runs the viewer on the reduced model's files on the CPU (2 threads), software-rendered, the
+// frame clock free, with `extra`, and reads the summary it wrote to `summary` (empty object when
+// none). timeout_s is the viewer's own --timeout, stretched by WM_TEST_TIME_SCALE.
+nlohmann::json run_mg2(const Mg2Files& f, std::vector<std::string> extra, const fs::path& summary,
+                       const std::string& display, const fs::path& dir, int timeout_s, RunResult& r) {
   const char* scale_env = std::getenv("WM_TEST_TIME_SCALE");
   const int scale = scale_env != nullptr ? std::max(1, std::atoi(scale_env)) : 1;
-  const RunResult r = run_program({WM_VIEWER_BIN, "--model", model.string(), "--latents", lat.string(), "--vae",
-                                   vae.string(), "--device", "cpu", "--threads", "2", "--software", "--chunks", "2",
-                                   "--fps", "0", "--timeout", std::to_string(100 * scale), "--summary-json",
-                                   summary.string(), "--screenshot", shot.string(), "--inject",
-                                   "down W; mouse 200 0; wait 2c; up W"},
-                                  x_->display, dir_, 110 * scale);
+  std::vector<std::string> argv{WM_VIEWER_BIN, "--model", f.model.string(), "--latents", f.latents.string(), "--vae",
+                                f.vae.string(), "--device", "cpu", "--threads", "2", "--software", "--fps", "0",
+                                "--timeout", std::to_string(timeout_s * scale), "--summary-json", summary.string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  r = run_program(argv, display, dir, (timeout_s + 10) * scale);
+  std::ifstream in(summary);
+  return in ? nlohmann::json::parse(in) : nlohmann::json::object();
+}
+
+}  // namespace viewer_test
+
+// Matrix-Game-2.0 on the reduced universal model (tests/dit/fixtures/mg2), from random image
+// latents and CLIP tokens, decoded by a 1-wide Wan VAE with random weights: the fixture's 4-wide
+// one (wan_vae_tiny.pth, same code) costs about 1 s of CPU a 640x352 frame, this one a third of
+// that. W held and the mouse 200 px right for both chunks: every one of the 9 + 12 frames' inputs
+// carries W, the mouse turns 1.0 (0.2 a frame), and the retrieval pose follows. The summary has the
+// tiny model's shape, key for key.
+TEST_F(ViewerProgram, Mg2RunsTwoChunksOfTheReducedModelFromHeldKeys) {
+  const Mg2Files files = mg2_files(dir_);
+  const fs::path shot = dir_ / "mg2.png";
+  RunResult r;
+  nlohmann::json s = run_mg2(files, {"--chunks", "2", "--screenshot", shot.string(), "--inject", "down W; mouse 200 0; wait 2c; up W"},
+                             dir_ / "mg2.json", x_->display, dir_, 100, r);
   ASSERT_EQ(r.rc, 0) << r.output;
-  std::ifstream f(summary);
-  ASSERT_TRUE(f) << r.output;
-  nlohmann::json s = nlohmann::json::parse(f);
+  ASSERT_TRUE(s.contains("kind")) << r.output;
+  EXPECT_EQ(s["kind"], "matrix-game-2.0");
+  EXPECT_EQ(s["name"], "universal");
   EXPECT_EQ(s["chunks"], 2);
   EXPECT_EQ(s["frames"], 21);  // 9 + 12 decoded frames
+  EXPECT_EQ(s["controls"], 21);
   EXPECT_EQ(s["policy"], "native");
-  ASSERT_TRUE(s.contains("mg2")) << s.dump();
-  EXPECT_EQ(s["mg2"]["mode"], "universal");
-  EXPECT_EQ(s["mg2"]["inputs"], 21);
-  EXPECT_EQ(s["mg2"]["keyboard_frames"], (nlohmann::json{{"W", 21}, {"S", 0}, {"A", 0}, {"D", 0}}));
-  EXPECT_GT(s["mg2"]["window_bytes"].get<double>(), 0);
-  EXPECT_GT(s["mg2"]["action_bytes"].get<double>(), 0);
+  EXPECT_EQ(s["keys"], (nlohmann::json{{"W", 21}, {"S", 0}, {"A", 0}, {"D", 0}}));
+  EXPECT_GT(s["window_bytes"].get<double>(), 0);
+  EXPECT_GT(s["state_bytes"].get<double>(), 0);  // the action K/V in upstream's rolling cache
+  EXPECT_GT(s["decode_ms_mean"].get<double>(), 0);
   // The pose: yaw 0.2, 0.4, ... 1.0 then 1.0 (the turn first, then a step of 1 along it); the
   // model's input is float32.
   double x = 0, y = 0, yaw = 0;
@@ -681,6 +783,32 @@ TEST_F(ViewerProgram, Mg2RunsTwoChunksOfTheReducedModelFromHeldKeys) {
   ASSERT_LE(frame.y + frame.h, img.height);
   EXPECT_GT(distinct_colors(img, frame), 200u) << "the decoded frame is (nearly) uniform";
   EXPECT_GT(count_color(img, hud, wv::palette::kText), 300u) << "no HUD text in the HUD area";
+
+  // One shape for both kinds: the tiny model's summary has the same keys.
+  auto tiny = run_viewer({"--chunks", "1", "--fps", "0"}, "shape");
+  EXPECT_EQ(tiny["kind"], "tiny_dit");
+  EXPECT_EQ(key_paths(tiny), key_paths(s));
+  EXPECT_EQ(tiny["keys"].size(), 5u);  // W S A D turn
+}
+
+// The shared loop's keys on Matrix-Game-2.0: a policy key restarts from the first frame under
+// that policy (3: worldkv over the world memory), N restarts again, R records, H shows the help;
+// every restart's first chunk takes 9 frames of input.
+TEST_F(ViewerProgram, Mg2KeysSwitchPolicyRestartAndRecord) {
+  const Mg2Files files = mg2_files(dir_);
+  const fs::path rec = dir_ / "mg2.mp4";
+  RunResult r;
+  nlohmann::json s = run_mg2(files, {"--chunks", "3", "--record", rec.string(), "--inject",
+                                     "wait 1c; press 3; wait 1c; press N; press H; wait 2c"},
+                             dir_ / "mg2_keys.json", x_->display, dir_, 200, r);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(s["policy"], "worldkv");
+  EXPECT_EQ(s["chunks"], 3);
+  EXPECT_EQ(s["controls"], 27);  // three first chunks: the start, after 3, after N
+  EXPECT_EQ(s["frames"], 27);
+  ASSERT_EQ(s["recordings"].size(), 1u) << s.dump();
+  EXPECT_GT(fs::file_size(rec), 1000u);
+  EXPECT_NE(r.output.find("wrote 27 frames"), std::string::npos) << r.output;
 }
 
 TEST_F(ViewerProgram, Mg2ErrorsComeBeforeTheWindow) {

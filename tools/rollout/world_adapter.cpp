@@ -6,6 +6,10 @@ worldkv::Pose model_pose(const world::Pose& p) {
   return worldkv::Pose{p.x, p.y, 0.0, worldkv::radians(p.yaw_deg), worldkv::radians(p.pitch_deg)};
 }
 
+world::Pose world_pose(const worldkv::Pose& p) {
+  return world::Pose{p.x, p.y, worldkv::degrees(p.yaw), worldkv::degrees(p.pitch)};
+}
+
 std::vector<worldkv::Pose> model_poses(const std::vector<world::Pose>& poses) {
   std::vector<worldkv::Pose> out;
   out.reserve(poses.size());

@@ -16,6 +16,9 @@ namespace wm::rollout {
 
 // The model's pose of a world pose: x, y as they are, z = 0, yaw and pitch in radians.
 worldkv::Pose model_pose(const world::Pose& p);
+// And back (the viewer's ground truth at a pose the model was given): yaw and pitch in degrees
+// again, each the world's or a neighbouring double (worldkv/pose.h).
+world::Pose world_pose(const worldkv::Pose& p);
 std::vector<worldkv::Pose> model_poses(const std::vector<world::Pose>& poses);
 // The model's action of a world action: the keys as they are, the yaw turned in radians (the
 // world's pitch turn is not a model input: the pitch reaches the model through the pose).
