@@ -204,4 +204,33 @@ std::vector<int64_t> encode_chatml(const Tokenizer& tokenizer, const std::vector
   return out;
 }
 
+std::vector<int64_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                 const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  // Markers no text holds: a control byte, a per-call nonce and the index.
+  const std::string nonce = std::to_string(reinterpret_cast<uintptr_t>(&messages) ^ 0x5bd1e995u);
+  auto marker = [&](size_t i) { return "\x01wm-content-" + nonce + "-" + std::to_string(i) + "\x01"; };
+  std::vector<ChatMessage> marked = messages;
+  for (size_t i = 0; i < marked.size(); ++i) marked[i].content = marker(i);
+  const std::string text = tmpl.render(marked, add_generation_prompt);
+  std::vector<int64_t> ids;
+  size_t at = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string m = marker(i);
+    const size_t found = text.find(m, at);
+    if (found == std::string::npos)
+      throw Error(str_cat("chat template ", tmpl.name(), ": message ", i, "'s content does not appear in the rendered "
+                          "text as it was given (the template changes or drops it); this template cannot be used"));
+    if (text.find(m, found + m.size()) != std::string::npos)
+      throw Error(str_cat("chat template ", tmpl.name(), ": message ", i, "'s content appears twice in the rendered text"));
+    const std::vector<int64_t> head = tokenizer.encode(std::string_view(text).substr(at, found - at), true);
+    ids.insert(ids.end(), head.begin(), head.end());
+    const std::vector<int64_t> body = tokenizer.encode(messages[i].content, false);
+    ids.insert(ids.end(), body.begin(), body.end());
+    at = found + m.size();
+  }
+  const std::vector<int64_t> tail = tokenizer.encode(std::string_view(text).substr(at), true);
+  ids.insert(ids.end(), tail.begin(), tail.end());
+  return ids;
+}
+
 }  // namespace wm::llm

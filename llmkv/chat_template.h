@@ -91,4 +91,14 @@ std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_gen
 std::vector<int64_t> encode_chatml(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt);
 
+// The ids of `messages` rendered by `tmpl`, with what the template writes encoded with its special
+// tokens and every message's content encoded as plain text (allow_special = false), so that text
+// in a message that looks like a special token stays text. Each content is rendered as a marker
+// first and the text split there: a template that alters or drops a content (a filter on it, say)
+// is an error naming it, never a silent mismatch. For contents free of special-token text this
+// equals tokenizer.encode(tmpl.render(messages, add_generation_prompt)) wherever the template's
+// text and the contents meet at a special token (ChatML, Llama 3). Throws wm::Error as render does.
+std::vector<int64_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                 const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+
 }  // namespace wm::llm

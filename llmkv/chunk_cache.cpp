@@ -31,6 +31,18 @@ uint64_t model_fingerprint(LlmModelImpl& model) {
     const at::Tensor c = t.detach().to(at::kCPU).contiguous();
     h.update(c.data_ptr(), c.numel() * c.element_size());
   }
+  // Weights kept as GGUF blocks have emptied parameters: their blocks count instead.
+  std::map<std::string, at::Tensor> stored;
+  for (const auto& m : model.named_modules()) {
+    const auto* lin = dynamic_cast<const LlmLinearImpl*>(m.value().get());
+    if (lin && lin->qw.defined()) stored.emplace(m.key() + ".gguf", lin->qw.blocks);
+  }
+  if (model.quant_embedding().defined()) stored.emplace("model.embed_tokens.gguf", model.quant_embedding().blocks);
+  for (const auto& [name, t] : stored) {
+    h.update(name.data(), name.size());
+    const at::Tensor c = t.contiguous();
+    h.update(c.data_ptr(), c.numel() * c.element_size());
+  }
   return h.digest();
 }
 

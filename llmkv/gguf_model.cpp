@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "llmkv/weight_shapes.h"
 #include "runtime/error.h"
+#include "llmkv/quant_gemv.h"
 #include "runtime/gguf_quants.h"
 
 namespace wm::llm {
@@ -148,25 +150,52 @@ at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t n_heads) {
   return w.reshape(split).transpose(1, 2).reshape(shape).contiguous();
 }
 
-LlmModel load_llm_gguf(const GgufFile& f, at::Device device, at::ScalarType dtype) {
+namespace {
+
+// Which of a layer's weights llama.cpp's converter permuted, and over how many heads.
+int64_t permuted_heads(const LlmConfig& cfg, const std::string& name) {
+  if (cfg.model_type != "llama") return 0;
+  if (name.find("self_attn.q_proj.") != std::string::npos) return cfg.num_attention_heads;
+  if (name.find("self_attn.k_proj.") != std::string::npos) return cfg.num_key_value_heads;
+  return 0;
+}
+
+// The tensor as blocks, rows in Hugging Face's order (a reordered copy for Llama's Q and K).
+QuantWeight stored_weight(const std::shared_ptr<const GgufFile>& file, const GgufTensor& t, int64_t heads) {
+  QuantWeight w = QuantWeight::from_gguf(file, t.name);
+  if (heads == 0) return w;
+  const at::Tensor order = unpermute_qk_rows(at::arange(w.out, at::kLong), heads);
+  return QuantWeight::from_blocks(w.type, w.out, w.in, w.blocks.index_select(0, order).contiguous());
+}
+
+}  // namespace
+
+LlmModel load_llm_gguf(const GgufFile& f, at::Device device, at::ScalarType dtype, GgufWeights weights) {
   WM_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
            "dtype must be float32, float16 or bfloat16, got ", c10::toString(dtype));
   const LlmConfig cfg = llm_config_from_gguf(f);
   const auto tensors = check_tensors(f, cfg);
-  const uint64_t bytes = static_cast<uint64_t>(llm_parameter_count(cfg)) * c10::elementSize(dtype);
+  const bool stored = weights == GgufWeights::Stored && device.is_cpu() && dtype == at::kFloat;
+  // Stored: the parameters are allocated but never written (their pages never become resident)
+  // where the blocks take their place.
+  const uint64_t bytes = stored ? f.data_size() : static_cast<uint64_t>(llm_parameter_count(cfg)) * c10::elementSize(dtype);
   check_fits_in_memory(bytes, str_cat("the model of ", f.path()), str_cat(f.path(), ": ", llm_size_fields(cfg)));
   LlmModel m(cfg, ParamAlloc{ParamInit::Uninitialised, dtype});
   auto params = m->named_parameters(true);
+  const auto shared = std::make_shared<const GgufFile>(f);
   at::NoGradGuard no_grad;
   for (const auto& [name, t] : tensors) {
     at::Tensor w = dequantize_tensor(t->type, t->data, t->nbytes, torch_shape(*t));
     if (!at::isfinite(w).all().item<bool>())
       refuse(f, str_cat("tensor '", t->name, "' holds ", (~at::isfinite(w)).sum().item<int64_t>(),
                         " non-finite values (NaN or inf)"));
-    if (cfg.model_type == "llama" && name.find("self_attn.q_proj.") != std::string::npos)
-      w = unpermute_qk_rows(w, cfg.num_attention_heads);
-    else if (cfg.model_type == "llama" && name.find("self_attn.k_proj.") != std::string::npos)
-      w = unpermute_qk_rows(w, cfg.num_key_value_heads);
+    const int64_t heads = permuted_heads(cfg, name);
+    if (stored && t->dims.size() == 2 && quant_kernels_support(t->type)) {
+      w = at::Tensor();  // checked; the blocks serve from here on
+      m->set_quant_weight(name, stored_weight(shared, *t, heads));
+      continue;
+    }
+    if (heads > 0) w = unpermute_qk_rows(w, heads);
     at::Tensor* p = params.find(name);
     WM_CHECK(p != nullptr, "the model has no parameter '", name, "'");
     p->copy_(w);

@@ -37,12 +37,20 @@ namespace wm::llm {
 // and the key.
 LlmConfig llm_config_from_gguf(const GgufFile& file);
 
-// The model of a GGUF file: parameters allocated in `dtype` (float32, float16 or bfloat16) and
-// filled with the dequantized weights (runtime/gguf_quants: bit for bit gguf-py's values, then
-// converted to dtype), Q/K rows unpermuted for Llama. Throws wm::Error naming the file and the
-// tensor on a missing, unexpected or mis-shaped tensor, an unsupported type, non-finite values,
-// or a model larger than memory.
-LlmModel load_llm_gguf(const GgufFile& file, at::Device device, at::ScalarType dtype = at::kFloat);
+// How a GGUF file's weights are held.
+enum class GgufWeights {
+  Stored,  // the quantized projections, LM head and embedding as the file's blocks (quant_gemv.h:
+           // resident memory about the file's size), the rest decoded; CPU and float32 only
+  Float,   // every tensor decoded (runtime/gguf_quants: bit for bit gguf-py's values), then
+           // converted to the dtype
+};
+
+// The model of a GGUF file on `device` in `dtype` (float32, float16 or bfloat16), Q/K rows
+// unpermuted for Llama (quantized rows reordered as stored). Stored on another device or dtype
+// falls back to Float. Throws wm::Error naming the file and the tensor on a missing, unexpected or
+// mis-shaped tensor, an unsupported type, non-finite values, or a model larger than memory.
+LlmModel load_llm_gguf(const GgufFile& file, at::Device device, at::ScalarType dtype = at::kFloat,
+                       GgufWeights weights = GgufWeights::Float);
 
 // Undoes llama.cpp's Q/K row permutation on w [n_heads * head_dim, ...] (any dtype, any trailing
 // dims). Exposed for the tests, which apply the converter's permutation and check the round trip.

@@ -82,7 +82,16 @@ LlmLinearImpl::LlmLinearImpl(int64_t in, int64_t out, bool with_bias, ParamAlloc
 at::Tensor LlmLinearImpl::forward(const at::Tensor& x) {
   RECORD_USER_SCOPE("wm.llm.proj");
   if (q8.defined()) return wm::llm::linear(x, q8, bias);
+  if (qw.defined()) return wm::llm::linear(x, qw, bias);
   return wm::llm::linear(x, weight, bias);
+}
+
+void LlmLinearImpl::set_quant(QuantWeight w) {
+  WM_CHECK(w.defined() && weight.dim() == 2 && w.out == weight.size(0) && w.in == weight.size(1),
+           "a quantized weight of [", w.out, ", ", w.in, "] for a projection of ", weight.sizes());
+  WM_CHECK(!q8.defined(), "the projection's weight is int8 already");
+  qw = std::move(w);
+  weight.set_(at::empty({0}, weight.options()));
 }
 
 void LlmLinearImpl::quantize_int8() {
@@ -177,7 +186,42 @@ at::Tensor LlmModelImpl::embed(const at::Tensor& tokens) {
     WM_CHECK(lo >= 0 && hi < cfg_.vocab_size, "token ids must be in [0, ", cfg_.vocab_size, "), got [", lo, ", ",
              hi, "]");
   }
+  if (embed_q_.defined()) {  // the rows the tokens name, decoded from their blocks
+    auto shape = t.sizes().vec();
+    shape.push_back(embed_q_.in);
+    const at::Tensor flat = t.reshape({-1}).to(at::kCPU);
+    if (flat.numel() == 0) return at::empty(shape, at::TensorOptions().dtype(dtype()));
+    const at::Tensor rows = embed_q_.blocks.index_select(0, flat).contiguous();
+    return QuantWeight::from_blocks(embed_q_.type, flat.numel(), embed_q_.in, rows).dequantize(dtype()).reshape(shape);
+  }
   return at::embedding(model->embed_tokens->weight, t);
+}
+
+void LlmModelImpl::set_quant_weight(const std::string& name, QuantWeight w) {
+  WM_CHECK(device().is_cpu() && dtype() == at::kFloat, "quantized weights run in float32 on the CPU");
+  WM_CHECK(!int8_, "the model's weights are int8 already");
+  if (name == "model.embed_tokens.weight") {
+    at::Tensor& e = model->embed_tokens->weight;
+    WM_CHECK(w.defined() && e.dim() == 2 && w.out == e.size(0) && w.in == e.size(1), "a quantized embedding of [",
+             w.out, ", ", w.in, "] for ", e.sizes());
+    embed_q_ = std::move(w);
+    e.set_(at::empty({0}, e.options()));
+    quant_ = true;
+    return;
+  }
+  const std::string suffix = ".weight";
+  WM_CHECK(name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0,
+           "set_quant_weight: '", name, "' is not a weight");
+  const std::string module_name = name.substr(0, name.size() - suffix.size());
+  for (const auto& m : named_modules()) {
+    if (m.key() != module_name) continue;
+    auto* lin = dynamic_cast<LlmLinearImpl*>(m.value().get());
+    WM_CHECK(lin != nullptr, "set_quant_weight: '", name, "' is not a projection's weight");
+    lin->set_quant(std::move(w));
+    quant_ = true;
+    return;
+  }
+  throw Error(str_cat("set_quant_weight: the model has no parameter '", name, "'"));
 }
 
 std::pair<at::Tensor, at::Tensor> LlmModelImpl::rope_cos_sin(const at::Tensor& pos) const {
@@ -226,6 +270,8 @@ at::Tensor LlmModelImpl::finish(int l, const at::Tensor& x, const at::Tensor& at
 at::Tensor LlmModelImpl::logits(const at::Tensor& normed) {
   RECORD_USER_SCOPE("wm.llm.lm_head");
   if (lm_head_q8_.defined()) return wm::llm::linear(normed, lm_head_q8_, at::Tensor()).to(at::kFloat);
+  if (lm_head && lm_head->qw.defined()) return wm::llm::linear(normed, lm_head->qw, at::Tensor()).to(at::kFloat);
+  if (!lm_head && embed_q_.defined()) return wm::llm::linear(normed, embed_q_, at::Tensor()).to(at::kFloat);
   const at::Tensor& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
   return wm::llm::linear(normed, w, at::Tensor()).to(at::kFloat);
 }
@@ -238,6 +284,7 @@ std::pair<at::Tensor, at::Tensor> LlmModelImpl::head(const at::Tensor& x) {
 void LlmModelImpl::quantize_int8() {
   if (int8_) return;
   WM_CHECK(device().is_cpu(), "int8 weights run on the CPU; the model is on ", device());
+  WM_CHECK(!quant_, "the model keeps GGUF's quantized weights: int8 would quantize them again (load them as float)");
   at::NoGradGuard no_grad;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     LlmLayerImpl& L = layer(l);
@@ -262,10 +309,12 @@ int64_t LlmModelImpl::decode_weight_bytes() const {
     total += item.value().numel() * static_cast<int64_t>(item.value().element_size());
   }
   for (const auto& m : modules(false))
-    if (auto* lin = dynamic_cast<const LlmLinearImpl*>(m.get())) total += lin->q8.bytes();
+    if (auto* lin = dynamic_cast<const LlmLinearImpl*>(m.get())) total += lin->q8.bytes() + (lin->qw.defined() ? lin->qw.bytes() : 0);
   if (!lm_head) {
     const at::Tensor& e = model->embed_tokens->weight;
-    total += lm_head_q8_.defined() ? lm_head_q8_.bytes() : e.numel() * static_cast<int64_t>(e.element_size());
+    total += lm_head_q8_.defined() ? lm_head_q8_.bytes()
+             : embed_q_.defined()  ? embed_q_.bytes()
+                                   : e.numel() * static_cast<int64_t>(e.element_size());
   }
   return total;
 }
@@ -506,6 +555,7 @@ at::Tensor LlmModelImpl::forward_train(const at::Tensor& tokens) {
   WM_CHECK(tokens.dim() == 2 && tokens.size(0) > 0 && tokens.size(1) > 0, "tokens must be [B, T], got ",
            tokens.sizes());
   WM_CHECK(!int8_, "training needs the float weights; this model's were quantised to int8");
+  WM_CHECK(!quant_, "training needs the float weights; this model keeps GGUF's quantized blocks (load them as float)");
   const int64_t T = tokens.size(1);
   auto [cos, sin] = rope_cos_sin(at::arange(T, at::TensorOptions().dtype(at::kLong)));
   at::Tensor x = embed(tokens);  // [B, T, hidden]

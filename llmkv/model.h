@@ -30,6 +30,7 @@
 
 #include "llmkv/config.h"
 #include "llmkv/gemv.h"
+#include "llmkv/quant_gemv.h"
 #include "runtime/attention.h"
 #include "runtime/kv_spec.h"
 #include "runtime/window.h"
@@ -68,13 +69,17 @@ TORCH_MODULE(LlmRmsNorm);
 
 // y = x W^T + b: weight [out, in], bias [out] (undefined without one), as torch::nn::Linear
 // registers them. A few rows of x on the CPU (decode) go through the decode kernels (gemv.h).
-// After quantize_int8() the weight lives in q8 (int8 with block scales) and `weight` is emptied.
+// After quantize_int8() the weight lives in q8 (int8 with block scales) and `weight` is emptied;
+// after set_quant() it lives in qw (GGUF blocks as stored, quant_gemv.h), `weight` emptied too.
 struct LlmLinearImpl : torch::nn::Module {
   LlmLinearImpl(int64_t in, int64_t out, bool bias, ParamAlloc alloc = {});
   at::Tensor forward(const at::Tensor& x);  // [..., in] -> [..., out]
   void quantize_int8();
+  // Takes `w` (its shape the weight's: wm::Error otherwise) as the weight from now on.
+  void set_quant(QuantWeight w);
   at::Tensor weight, bias;
   Int8Weight q8;
+  QuantWeight qw;
 };
 TORCH_MODULE(LlmLinear);
 
@@ -205,6 +210,14 @@ class LlmModelImpl : public torch::nn::Module {
   // inference only (forward_train refuses). Idempotent.
   void quantize_int8();
   bool weights_int8() const { return int8_; }
+  // Keeps the parameter `name` ("model.layers.3.mlp.down_proj.weight", "lm_head.weight",
+  // "model.embed_tokens.weight") as GGUF blocks from now on (gguf_model.h), its float copy freed:
+  // projections multiply by the blocks, embedding lookups decode the rows they need, and with tied
+  // embeddings the LM head multiplies by the embedding's blocks. CPU and float32 only; inference
+  // only. Throws wm::Error on another name, a shape that is not the parameter's, or int8 weights.
+  void set_quant_weight(const std::string& name, QuantWeight w);
+  bool weights_quantized() const { return quant_; }
+  const QuantWeight& quant_embedding() const { return embed_q_; }
   // Bytes a decode step reads in weights: the projections and the LM head as stored (int8 and
   // scales after quantize_int8()), plus the norms.
   int64_t decode_weight_bytes() const;
@@ -222,6 +235,8 @@ class LlmModelImpl : public torch::nn::Module {
   LlmConfig cfg_;
   RopeSpec rope_;
   bool int8_ = false;
+  bool quant_ = false;
+  QuantWeight embed_q_;  // the embedding as GGUF blocks (set_quant_embedding), or undefined
   Int8Weight lm_head_q8_;  // the LM head's int8 copy (tied embeddings keep their float rows for lookup)
 };
 TORCH_MODULE(LlmModel);

@@ -40,13 +40,13 @@ std::string folder_chat_template(const std::string& folder) {
   throw Error(str_cat(p.string(), ": field 'chat_template' is neither a string nor a list with a \"default\" entry"));
 }
 
-LlmSource open_gguf(const std::string& path, at::Device device, at::ScalarType dtype) {
+LlmSource open_gguf(const std::string& path, at::Device device, at::ScalarType dtype, GgufWeights weights) {
   const GgufFile f = GgufFile::open(path);
   LlmSource s;
   s.path = path;
   s.gguf = true;
   s.tokenizer = tokenizer_from_gguf(f);
-  s.model = load_llm_gguf(f, device, dtype);
+  s.model = load_llm_gguf(f, device, dtype, weights);
   s.name = fs::path(path).stem().string();  // an id without spaces (general.name often has them)
   s.title = gguf_model_name(f);
   s.chat_template = f.get_string("tokenizer.chat_template", "");
@@ -78,13 +78,13 @@ bool is_gguf_file(const std::string& path) {
   return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
 }
 
-LlmSource open_llm(const std::string& path, at::Device device, at::ScalarType dtype) {
+LlmSource open_llm(const std::string& path, at::Device device, at::ScalarType dtype, GgufWeights gguf_weights) {
   std::error_code ec;
   if (path.empty()) throw Error("no model given (a Hugging Face model folder or a .gguf file)");
   if (!fs::exists(path, ec)) throw Error(str_cat(path, ": no such file or folder"));
   LlmSource s;
   if (is_gguf_file(path))
-    s = open_gguf(path, device, dtype);
+    s = open_gguf(path, device, dtype, gguf_weights);
   else if (fs::is_directory(path, ec))
     s = open_folder(path, device, dtype);
   else

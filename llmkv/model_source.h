@@ -10,6 +10,7 @@
 #include <string>
 
 #include "llmkv/config.h"
+#include "llmkv/gguf_model.h"
 #include "llmkv/model.h"
 #include "llmkv/tokenizer.h"
 
@@ -33,7 +34,10 @@ bool is_gguf_file(const std::string& path);
 // Opens a folder or a GGUF file: the model on `device` in `dtype`, the tokenizer and the rest.
 // Throws wm::Error naming the path: nothing there, a folder without what it needs, a file that
 // is not GGUF, and everything hf_folder.h / gguf_model.h refuse.
-LlmSource open_llm(const std::string& path, at::Device device, at::ScalarType dtype = at::kFloat);
+// A GGUF file's weights are held as `gguf_weights` says (gguf_model.h: by default the quantized
+// blocks as stored, on the CPU in float32).
+LlmSource open_llm(const std::string& path, at::Device device, at::ScalarType dtype = at::kFloat,
+                   GgufWeights gguf_weights = GgufWeights::Stored);
 
 // The tokenizer alone (what a program that needs no weights opens): tokenizer.json of a folder,
 // the metadata of a GGUF file.

@@ -119,6 +119,9 @@ struct Options {
   std::string model_dir = kEmbeddedModel;
   std::string prompt, prompt_file, system, dump_logits, stats_json_path, device = "auto", dtype = "float32";
   std::string kv_dtype, weights = "float";  // --kv-dtype (empty: --dtype), --weights
+  std::string quant_activations = "q8";
+  std::string chat_template;  // --chat-template: a built-in name; empty: the model's own
+  bool weights_given = false;
   bool chat = false, no_stream = false, raw_special = false, strict_positions = false;
   int64_t max_prompt_bytes = int64_t{256} << 10;  // ~64k tokens of English text
   wm::llm::GenerateOptions gen;
@@ -207,9 +210,15 @@ void add_run_options(CLI::App& app, Options& o) {
   app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--weights", o.weights,
-                 "float: the projections in --dtype; int8: quantised at load, a float32 scale per 32 inputs (CPU)")
+                 "float: the projections in --dtype; int8: quantised at load, a float32 scale per 32 inputs (CPU); "
+                 "stored: a GGUF file's quantized blocks as they are (CPU, float32; the default for GGUF files)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"float", "int8"}));
+      ->check(CLI::IsMember({"float", "int8", "stored"}));
+  app.add_option("--quant-activations", o.quant_activations,
+                 "stored weights: q8 rounds the activations to 8 bits before each product, as llama.cpp does; "
+                 "float multiplies the blocks by them as they are")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q8", "float"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
 }
 
@@ -239,6 +248,14 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       "--chat", o.chat,
       "chat: wrap prompts in the ChatML template; with no prompt, every line of standard input is a user turn");
   app.add_option("--system", o.system, "system message (chat; with --session, of a new conversation only)");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat: render turns with this built-in template instead of the model's own (" +
+                     [] {
+                       std::string names;
+                       for (const auto& n : wm::llm::ChatTemplate::builtin_names()) names += (names.empty() ? "" : ", ") + n;
+                       return names;
+                     }() +
+                     "; a model without one gets chatml)");
   app.add_option("--session", o.session,
                  "chat: keep the conversation under this name in --kv-store; a later run (this process or another) "
                  "with the same name goes on from its last turn, its K/V and memory as they were (nothing prefilled "
@@ -259,6 +276,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   o.prompt_given = p_opt->count() > 0;
   o.prompt_file_given = f_opt->count() > 0;
   o.budget_given = budget_opt->count() > 0;
+  o.weights_given = app.count("--weights") > 0;
   return std::nullopt;
 }
 
@@ -320,6 +338,12 @@ void check_generation_options(const Options& o) {
   }
 }
 
+// A GGUF file's weights: as stored unless --weights float or int8 was asked for.
+wm::llm::GgufWeights gguf_weights(const Options& o) {
+  wm::llm::set_quant_activations(wm::llm::parse_quant_activations(o.quant_activations));
+  return o.weights_given && o.weights != "stored" ? wm::llm::GgufWeights::Float : wm::llm::GgufWeights::Stored;
+}
+
 // Outputs opened before the model (a bad path fails before the work), committed together at the end.
 struct Outputs {
   std::unique_ptr<wm::cli::OutputFile> logits, stats;
@@ -346,6 +370,7 @@ class Conversation {
         src_(load_source(o, dev, dt)),
         model_(src_.model),
         tok_(*src_.tokenizer),
+        tmpl_(chat_template(o, src_)),
         im_end_(tok_.token_to_id("<|im_end|>")),
         gen_(generate_options()),
         session_(model_, tok_, dev, kvdt, session_options()) {
@@ -356,9 +381,27 @@ class Conversation {
   Conversation(const Conversation&) = delete;
   Conversation& operator=(const Conversation&) = delete;
 
+  // --chat-template, else the model's own template, else ChatML. A chat of several turns needs
+  // one whose turns are ChatML blocks (the later turns are written as such).
+  static wm::llm::ChatTemplate chat_template(const Options& o, const wm::llm::LlmSource& s) {
+    wm::llm::ChatTemplate t = !o.chat_template.empty()    ? wm::llm::ChatTemplate::named(o.chat_template)
+                              : !s.chat_template.empty() ? wm::llm::ChatTemplate::from_source(s.chat_template, s.bos_token,
+                                                                                               s.eos_token)
+                                                         : wm::llm::ChatTemplate::named("chatml");
+    if (!o.chat) return t;
+    const std::vector<wm::llm::ChatMessage> probe = {{"system", "s"}, {"user", "u"}};
+    if (t.render(probe, true) != wm::llm::render_chatml(probe, true))
+      throw wm::Error(wm::str_cat("--chat: the chat template (", t.name(),
+                                  ") does not write ChatML turns, which wm_llm's chat needs for now; give "
+                                  "--chat-template chatml to use ChatML with this model"));
+    return t;
+  }
+
   // The model folder or GGUF file.
   static wm::llm::LlmSource load_source(const Options& o, at::Device dev, at::ScalarType dt) {
-    wm::llm::LlmSource s = wm::llm::open_llm(o.model_dir, dev, dt);
+    wm::llm::LlmSource s = wm::llm::open_llm(o.model_dir, dev, dt, gguf_weights(o));
+    if (o.weights == "stored" && !s.model->weights_quantized())
+      throw wm::Error("--weights stored: the model has no quantized blocks to keep (a GGUF file's, on the CPU in float32)");
     if (o.weights == "int8") s.model->quantize_int8();
     return s;
   }
@@ -451,9 +494,12 @@ class Conversation {
     std::vector<wm::llm::ChatMessage> msgs;
     if (first && !o_.system.empty()) msgs.push_back({"system", o_.system});
     msgs.push_back({"user", text});
-    // Message text is text: "<|im_start|>" typed by the user is not a special token.
+    // Message text is text: "<|im_start|>" typed by the user is not a special token. The first
+    // turn is the model's template (its default system message among what it adds); later turns
+    // are ChatML blocks, which the template writes too (checked when the chat starts).
+    if (first) return wm::llm::encode_chat(tok_, tmpl_, msgs, true);
     std::vector<int64_t> ids = wm::llm::encode_chatml(tok_, msgs, true);
-    if (!first) {
+    {
       // Close the previous assistant message: its <|im_end|> is pending in the session when
       // it ended on it; otherwise (token limit, stop string, another end token) add one.
       std::vector<int64_t> join = tok_.encode(last_stop_im_end_ ? "\n" : "<|im_end|>\n", true);
@@ -541,6 +587,7 @@ class Conversation {
   wm::llm::LlmSource src_;
   wm::llm::LlmModel model_;
   const wm::llm::Tokenizer tok_;
+  const wm::llm::ChatTemplate tmpl_;
   const std::optional<int64_t> im_end_;
   wm::llm::GenerateOptions gen_;
   wm::llm::LlmSession session_;
@@ -585,7 +632,7 @@ void run_perplexity(const Options& o, at::Device dev, at::ScalarType dt) {
   if (o.chat || o.beams > 0 || !o.prompt.empty() || !o.prompt_file.empty())
     throw wm::Error("--perplexity scores a file: it does not combine with --chat, --beams or a prompt");
   const std::string text = read_prompt_file(o.perplexity_file, o.max_prompt_bytes);
-  wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, dt);
+  wm::llm::LlmSource src = wm::llm::open_llm(o.model_dir, dev, dt, gguf_weights(o));
   if (o.weights == "int8") src.model->quantize_int8();
   std::vector<int64_t> ids = src.tokenizer->encode(text, false, false);
   const size_t in_file = ids.size();
