@@ -50,12 +50,12 @@ void WorldSession::reset(uint64_t seed, const std::string& policy) {
   if (next.native_window && !model_->info().native_window)
     throw Error(str_cat("the ", model_->info().kind, " model has no window of its own (policy native): give a ",
                         "video policy"));
-  std::unique_ptr<WorldMemory> memory;
-  if (!next.native_window) memory = std::make_unique<WorldMemory>(model_->kv_spec(), next.memory);
-  memory_.reset();  // the old window goes before the model's own is rebuilt
+  if (!next.native_window) next.memory.validate();
+  // The old windows go before the new ones are made (on a GPU both at once may not fit).
+  memory_.reset();
+  model_->reset(next.native_window);
   cfg_ = std::move(next);
-  memory_ = std::move(memory);
-  model_->reset(cfg_.native_window);
+  if (!cfg_.native_window) memory_ = std::make_unique<WorldMemory>(model_->kv_spec(), cfg_.memory);
   states_.clear();
   controls_.clear();
   poses_.clear();

@@ -71,8 +71,8 @@ class WorldSession {
   // (ModelInfo::prompt_frames); else wm::Error. The output holds the frames themselves (prompt).
   ChunkOutput prompt(const std::vector<Image>& frames, const std::vector<FrameControl>& controls);
   // Back to an empty memory and chunk 0 with a new noise seed, optionally under another policy
-  // ("native" or a video policy's name; throws wm::Error for an unknown one, leaving the session
-  // as it was).
+  // ("native" or a video policy's name; throws wm::Error for an unknown one or a bad memory
+  // config, leaving the session as it was).
   void reset(uint64_t seed);
   void reset(uint64_t seed, const std::string& policy);
 
