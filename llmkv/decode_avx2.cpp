@@ -114,6 +114,31 @@ struct I256 {
     return _mm_cvtss_f32(r);
   }
   static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  // 16 bytes as 32: their low nibbles, then their high nibbles (kHi times their value: 1 here,
+  // where a dot's pair sums are int16 and would saturate at 16 times).
+  static constexpr int kHi = 1;
+  static bytes nibbles_hi(const uint8_t* p) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+  }
+  static bytes halves8(int lo, int hi) {
+    return _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(lo)), _mm_set1_epi8(static_cast<char>(hi)));
+  }
+  static acc unscale_hi(acc a) { return a; }
+  // The 32-bit words at p + r * stride for r < 8: their low halves as float (d) and high ones (*m).
+  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
+    int32_t t[8];
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(&t[r], p + r * stride, 4);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
+    const __m256i lohi = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(v, 16));
+    const __m256i ord = _mm256_permute4x64_epi64(lohi, _MM_SHUFFLE(3, 1, 2, 0));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(ord, 1));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(ord));
+  }
+  static acc mul_s(acc v, float s) { return _mm256_mul_ps(v, _mm256_set1_ps(s)); }
+  static acc fma_s(acc v, float s, acc c) { return _mm256_fmadd_ps(v, _mm256_set1_ps(s), c); }
+  static void store(float* f, acc v) { _mm256_storeu_ps(f, v); }
+  static acc loadu(const float* f) { return _mm256_loadu_ps(f); }
   static float amax32(const float* x) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));

@@ -112,6 +112,30 @@ struct IVnni {
     return _mm_cvtss_f32(r);
   }
   static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  // 16 bytes as 32: their low nibbles, then their high nibbles in place (kHi = 16 times their
+  // value; vpdpbusd's sums are int32).
+  static constexpr int kHi = 16;
+  static bytes nibbles_hi(const uint8_t* p) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_and_si256(b, _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f, static_cast<int64_t>(0xf0f0f0f0f0f0f0f0),
+                                                  static_cast<int64_t>(0xf0f0f0f0f0f0f0f0)));
+  }
+  static bytes halves8(int lo, int hi) {
+    return _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(lo)), _mm_set1_epi8(static_cast<char>(hi)));
+  }
+  static acc unscale_hi(acc a) { return _mm256_mul_ps(a, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)); }
+  // The 32-bit words at p + r * stride for r < 8: their low halves as float (d) and high ones (*m).
+  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
+    int32_t t[8];
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(&t[r], p + r * stride, 4);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
+    *m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+  }
+  static acc mul_s(acc v, float s) { return _mm256_mul_ps(v, _mm256_set1_ps(s)); }
+  static acc fma_s(acc v, float s, acc c) { return _mm256_fmadd_ps(v, _mm256_set1_ps(s), c); }
+  static void store(float* f, acc v) { _mm256_storeu_ps(f, v); }
+  static acc loadu(const float* f) { return _mm256_loadu_ps(f); }
   static float amax32(const float* x) {
     const __m512 a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x)), _mm512_abs_ps(_mm512_loadu_ps(x + 16)));
     return _mm512_reduce_max_ps(a);

@@ -107,6 +107,43 @@ struct I1 {
     return ((x[4] + x[0]) + (x[6] + x[2])) + ((x[5] + x[1]) + (x[7] + x[3]));
   }
   static float h2f(uint16_t h) { return half_bits_to_float(h); }
+  static constexpr int kHi = 16;  // as the AVX-512 path, which the AVX2 one (1) must equal
+  static bytes nibbles_hi(const uint8_t* p) {
+    bytes b;
+    for (int i = 0; i < 16; ++i) b.v[i] = p[i] & 0xF, b.v[i + 16] = p[i] & 0xF0;
+    return b;
+  }
+  static bytes halves8(int lo, int hi) {
+    bytes b;
+    for (int i = 0; i < 16; ++i) b.v[i] = static_cast<uint8_t>(lo), b.v[i + 16] = static_cast<uint8_t>(hi);
+    return b;
+  }
+  static acc unscale_hi(acc a) {
+    for (int j = 4; j < 8; ++j) a.v[j] *= 0.0625f;
+    return a;
+  }
+  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
+    acc d;
+    for (int r = 0; r < 8; ++r) {
+      d.v[r] = h2f(load_u16(p + r * stride));
+      m->v[r] = h2f(load_u16(p + r * stride + 2));
+    }
+    return d;
+  }
+  static acc mul_s(acc v, float s) {
+    for (float& f : v.v) f *= s;
+    return v;
+  }
+  static acc fma_s(acc v, float s, acc c) {
+    for (int j = 0; j < 8; ++j) c.v[j] = __builtin_fmaf(v.v[j], s, c.v[j]);
+    return c;
+  }
+  static void store(float* f, acc v) { __builtin_memcpy(f, v.v, sizeof v.v); }
+  static acc loadu(const float* f) {
+    acc a;
+    __builtin_memcpy(a.v, f, sizeof a.v);
+    return a;
+  }
   static float amax32(const float* x) {
     float m = 0.f;
     for (int i = 0; i < 32; ++i) m = __builtin_fabsf(x[i]) > m ? __builtin_fabsf(x[i]) : m;

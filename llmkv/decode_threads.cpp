@@ -147,10 +147,9 @@ QProblem q_rows(const QProblem& p, int64_t m0, int64_t m) {
     q.xsum = p.xsum ? p.xsum + m0 * (p.in / kQ32) : nullptr;
     return q;
   }
-  const bool k = quant_kind_is_k(p.kind);
   q.a.q = p.a.q + m0 * p.in;
-  q.a.d = p.a.d + m0 * (p.in / (k ? kQK : kQ32));
-  q.a.s = p.a.s ? p.a.s + m0 * (p.in / kQ32) : nullptr;
+  q.a.d = p.a.d + m0;  // block-major: the tile's rows of each block
+  q.a.s = p.a.s ? p.a.s + m0 : nullptr;
   q.a.bsums = p.a.bsums ? p.a.bsums + m0 * (p.in / 16) : nullptr;
   return q;
 }

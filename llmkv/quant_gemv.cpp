@@ -83,15 +83,17 @@ Buffers& buffers() {
 gemv::QActs quantize(const gemv::QuantFns& f, gemv::QuantKind kind, const float* x, int64_t m, int64_t in) {
   Buffers& b = buffers();
   const bool k = gemv::quant_kind_is_k(kind);
+  // d and s are read 8 rows at a time: 7 more floats past the last row.
   b.q.resize(static_cast<size_t>(m * in));
-  b.d.resize(static_cast<size_t>(m * (in / (k ? gemv::kQK : gemv::kQ32))));
-  b.s.resize(kind == gemv::QuantKind::Q4_1 ? static_cast<size_t>(m * (in / gemv::kQ32)) : 0);
+  b.d.resize(static_cast<size_t>(m * (in / (k ? gemv::kQK : gemv::kQ32)) + 7));
+  b.s.resize(kind == gemv::QuantKind::Q4_1 ? static_cast<size_t>(m * (in / gemv::kQ32) + 7) : 0);
   b.bsums.resize(k ? static_cast<size_t>(m * (in / 16)) : 0);
   gemv::QActs a;
   a.q = b.q.data();
   a.d = b.d.data();
   a.s = b.s.empty() ? nullptr : b.s.data();
   a.bsums = b.bsums.empty() ? nullptr : b.bsums.data();
+  a.ld = m;
   gemv::run_quantize(f.quantize, kind, x, m, in, a, at::get_num_threads());
   return a;
 }

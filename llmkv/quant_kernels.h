@@ -36,16 +36,18 @@ inline constexpr int64_t quant_kind_bytes(QuantKind k) {
 inline constexpr bool quant_kind_is_k(QuantKind k) { return k == QuantKind::Q4_K || k == QuantKind::Q6_K; }
 
 // Activations quantized for a weight kind, m rows of `in` values (in a multiple of the kind's
-// block), each row's blocks as llama.cpp lays them out, fields apart:
+// block), each row's blocks as llama.cpp forms them, fields apart (the scales block-major, so
+// that a block's scales for consecutive rows lie together):
 //   Q8_0 / Q8_1 (per 32 values): d = fp16(amax / 127) (held as float32), q = round-half-even(x * 127
 //     / amax) (0 where amax is 0); Q8_1 also s = fp16(float32(amax / 127) * sum q).
 //   Q8_K (per 256): with mx the first value of largest magnitude, iscale = -127 / mx,
 //     q = min(127, round-half-even(iscale * x)), d = 1 / iscale (float32), bsums = sums of 16 q.
 struct QActs {
   int8_t* q = nullptr;       // [m, in]
-  float* d = nullptr;        // [m, in / 32] (Q8_0, Q8_1) or [m, in / 256] (Q8_K)
-  float* s = nullptr;        // [m, in / 32], Q8_1 only
+  float* d = nullptr;        // [in / 32, ld] (Q8_0, Q8_1) or [in / 256, ld] (Q8_K): row r's block b at b * ld + r
+  float* s = nullptr;        // [in / 32, ld], Q8_1 only
   int16_t* bsums = nullptr;  // [m, in / 16], Q8_K only
+  int64_t ld = 1;            // rows of d and s (m, or more); d and s are read 8 floats at a time: 7 more must be readable
 };
 
 struct QProblem {

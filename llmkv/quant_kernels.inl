@@ -2,16 +2,20 @@
 // decode_kernels.inl, inside their anonymous namespace. Besides the float traits V of
 // decode_kernels.inl, each ISA defines an integer traits struct I:
 //   bytes (32 bytes), lanes (8 int32), acc (8 float32)
-//   load(p): 32 bytes; nibbles(p): the 16 bytes at p as 32 values 0..15, low nibbles first
-//   lo4(b), hi4(b): each byte's low / high nibble; sub8(b): b - 8 bytewise; or_hi2<S>(lo, qh):
-//   lo | ((qh >> S) & 3) << 4 bytewise (Q6_K's values); splat8(v): 32 bytes v
+//   load(p): 32 bytes; nibbles(p): the 16 bytes at p as 32 values 0..15, low nibbles first;
+//   nibbles_hi(p): the same with the high nibbles kHi (1 or 16) times their value; lo4(b),
+//   hi4(b): each byte's low / high nibble; sub8(b): b - 8 bytewise; or_hi2<S>(lo, qh):
+//   lo | ((qh >> S) & 3) << 4 bytewise (Q6_K's values); splat8(v), halves8(lo, hi): 32 bytes
 //   dot_us(u, s): lane j = sum_{k<4} u[4j+k] * s[4j+k], u unsigned, s signed bytes
 //   dot_ss(a, b): the same with both signed (llama.cpp's sign trick)
 //   add, sub, mul (lanewise int32), lanes_set1(v), halves(lo, hi): lanes 0-3 lo, 4-7 hi
-//   zero(), fma(float d, lanes l, acc a): a + d * float(l) lanewise, fused; hsum(acc):
-//   ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)), hsum_float_8's order
-//   h2f(bits): an fp16 as float32; amax32(x): max |x[0, 32)|; round32(x, id, q): q[i] =
-//   round-half-even(x[i] * id) saturated to int8, returns their sum
+//   zero(), fma(float d, lanes l, acc a): a + d * float(l) lanewise, fused; unscale_hi(a): lanes
+//   4-7 divided by kHi; hsum(acc): ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)),
+//   hsum_float_8's order; loadu, store (8 floats), mul_s(v, s), fma_s(v, s, c): c + v * s fused
+//   h2f(bits): an fp16 as float32; scales8(p, stride, &m): the fp16 pairs at p + r * stride
+//   (r < 8) as float32, the first of each returned, the second in m
+//   amax32(x): max |x[0, 32)|; round32(x, id, q): q[i] = round-half-even(x[i] * id) saturated to
+//   int8, returns their sum
 // Every operation is exact or rounds once in a fixed order, so each ISA gives the same bits.
 // Not a header of its own.
 
@@ -94,7 +98,7 @@ void quantize_row(QuantKind kind, const float* x, int64_t in, const QActs& a, in
   if (quant_kind_is_k(kind)) {
     const int64_t nb = in / kQK;
     for (int64_t b = 0; b < nb; ++b)
-      quantize_q8_k_block(x + b * kQK, q + b * kQK, a.d + row * nb + b, a.bsums + row * (in / 16) + b * 16);
+      quantize_q8_k_block(x + b * kQK, q + b * kQK, a.d + b * a.ld + row, a.bsums + row * (in / 16) + b * 16);
     return;
   }
   const int64_t nb = in / kQ32;
@@ -103,52 +107,147 @@ void quantize_row(QuantKind kind, const float* x, int64_t in, const QActs& a, in
     const float d = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
     const int sum = I::round32(x + b * kQ32, id, q + b * kQ32);
-    a.d[row * nb + b] = fp16_round(d);
-    if (kind == QuantKind::Q4_1) a.s[row * nb + b] = fp16_round(d * static_cast<float>(sum));
+    a.d[b * a.ld + row] = fp16_round(d);
+    if (kind == QuantKind::Q4_1) a.s[b * a.ld + row] = fp16_round(d * static_cast<float>(sum));
   }
 }
 
 // ---------------------------------------------------------------- 8-bit activations
 
+// Blocks whose scales a kernel forms ahead of its dots, in one pass (see q32_block).
+inline constexpr int64_t kScaleChunk = 64;
+
 // Output rows [r0, r0 + R) against M activation rows, weights of 32-value blocks (Q4_0, Q4_1,
 // Q8_0): per block, lanes = the integer dot, acc = fma(d_w * d_x, lanes, acc) (ggml's
 // vec_dot_q4_0_q8_0, _q4_1_q8_1, _q8_0_q8_0); Q4_1 adds sum_b m_w * s_x after the lanes' sum.
+// Blocks go kScaleChunk at a time: first each weight row's d_w * d_x for the M activation rows
+// (one multiply a block, stored) and Q4_1's sums (one multiply-add a block, a lane each), then
+// the dots, each scaled by a broadcast load of its product: the multiplier units are left to
+// the dots and their multiply-adds. A 4-bit block may be dotted with its high nibbles left in
+// place (I::kHi = 16): lanes 4-7 then hold 16 times llama.cpp's integers, so that those lanes of
+// the accumulator hold 16 times its sums (scaling by 16 commutes with every rounding), divided
+// by 16 at the end (unscale_hi).
 template <class I, QuantKind K, int M, int R>
 void q32_block(const QProblem& p, int64_t r0) {
   constexpr int64_t BB = quant_kind_bytes(K);
-  const int64_t nb = p.in / kQ32;
-  typename I::acc acc[R][M];
-  float summs[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = I::zero(), summs[r][m] = 0.f;
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = p.w + (r0 + r) * p.row_bytes + b * BB;
-      const float dw = I::h2f(load_u16(blk));
-      typename I::bytes wq;
-      float mw = 0.f;
-      if constexpr (K == QuantKind::Q8_0) {
-        wq = I::load(blk + 2);
-      } else if constexpr (K == QuantKind::Q4_0) {
-        wq = I::sub8(I::nibbles(blk + 2));
-      } else {
-        wq = I::nibbles(blk + 4);
-        mw = I::h2f(load_u16(blk + 2));
+  const int64_t nb = p.in / kQ32, ld = p.a.ld;
+  typename I::acc acc[R][M], summs[R];
+  for (int r = 0; r < R; ++r) {
+    summs[r] = I::zero();
+    for (int m = 0; m < M; ++m) acc[r][m] = I::zero();
+  }
+  float sc[R][kScaleChunk][8], mw[R][kScaleChunk];
+  for (int64_t b0 = 0; b0 < nb; b0 += kScaleChunk) {
+    const int64_t b1 = b0 + kScaleChunk < nb ? b0 + kScaleChunk : nb;
+    for (int r = 0; r < R; ++r)
+      for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t* blk = p.w + (r0 + r) * p.row_bytes + b * BB;
+        I::store(sc[r][b - b0], I::mul_s(I::loadu(p.a.d + b * ld), I::h2f(load_u16(blk))));
+        if constexpr (K == QuantKind::Q4_1) mw[r][b - b0] = I::h2f(load_u16(blk + 2));
       }
-      for (int m = 0; m < M; ++m) {
-        const typename I::bytes xq = I::load(p.a.q + m * p.in + b * kQ32);
-        const typename I::lanes l = K == QuantKind::Q4_1 ? I::dot_us(wq, xq) : I::dot_ss(wq, xq);
-        acc[r][m] = I::fma(dw * p.a.d[m * nb + b], l, acc[r][m]);
-        if constexpr (K == QuantKind::Q4_1) summs[r][m] += mw * p.a.s[m * nb + b];  // exact product
+    for (int64_t b = b0; b < b1; ++b) {
+      typename I::bytes xq[M];
+      for (int m = 0; m < M; ++m) xq[m] = I::load(p.a.q + m * p.in + b * kQ32);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* blk = p.w + (r0 + r) * p.row_bytes + b * BB;
+        typename I::bytes wq;
+        if constexpr (K == QuantKind::Q8_0) {
+          wq = I::load(blk + 2);
+        } else if constexpr (K == QuantKind::Q4_0) {
+          wq = I::sub8(I::nibbles(blk + 2));
+        } else {
+          wq = I::nibbles_hi(blk + 4);
+          // Here, not in the first pass: the sum's chain of multiply-adds hides among the dots.
+          summs[r] = I::fma_s(I::loadu(p.a.s + b * ld), mw[r][b - b0], summs[r]);  // exact products
+        }
+        for (int m = 0; m < M; ++m) {
+          const typename I::lanes l = K == QuantKind::Q4_1 ? I::dot_us(wq, xq[m]) : I::dot_ss(wq, xq[m]);
+          acc[r][m] = I::fma(sc[r][b - b0][m], l, acc[r][m]);
+        }
       }
     }
   }
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    float mins[8];
+    I::store(mins, summs[r]);
     for (int m = 0; m < M; ++m) {
-      float v = I::hsum(acc[r][m]);
-      if constexpr (K == QuantKind::Q4_1) v += summs[r][m];
-      p.y[m * p.out + r0 + r] = v;
+      if constexpr (K == QuantKind::Q4_1)
+        p.y[m * p.out + r0 + r] = I::hsum(I::unscale_hi(acc[r][m])) + mins[m];
+      else
+        p.y[m * p.out + r0 + r] = I::hsum(acc[r][m]);
     }
+  }
+}
+
+// Decoding reads each weight once, and the hardware's prefetchers do not keep ahead of 8 rows
+// read side by side: step i of n asks for its share of the `bytes` at `next` (the rows the next
+// step reads), so that they arrive while these are computed. `share` is prefetch_step's.
+inline int64_t prefetch_step(int64_t bytes, int64_t n) { return ((bytes + n - 1) / n + 63) & ~int64_t{63}; }
+inline void prefetch_share(const uint8_t* next, int64_t bytes, int64_t share, int64_t i) {
+  const int64_t hi = (i + 1) * share < bytes ? (i + 1) * share : bytes;
+  for (int64_t o = i * share; o < hi; o += 64) __builtin_prefetch(next + o);
+}
+
+// The same for one activation row and 8 weight rows (the bits are q32_block's), arranged for
+// decoding: a block's 8 scales and mins read across the rows and converted at once, d_w * d_x
+// for the 8 rows in one multiply (that pass also brings the rows into the cache), Q4_1's sums
+// one row a lane. Q4_0's - 8 is taken off the lanes after the dot.
+template <class I, QuantKind K, int R>
+inline void q32_row(const QProblem& p, const uint8_t* w, const typename I::bytes& xq, const typename I::lanes& off,
+                    const float* sc, typename I::acc* acc) {
+  typename I::lanes l;
+  if constexpr (K == QuantKind::Q8_0)
+    l = I::dot_ss(I::load(w + R * p.row_bytes + 2), xq);
+  else if constexpr (K == QuantKind::Q4_0)
+    l = I::sub(I::dot_us(I::nibbles_hi(w + R * p.row_bytes + 2), xq), off);
+  else
+    l = I::dot_us(I::nibbles_hi(w + R * p.row_bytes + 4), xq);
+  acc[R] = I::fma(sc[R], l, acc[R]);
+}
+
+template <class I, QuantKind K>
+void q32_decode8(const QProblem& p, int64_t r0) {
+  constexpr int64_t BB = quant_kind_bytes(K);
+  const int64_t nb = p.in / kQ32;
+  const uint8_t* w0 = p.w + r0 * p.row_bytes;
+  const typename I::bytes eight = I::halves8(8, 8 * I::kHi);  // Q4_0's offset: 8, kHi * 8 for the high lanes
+  typename I::acc acc[8], summs = I::zero();
+  for (int r = 0; r < 8; ++r) acc[r] = I::zero();
+  const int64_t share = prefetch_step(8 * p.row_bytes, nb);
+  float sc[kScaleChunk][8], mw[kScaleChunk][8];
+  for (int64_t b0 = 0; b0 < nb; b0 += kScaleChunk) {
+    const int64_t b1 = b0 + kScaleChunk < nb ? b0 + kScaleChunk : nb;
+    for (int64_t b = b0; b < b1; ++b) {
+      typename I::acc mins;
+      I::store(sc[b - b0], I::mul_s(I::scales8(w0 + b * BB, p.row_bytes, &mins), p.a.d[b * p.a.ld]));
+      I::store(mw[b - b0], mins);
+      // The next 8 rows (bytes past the matrix's end are never read: prefetches do not fault).
+      prefetch_share(w0 + 8 * p.row_bytes, 8 * p.row_bytes, share, b);
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* w = w0 + b * BB;
+      const typename I::bytes xq = I::load(p.a.q + b * kQ32);
+      typename I::lanes off{};
+      if constexpr (K == QuantKind::Q4_0) off = I::dot_us(eight, xq);
+      if constexpr (K == QuantKind::Q4_1) summs = I::fma_s(I::loadu(mw[b - b0]), p.a.s[b * p.a.ld], summs);  // exact products
+      const float* s = sc[b - b0];
+      q32_row<I, K, 0>(p, w, xq, off, s, acc);
+      q32_row<I, K, 1>(p, w, xq, off, s, acc);
+      q32_row<I, K, 2>(p, w, xq, off, s, acc);
+      q32_row<I, K, 3>(p, w, xq, off, s, acc);
+      q32_row<I, K, 4>(p, w, xq, off, s, acc);
+      q32_row<I, K, 5>(p, w, xq, off, s, acc);
+      q32_row<I, K, 6>(p, w, xq, off, s, acc);
+      q32_row<I, K, 7>(p, w, xq, off, s, acc);
+    }
+  }
+  float mins[8];
+  I::store(mins, summs);
+  for (int r = 0; r < 8; ++r) {
+    float v = I::hsum(K == QuantKind::Q8_0 ? acc[r] : I::unscale_hi(acc[r]));
+    if constexpr (K == QuantKind::Q4_1) v += mins[r];
+    p.y[r0 + r] = v;
+  }
 }
 
 // Q4_K against Q8_K (ggml's vec_dot_q4_K_q8_K): per super-block, lanes = sum over its 8
@@ -166,7 +265,7 @@ inline void q4k_super(const QProblem& p, const uint8_t* blk, int64_t sb, typenam
   for (int m = 0; m < M; ++m) {
     const int8_t* xq = p.a.q + m * p.in + sb * kQK;
     const int16_t* bs = p.a.bsums + m * (p.in / 16) + sb * 16;
-    const float xd = p.a.d[m * nb + sb];
+    const float xd = p.a.d[sb * p.a.ld + m];
     typename I::lanes sum = I::lanes_set1(0);
     for (int j = 0; j < 4; ++j) {
       const typename I::lanes lo = I::mul(I::dot_us(I::lo4(w[j]), I::load(xq + 64 * j)), I::lanes_set1(sc[2 * j]));
@@ -207,7 +306,7 @@ inline void q6k_super(const QProblem& p, const uint8_t* blk, int64_t sb, typenam
       const typename I::lanes d = I::sub(I::dot_us(w[c], xv), I::dot_us(k32, xv));
       sum = I::add(sum, I::mul(d, I::halves(scales[2 * c], scales[2 * c + 1])));
     }
-    acc[m] = I::fma(p.a.d[m * nb + sb] * dw, sum, acc[m]);
+    acc[m] = I::fma(p.a.d[sb * p.a.ld + m] * dw, sum, acc[m]);
   }
 }
 
@@ -216,9 +315,11 @@ void qk_block(const QProblem& p, int64_t r0) {
   const int64_t nb = p.in / kQK;
   typename I::acc acc[R][M];
   float accm[R][M][4] = {};
+  const int64_t share = prefetch_step(R * p.row_bytes, nb);
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = I::zero();
-  for (int64_t sb = 0; sb < nb; ++sb)
+  for (int64_t sb = 0; sb < nb; ++sb) {
+    if constexpr (M == 1) prefetch_share(p.w + (r0 + R) * p.row_bytes, R * p.row_bytes, share, sb);
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p.w + (r0 + r) * p.row_bytes + sb * quant_kind_bytes(K);
       if constexpr (K == QuantKind::Q4_K)
@@ -226,6 +327,7 @@ void qk_block(const QProblem& p, int64_t r0) {
       else
         q6k_super<I, M>(p, blk, sb, acc[r]);
     }
+  }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) {
       float v = I::hsum(acc[r][m]);
@@ -333,6 +435,11 @@ template <class I, class V, QuantKind K, int M>
 void qrows_m(const QProblem& p, int64_t r0, int64_t r1) {
   constexpr int R = rows_at_once<M>();
   int64_t r = r0;
+  // One row of x against 32-value blocks: 8 weight rows at a time, their scales gathered (with
+  // 32-bit offsets).
+  if constexpr (M == 1 && !quant_kind_is_k(K))
+    if (!p.float_x && p.row_bytes <= (int64_t{1} << 28))
+      for (; r + 8 <= r1; r += 8) q32_decode8<I, K>(p, r);
   for (; r + R <= r1; r += R) qrow_block<I, V, K, M, R>(p, r);
   for (; r < r1; ++r) qrow_block<I, V, K, M, 1>(p, r);
 }

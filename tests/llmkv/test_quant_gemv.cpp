@@ -112,8 +112,8 @@ std::pair<at::Tensor, at::Tensor> reference(const at::Tensor& x, const at::Tenso
   return {at::matmul(xd, wd.t()), at::matmul(xd.abs(), wd.abs().t())};
 }
 
-// x quantized as the 8-bit mode does for t (the kernels' own quantizer, scalar path), and x
-// rebuilt from it (q * d) with the per-block d's and (Q8_1) s's.
+// x quantized as the 8-bit mode does for t (the quantizer of `f`), and x rebuilt from it (q * d);
+// d and s block-major ([blocks, m]), as the kernels take them.
 struct Quantized {
   std::vector<int8_t> q;
   std::vector<float> d, s;
@@ -138,12 +138,25 @@ Quantized quantize_acts(GgmlType t, const at::Tensor& x, const gemv::QuantFns& f
   r.d.resize(m * in / blk);
   r.s.resize(m * in / 32);
   r.bsums.resize(m * in / 16);
-  gemv::QActs a{r.q.data(), r.d.data(), r.s.data(), r.bsums.data()};
+  gemv::QActs a{r.q.data(), r.d.data(), r.s.data(), r.bsums.data(), m};
   const at::Tensor xc = x.contiguous();
   for (int64_t i = 0; i < m; ++i) f.quantize(kind(t), xc.data_ptr<float>(), in, a, i);
   r.xhat = at::empty({m, in}, at::kDouble);
-  for (int64_t i = 0; i < m * in; ++i) r.xhat.data_ptr<double>()[i] = double(r.q[i]) * r.d[i / blk];
+  auto xh = r.xhat.accessor<double, 2>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < in; ++c) xh[i][c] = double(r.q[i * in + c]) * r.d[(c / blk) * m + i];
   return r;
+}
+
+// Q4_1's mins m [out, in / 32] (float64), read from the blocks (bytes 2-3, fp16).
+at::Tensor q4_1_mins(const QuantWeight& w) {
+  const int64_t nb = w.in / 32;
+  at::Tensor mins = at::empty({w.out, nb}, at::kDouble);
+  auto mn = mins.accessor<double, 2>();
+  const uint8_t* p = w.blocks.data_ptr<uint8_t>();
+  for (int64_t o = 0; o < w.out; ++o)
+    for (int64_t b = 0; b < nb; ++b) mn[o][b] = get_half(p + o * w.row_bytes() + b * 20 + 2);
+  return mins;
 }
 
 // What the 8-bit mode computes, in float64: w . xhat, plus for Q4_1 the difference between
@@ -152,17 +165,15 @@ at::Tensor q8_reference(const QuantWeight& w, const at::Tensor& x, const Quantiz
   at::Tensor ref = at::matmul(qa.xhat, w.dequantize().to(at::kDouble).t());
   if (w.type != GgmlType::Q4_1) return ref;
   const int64_t m = x.size(0), nb = w.in / 32;
-  at::Tensor corr = at::zeros({m, nb}, at::kDouble), mins = at::empty({w.out, nb}, at::kDouble);
+  at::Tensor corr = at::zeros({m, nb}, at::kDouble);
+  auto c = corr.accessor<double, 2>();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t b = 0; b < nb; ++b) {
       int sum = 0;
       for (int j = 0; j < 32; ++j) sum += qa.q[i * w.in + b * 32 + j];
-      corr[i][b] = double(qa.s[i * nb + b]) - double(qa.d[i * nb + b]) * sum;
+      c[i][b] = double(qa.s[b * m + i]) - double(qa.d[b * m + i]) * sum;
     }
-  const uint8_t* p = w.blocks.data_ptr<uint8_t>();
-  for (int64_t o = 0; o < w.out; ++o)
-    for (int64_t b = 0; b < nb; ++b) mins[o][b] = get_half(p + o * w.row_bytes() + b * 20 + 2);
-  return ref + at::matmul(corr, mins.t());
+  return ref + at::matmul(corr, q4_1_mins(w).t());
 }
 
 // The bound on |8-bit mode - exact product with float x| derived in llmkv/README.md: per block of
@@ -175,13 +186,7 @@ at::Tensor q8_bound(const QuantWeight& w, const at::Tensor& x) {
   const at::Tensor e = amax * ((is_k(w.type) ? 0.5001 : 0.5625) / 127.0);
   const at::Tensor wabs = w.dequantize().to(at::kDouble).abs().reshape({w.out, nb, blk}).sum(-1);  // [out, nb]
   at::Tensor bound = at::matmul(e, wabs.t());
-  if (w.type == GgmlType::Q4_1) {
-    at::Tensor mins = at::empty({w.out, nb}, at::kDouble);
-    const uint8_t* p = w.blocks.data_ptr<uint8_t>();
-    for (int64_t o = 0; o < w.out; ++o)
-      for (int64_t b = 0; b < nb; ++b) mins[o][b] = std::abs(get_half(p + o * w.row_bytes() + b * 20 + 2));
-    bound = bound + at::matmul(amax / 32.0, mins.t());
-  }
+  if (w.type == GgmlType::Q4_1) bound = bound + at::matmul(amax / 32.0, q4_1_mins(w).abs().t());
   return bound;
 }
 
