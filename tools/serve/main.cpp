@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "llmkv/chat_template.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model_source.h"
 #include "llmkv/sentence_encoder.h"
@@ -131,7 +132,7 @@ void on_signal(int) { g_stop = true; }
 void add_options(CLI::App& app, Options& o) {
   app.add_option("-m,--model", o.model_dir, "Hugging Face model folder (config.json, model.safetensors, tokenizer.json) or GGUF file")
       ->capture_default_str()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   app.add_option("--model-name", o.model_name, "the name clients ask for (default: the folder's name, or a GGUF file's name without .gguf)");
   app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o.port, "port (0: any free one; the line on standard output says which)")
@@ -218,6 +219,18 @@ void add_options(CLI::App& app, Options& o) {
 
 }  // namespace
 
+// The system message the model's chat template puts before a conversation without one ("" for
+// none). Chats are written as ChatML; a template that writes other turns gets a warning.
+std::string default_system(const wm::llm::LlmSource& src) {
+  if (src.chat_template.empty()) return "";
+  const auto t = wm::llm::ChatTemplate::from_source(src.chat_template, src.bos_token, src.eos_token);
+  const std::optional<std::string> s = wm::llm::chatml_default_system(t);
+  if (!s)
+    std::fprintf(stderr, "wm_serve: warning: the model's chat template does not write ChatML turns; chats are "
+                         "written as ChatML, which this model may not have been trained on\n");
+  return s.value_or("");
+}
+
 // Binds --host / --port (0: any free port) and returns the port. The library listens with a
 // backlog of 5: a burst of clients would see their connections dropped and retried a second
 // later, so the socket is taken here and its backlog raised once bound.
@@ -287,6 +300,7 @@ int main(int argc, char** argv) {
     o.memory.validate();
     wm::serve::ServerOptions so;
     so.stop_tokens = src.generation.eos_token_ids;
+    so.default_system = default_system(src);
     so.model_name = o.model_name.empty() ? src.name : o.model_name;
     so.limits.max_tokens_limit = o.max_tokens_limit;
     so.limits.default_max_tokens = o.default_max_tokens;

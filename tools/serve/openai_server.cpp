@@ -188,6 +188,9 @@ std::vector<llm::ServeBlock> OpenAIServer::chat_blocks(const std::string& sid, c
   }
   *fed = fresh;
   std::vector<llm::ServeBlock> blocks;
+  // A new conversation without a system message gets the one the model's template would add.
+  if (!continued && !o_.default_system.empty() && (fresh.empty() || fresh.front().role != "system"))
+    blocks.push_back({llm::encode_chatml(tok_, {{"system", o_.default_system}}, false), "system", false});
   for (const auto& m : fresh) blocks.push_back({llm::encode_chatml(tok_, {m}, false), m.role, m.role == "user"});
   *tail = llm::encode_chatml(tok_, {}, true);
   if (continued) {

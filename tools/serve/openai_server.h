@@ -30,6 +30,7 @@ namespace wm::serve {
 struct ServerOptions {
   std::string model_name;          // the name clients ask for
   std::vector<int64_t> stop_tokens;  // beside the model's EOS: generation_config.json's end tokens
+  std::string default_system;        // put before a new chat that has no system message (the model's template's)
   RequestLimits limits;
   std::vector<std::string> api_keys;  // empty: no key needed
 };
