@@ -97,6 +97,8 @@ struct I256 {
     return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, S), _mm256_set1_epi8(3)), 4));
   }
   static bytes splat8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+  static bytes bsub(bytes a, bytes b) { return _mm256_sub_epi8(a, b); }
+  static void store_bytes(void* p, bytes b) { _mm256_storeu_si256(static_cast<__m256i*>(p), b); }
   // u <= 128 and |s| <= 127 in every use: a pair's sum stays inside maddubs' int16 saturation.
   static lanes dot_us(bytes u, bytes s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
   static lanes dot_ss(bytes a, bytes b) { return dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }

@@ -71,6 +71,11 @@ struct I1 {
     return lo;
   }
   static bytes splat8(int v) { return map(bytes{}, [v](int) { return v; }); }
+  static bytes bsub(bytes a, bytes b) {
+    for (int i = 0; i < 32; ++i) a.v[i] = static_cast<uint8_t>(a.v[i] - b.v[i]);
+    return a;
+  }
+  static void store_bytes(void* p, bytes b) { __builtin_memcpy(p, b.v, 32); }
   static lanes dot_us(bytes u, bytes s) {
     lanes l;
     for (int j = 0; j < 8; ++j) {

@@ -5,7 +5,8 @@
 //   load(p): 32 bytes; nibbles(p): the 16 bytes at p as 32 values 0..15, low nibbles first;
 //   nibbles_hi(p): the same with the high nibbles kHi (1 or 16) times their value; lo4(b),
 //   hi4(b): each byte's low / high nibble; sub8(b): b - 8 bytewise; or_hi2<S>(lo, qh):
-//   lo | ((qh >> S) & 3) << 4 bytewise (Q6_K's values); splat8(v), halves8(lo, hi): 32 bytes
+//   lo | ((qh >> S) & 3) << 4 bytewise (Q6_K's values); splat8(v), halves8(lo, hi): 32 bytes;
+//   bsub(a, b): a - b bytewise; store_bytes(p, b)
 //   dot_us(u, s): lane j = sum_{k<4} u[4j+k] * s[4j+k], u unsigned, s signed bytes
 //   dot_ss(a, b): the same with both signed (llama.cpp's sign trick)
 //   add, sub, mul (lanewise int32), lanes_set1(v), halves(lo, hi): lanes 0-3 lo, 4-7 hi
@@ -341,46 +342,41 @@ void qk_block(const QProblem& p, int64_t r0) {
 // One weight block as its integers (int8) and, per group of `group` values, the float32 factor
 // of their dot with x; per 32 values the factor of x's sum (Q4_1's m, Q4_K's -dmin * min; 0 for
 // the others). Returns the group size.
+template <class I>
 inline int unpack_block(QuantKind k, const uint8_t* b, int8_t* q, float* scale, float* minf) {
   switch (k) {
     case QuantKind::Q8_0:
-      for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(b[2 + i]);
-      scale[0] = half_bits_to_float(load_u16(b));
-      minf[0] = 0.f;
-      return 32;
     case QuantKind::Q4_0:
-    case QuantKind::Q4_1: {
-      const uint8_t* qs = b + (k == QuantKind::Q4_0 ? 2 : 4);
-      const int off = k == QuantKind::Q4_0 ? 8 : 0;
-      for (int i = 0; i < 16; ++i) {
-        q[i] = static_cast<int8_t>((qs[i] & 0xF) - off);
-        q[i + 16] = static_cast<int8_t>((qs[i] >> 4) - off);
-      }
-      scale[0] = half_bits_to_float(load_u16(b));
-      minf[0] = k == QuantKind::Q4_1 ? half_bits_to_float(load_u16(b + 2)) : 0.f;
+    case QuantKind::Q4_1:
+      I::store_bytes(q, k == QuantKind::Q8_0 ? I::load(b + 2) : k == QuantKind::Q4_0 ? I::sub8(I::nibbles(b + 2)) : I::nibbles(b + 4));
+      scale[0] = I::h2f(load_u16(b));
+      minf[0] = k == QuantKind::Q4_1 ? I::h2f(load_u16(b + 2)) : 0.f;
       return 32;
-    }
     case QuantKind::Q4_K: {
-      const float d = half_bits_to_float(load_u16(b)), dmin = half_bits_to_float(load_u16(b + 2));
+      const float d = I::h2f(load_u16(b)), dmin = I::h2f(load_u16(b + 2));
       for (int s = 0; s < 8; ++s) {
         int sc, mn;
         scale_min_k4(s, b + 4, &sc, &mn);
         scale[s] = d * static_cast<float>(sc);
         minf[s] = -(dmin * static_cast<float>(mn));
-        const uint8_t* qs = b + 16 + 32 * (s / 2);
-        for (int l = 0; l < 32; ++l) q[32 * s + l] = static_cast<int8_t>((qs[l] >> (4 * (s % 2))) & 0xF);
+      }
+      for (int j = 0; j < 4; ++j) {
+        const typename I::bytes w = I::load(b + 16 + 32 * j);
+        I::store_bytes(q + 64 * j, I::lo4(w));
+        I::store_bytes(q + 64 * j + 32, I::hi4(w));
       }
       return 32;
     }
     case QuantKind::Q6_K: {
-      const uint8_t *ql = b, *qh = b + 128;
       const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-      const float d = half_bits_to_float(load_u16(b + 208));
-      for (int v = 0; v < 256; ++v) {
-        const int h = v / 128, r = v % 128;
-        const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
-        const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x3;
-        q[v] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+      const float d = I::h2f(load_u16(b + 208));
+      const typename I::bytes k32 = I::splat8(32);
+      for (int h = 0; h < 2; ++h) {
+        const typename I::bytes l0 = I::load(b + 64 * h), l1 = I::load(b + 64 * h + 32), qh = I::load(b + 128 + 32 * h);
+        I::store_bytes(q + 128 * h, I::bsub(I::template or_hi2<0>(I::lo4(l0), qh), k32));
+        I::store_bytes(q + 128 * h + 32, I::bsub(I::template or_hi2<2>(I::lo4(l1), qh), k32));
+        I::store_bytes(q + 128 * h + 64, I::bsub(I::template or_hi2<4>(I::hi4(l0), qh), k32));
+        I::store_bytes(q + 128 * h + 96, I::bsub(I::template or_hi2<6>(I::hi4(l1), qh), k32));
       }
       for (int g = 0; g < 16; ++g) scale[g] = d * static_cast<float>(sc[g]);
       for (int c = 0; c < 8; ++c) minf[c] = 0.f;
@@ -392,7 +388,7 @@ inline int unpack_block(QuantKind k, const uint8_t* b, int8_t* q, float* scale, 
 
 // Output rows [r0, r0 + R) against M float rows: per group, t = sum q x (float32 lanes), acc =
 // fma(t, scale, acc); the min terms added per 32 values in scalar; the lanes summed at the end.
-template <class V, QuantKind K, int M, int R>
+template <class I, class V, QuantKind K, int M, int R>
 void qfloat_block(const QProblem& p, int64_t r0) {
   constexpr int64_t NV = quant_kind_values(K), BB = quant_kind_bytes(K);
   const int64_t nb = p.in / NV, n32 = p.in / kQ32;
@@ -404,7 +400,7 @@ void qfloat_block(const QProblem& p, int64_t r0) {
   float scale[16], minf[8];
   for (int64_t b = 0; b < nb; ++b)
     for (int r = 0; r < R; ++r) {
-      const int G = unpack_block(K, p.w + (r0 + r) * p.row_bytes + b * BB, q, scale, minf);
+      const int G = unpack_block<I>(K, p.w + (r0 + r) * p.row_bytes + b * BB, q, scale, minf);
       for (int g = 0; g < NV / G; ++g)
         for (int m = 0; m < M; ++m) {
           const float* x = p.x + m * p.in + b * NV + g * G;
@@ -424,7 +420,7 @@ void qfloat_block(const QProblem& p, int64_t r0) {
 
 template <class I, class V, QuantKind K, int M, int R>
 void qrow_block(const QProblem& p, int64_t r0) {
-  if (p.float_x) return qfloat_block<V, K, M, R>(p, r0);
+  if (p.float_x) return qfloat_block<I, V, K, M, R>(p, r0);
   if constexpr (quant_kind_is_k(K))
     qk_block<I, K, M, R>(p, r0);
   else
