@@ -55,13 +55,42 @@ class Team {
   }
 
   // body(ctx, t, n) for t in [0, n), t = 0 on the calling thread. Serial when another call holds
-  // the team (two sessions on two threads, say).
+  // the team (two sessions on two threads, say), or while a thread has not yet seen the last
+  // job of run_dynamic's (see there).
   void run(int n, void (*body)(const void*, int, int), const void* ctx) {
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
-    if (n <= 1 || !busy.owns_lock()) {
+    if (n <= 1 || !busy.owns_lock() || pending_.load(std::memory_order_acquire) > 0) {
       for (int t = 0; t < n; ++t) body(ctx, t, n);
       return;
     }
+    post(n, body, nullptr, ctx);
+    body(ctx, 0, n);
+    while (pending_.load(std::memory_order_acquire) > 0) cpu_relax();
+  }
+
+  // body(ctx) on the calling thread and on up to n - 1 others, each taking its work from ctx
+  // (an atomic counter) until none is left. The calling thread does not wait for a thread that
+  // has not started: once its own call returns, no other thread joins, and it waits only for
+  // those that did. On a shared machine a descheduled thread then costs nothing; the threads
+  // that start late see the job closed, touch nothing of it and only acknowledge it, and until
+  // every one has, jobs run on the calling thread alone (their fields stay as they were).
+  void run_dynamic(int n, void (*body)(const void*), const void* ctx) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (n <= 1 || !busy.owns_lock() || pending_.load(std::memory_order_acquire) > 0) return body(ctx);
+    joins_.store(0, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    post(n, nullptr, body, ctx);
+    body(ctx);
+    const uint32_t joined = joins_.fetch_or(kClosed, std::memory_order_acq_rel) & ~kClosed;
+    while (done_.load(std::memory_order_acquire) < joined) cpu_relax();
+  }
+
+ private:
+  static constexpr std::chrono::microseconds kSpin{300};
+  static constexpr uint32_t kClosed = 1u << 31;
+
+  // Posts a job to the workers (one of body and dyn set), starting any that are missing.
+  void post(int n, void (*body)(const void*, int, int), void (*dyn)(const void*), const void* ctx) {
     while (static_cast<int>(workers_.size()) < n - 1) {
       // The generation the thread starts from is read here, before this call's job is posted:
       // read in the new thread, it could already be the job's, which would never run.
@@ -71,6 +100,7 @@ class Team {
       workers_.back().detach();
     }
     body_ = body;
+    dyn_ = dyn;
     ctx_ = ctx;
     n_ = n;
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
@@ -79,12 +109,23 @@ class Team {
       std::lock_guard<std::mutex> lk(sleep_mu_);
       cv_.notify_all();
     }
-    body(ctx, 0, n);
-    while (pending_.load(std::memory_order_acquire) > 0) cpu_relax();
   }
 
- private:
-  static constexpr std::chrono::microseconds kSpin{300};
+  // A worker's share of the job just seen: its static part, or joining a dynamic one while it
+  // is open (and fewer than n - 1 have joined).
+  void work(int id) {
+    if (body_) {
+      if (id < n_) body_(ctx_, id, n_);
+      return;
+    }
+    uint32_t j = joins_.load(std::memory_order_acquire);
+    while (!(j & kClosed) && static_cast<int>(j) < n_ - 1)
+      if (joins_.compare_exchange_weak(j, j + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        dyn_(ctx_);
+        done_.fetch_add(1, std::memory_order_release);
+        return;
+      }
+  }
 
   void loop(int id, uint64_t seen) {
     for (;;) {
@@ -102,7 +143,7 @@ class Team {
         }
       }
       seen = g;
-      if (id < n_) body_(ctx_, id, n_);
+      work(id);
       pending_.fetch_sub(1, std::memory_order_release);
     }
   }
@@ -112,7 +153,9 @@ class Team {
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> gen_{0};
   std::atomic<int> pending_{0}, sleepers_{0};
+  std::atomic<uint32_t> joins_{0}, done_{0};  // run_dynamic: threads joined (and kClosed), finished
   void (*body_)(const void*, int, int) = nullptr;
+  void (*dyn_)(const void*) = nullptr;
   const void* ctx_ = nullptr;
   int n_ = 0;
 };
@@ -157,52 +200,56 @@ QProblem q_rows(const QProblem& p, int64_t m0, int64_t m) {
 }  // namespace
 
 void run_qrows(QRowsFn fn, const QProblem& p, int threads) {
-  // Output rows a thread at least (per tile of activation rows); its share starts at a multiple
-  // of 8 (the kernels' widest row block).
+  // Output rows a thread at least (per tile of activation rows).
   constexpr int64_t kMinRowsPerThread = 64;
   const int64_t tiles = (p.m + kMaxRows - 1) / kMaxRows;
   const int64_t most = p.out * tiles / kMinRowsPerThread;
   if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
-  // Weight rows taken at a time against every tile: about 16 KiB, so that they stay in L1
-  // while the tiles (from L2) pass.
-  int64_t chunk = (16384 / (p.row_bytes > 0 ? p.row_bytes : 1)) / 8 * 8;
-  chunk = chunk < 8 ? 8 : chunk;
+  // Units of work: output rows (a multiple of 8, the kernels' widest row block) against every
+  // tile, about 8 a thread, taken in turn: a thread that starts late or runs slower leaves its
+  // share to the others. With several tiles, a unit's weight rows are about 16 KiB at most, so
+  // that they stay in L1 while the tiles (from L2) pass.
+  int64_t unit = (p.out / (8 * threads) + 7) / 8 * 8;
+  if (tiles > 1) unit = std::min(unit, 16384 / std::max<int64_t>(p.row_bytes, 1) / 8 * 8);
+  unit = std::max<int64_t>(unit, 8);
   struct Ctx {
     QRowsFn fn;
     const QProblem* p;
-    int64_t tiles, chunk;
-  } ctx{fn, &p, tiles, chunk};
-  Team::get().run(threads, [](const void* c, int t, int n) {
+    int64_t tiles, unit, units;
+    mutable std::atomic<int64_t> next{0};
+  } ctx{fn, &p, tiles, unit, (p.out + unit - 1) / unit};
+  Team::get().run_dynamic(threads, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    const int64_t out = x.p->out, blocks = (out + 7) / 8;
-    const int64_t r0 = std::min(out, blocks * t / n * 8), r1 = std::min(out, blocks * (t + 1) / n * 8);
-    if (r1 <= r0) return;
-    if (x.tiles == 1) return x.fn(*x.p, r0, r1);
-    for (int64_t c0 = r0; c0 < r1; c0 += x.chunk) {
-      const int64_t c1 = std::min(r1, c0 + x.chunk);
+    for (int64_t u; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units;) {
+      const int64_t r0 = u * x.unit, r1 = std::min(x.p->out, r0 + x.unit);
+      if (x.tiles == 1) {
+        x.fn(*x.p, r0, r1);
+        continue;
+      }
       for (int64_t i = 0; i < x.tiles; ++i) {
         const int64_t m0 = i * kMaxRows;
-        x.fn(q_rows(*x.p, m0, std::min<int64_t>(kMaxRows, x.p->m - m0)), c0, c1);
+        x.fn(q_rows(*x.p, m0, std::min<int64_t>(kMaxRows, x.p->m - m0)), r0, r1);
       }
     }
   }, &ctx);
 }
 
 void run_quantize(QuantizeFn fn, QuantKind kind, const float* x, int64_t m, int64_t in, const QActs& a, int threads) {
-  // Rows a thread at least: quantizing a row costs about what handing it over does.
-  constexpr int64_t kMinRowsPerThread = 8;
-  const int64_t most = m / kMinRowsPerThread;
-  if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
+  // Rows a unit of work: quantizing a row costs about what handing it over does.
+  constexpr int64_t kUnit = 8;
+  if (m < 2 * kUnit) threads = 1;
   struct Ctx {
     QuantizeFn fn;
     QuantKind kind;
     const float* x;
     int64_t m, in;
     const QActs* a;
+    mutable std::atomic<int64_t> next{0};
   } ctx{fn, kind, x, m, in, &a};
-  Team::get().run(threads, [](const void* c, int t, int n) {
+  Team::get().run_dynamic(threads, [](const void* c) {
     const Ctx& q = *static_cast<const Ctx*>(c);
-    for (int64_t r = q.m * t / n; r < q.m * (t + 1) / n; ++r) q.fn(q.kind, q.x, q.in, *q.a, r);
+    for (int64_t u; (u = q.next.fetch_add(kUnit, std::memory_order_relaxed)) < q.m;)
+      for (int64_t r = u; r < std::min(q.m, u + kUnit); ++r) q.fn(q.kind, q.x, q.in, *q.a, r);
   }, &ctx);
 }
 

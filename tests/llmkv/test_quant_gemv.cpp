@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
@@ -314,6 +315,29 @@ TEST(QuantGemv, ManyRowsEqualOneRowAtATime) {
     for (int64_t i = 0; i < 37; ++i)
       EXPECT_TRUE(at::equal(all[i], linear(x[i], w, at::Tensor()))) << ggml_type_name(t) << " row " << i;
   }
+}
+
+// The team's two kinds of jobs interleaved on more threads than cores (threads start late, are
+// descheduled mid-job, jobs run alone while one has not acknowledged the last): every product
+// equals the one-thread product, quantized (units taken in turn) and float (a static split).
+TEST(QuantGemv, TeamJobsOnMoreThreadsThanCores) {
+  at::manual_seed(19);
+  const QuantWeight w = random_weight(GgmlType::Q4_1, 520, 576);
+  const at::Tensor wf = at::randn({300, 576});
+  const at::Tensor x = random_x(3, 576), x20 = random_x(20, 576);
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor ref = linear(x, w, at::Tensor()), ref20 = linear(x20, w, at::Tensor());
+  const at::Tensor reff = linear(x, wf, at::Tensor());
+  at::set_num_threads(5);
+  int wrong = 0;
+  for (int i = 0; i < 400; ++i) {
+    wrong += !at::equal(linear(x, w, at::Tensor()), ref);
+    wrong += !at::allclose(linear(x, wf, at::Tensor()), reff, 1e-5, 1e-5);
+    if (i % 20 == 0) wrong += !at::equal(linear(x20, w, at::Tensor()), ref20);
+  }
+  at::set_num_threads(saved);
+  EXPECT_EQ(wrong, 0);
 }
 
 // Quantized activations as llama.cpp's x86 code forms them: Q8_0/Q8_1's d is fp16(amax / 127)
