@@ -3,7 +3,9 @@
 // tens of microseconds apart; a pool that puts its threads to sleep after each (OpenMP with
 // OMP_WAIT_POLICY=passive, as a shared machine wants) pays a wake-up every time, and one that
 // always spins holds the cores between requests. Here a thread spins up to kSpin after a job,
-// which covers the gaps inside a step, then waits on a condition variable.
+// which covers the gaps inside a step, then waits on a condition variable. Every job's work is
+// taken in units from a counter, and the calling thread never waits for a thread that has not
+// started (Team::run): on a shared machine the other cores are often busy.
 #include "llmkv/decode_kernels.h"
 #include "llmkv/quant_kernels.h"
 
@@ -54,53 +56,42 @@ class Team {
     return *t;
   }
 
-  // body(ctx, t, n) for t in [0, n), t = 0 on the calling thread. Serial when another call holds
-  // the team (two sessions on two threads, say), or while a thread has not yet seen the last
-  // job of run_dynamic's (see there).
-  void run(int n, void (*body)(const void*, int, int), const void* ctx) {
-    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
-    if (n <= 1 || !busy.owns_lock() || pending_.load(std::memory_order_acquire) > 0) {
-      for (int t = 0; t < n; ++t) body(ctx, t, n);
-      return;
-    }
-    post(n, body, nullptr, ctx);
-    body(ctx, 0, n);
-    while (pending_.load(std::memory_order_acquire) > 0) cpu_relax();
-  }
-
   // body(ctx) on the calling thread and on up to n - 1 others, each taking its work from ctx
   // (an atomic counter) until none is left. The calling thread does not wait for a thread that
   // has not started: once its own call returns, no other thread joins, and it waits only for
   // those that did. On a shared machine a descheduled thread then costs nothing; the threads
   // that start late see the job closed, touch nothing of it and only acknowledge it, and until
-  // every one has, jobs run on the calling thread alone (their fields stay as they were).
-  void run_dynamic(int n, void (*body)(const void*), const void* ctx) {
+  // every one has, jobs run on the calling thread alone (their fields stay as they were), as
+  // they do while another call holds the team (two sessions on two threads, say).
+  void run(int n, void (*body)(const void*), const void* ctx) {
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (n <= 1 || !busy.owns_lock() || pending_.load(std::memory_order_acquire) > 0) return body(ctx);
     joins_.store(0, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    post(n, nullptr, body, ctx);
+    post(n, body, ctx);
     body(ctx);
     const uint32_t joined = joins_.fetch_or(kClosed, std::memory_order_acq_rel) & ~kClosed;
-    while (done_.load(std::memory_order_acquire) < joined) cpu_relax();
+    for (int spins = 0; done_.load(std::memory_order_acquire) < joined; ++spins) {
+      cpu_relax();
+      if (spins > kSpinAlone) std::this_thread::yield();  // a joined thread descheduled: let it run
+    }
   }
 
  private:
   static constexpr std::chrono::microseconds kSpin{300};
+  static constexpr int kSpinAlone = 2048;  // pauses before the spin starts yielding (some 20-40 us)
   static constexpr uint32_t kClosed = 1u << 31;
 
-  // Posts a job to the workers (one of body and dyn set), starting any that are missing.
-  void post(int n, void (*body)(const void*, int, int), void (*dyn)(const void*), const void* ctx) {
+  // Posts a job to the workers, starting any that are missing.
+  void post(int n, void (*body)(const void*), const void* ctx) {
     while (static_cast<int>(workers_.size()) < n - 1) {
       // The generation the thread starts from is read here, before this call's job is posted:
       // read in the new thread, it could already be the job's, which would never run.
-      const int id = static_cast<int>(workers_.size()) + 1;
       const uint64_t seen = gen_.load(std::memory_order_acquire);
-      workers_.emplace_back([this, id, seen] { loop(id, seen); });
+      workers_.emplace_back([this, seen] { loop(seen); });
       workers_.back().detach();
     }
     body_ = body;
-    dyn_ = dyn;
     ctx_ = ctx;
     n_ = n;
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
@@ -111,29 +102,28 @@ class Team {
     }
   }
 
-  // A worker's share of the job just seen: its static part, or joining a dynamic one while it
-  // is open (and fewer than n - 1 have joined).
-  void work(int id) {
-    if (body_) {
-      if (id < n_) body_(ctx_, id, n_);
-      return;
-    }
+  // A worker's part in the job just seen: joining it while it is open (and fewer than n - 1
+  // have joined), then taking work until none is left.
+  void work() {
     uint32_t j = joins_.load(std::memory_order_acquire);
     while (!(j & kClosed) && static_cast<int>(j) < n_ - 1)
       if (joins_.compare_exchange_weak(j, j + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        dyn_(ctx_);
+        body_(ctx_);
         done_.fetch_add(1, std::memory_order_release);
         return;
       }
   }
 
-  void loop(int id, uint64_t seen) {
+  void loop(uint64_t seen) {
     for (;;) {
       uint64_t g;
       auto deadline = std::chrono::steady_clock::now() + kSpin;
       int spins = 0;
       while ((g = gen_.load(std::memory_order_acquire)) == seen) {
         cpu_relax();
+        // Past the first kSpinAlone, each check gives the core to any thread waiting for it (on
+        // a busy machine, the caller itself may be): a spin costs the others nothing then.
+        if (spins > kSpinAlone) std::this_thread::yield();
         if (++spins % 128 == 0 && std::chrono::steady_clock::now() > deadline) {
           std::unique_lock<std::mutex> lk(sleep_mu_);
           sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -143,7 +133,7 @@ class Team {
         }
       }
       seen = g;
-      work(id);
+      work();
       pending_.fetch_sub(1, std::memory_order_release);
     }
   }
@@ -153,9 +143,8 @@ class Team {
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> gen_{0};
   std::atomic<int> pending_{0}, sleepers_{0};
-  std::atomic<uint32_t> joins_{0}, done_{0};  // run_dynamic: threads joined (and kClosed), finished
-  void (*body_)(const void*, int, int) = nullptr;
-  void (*dyn_)(const void*) = nullptr;
+  std::atomic<uint32_t> joins_{0}, done_{0};  // run: threads joined (and kClosed), finished
+  void (*body_)(const void*) = nullptr;
   const void* ctx_ = nullptr;
   int n_ = 0;
 };
@@ -167,14 +156,18 @@ void run_rows(RowsFn fn, const Problem& p, int threads) {
   constexpr int64_t kMinRowsPerThread = 64;
   const int64_t most = p.out / kMinRowsPerThread;
   if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
+  // Units of rows (a multiple of 8), about 8 a thread, taken in turn (Team::run).
+  const int64_t unit = std::max<int64_t>(8, (p.out / (8 * threads) + 7) / 8 * 8);
   struct Ctx {
     RowsFn fn;
     const Problem* p;
-  } ctx{fn, &p};
-  Team::get().run(threads, [](const void* c, int t, int n) {
+    int64_t unit, units;
+    mutable std::atomic<int64_t> next{0};
+  } ctx{fn, &p, unit, (p.out + unit - 1) / unit};
+  Team::get().run(threads, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    const int64_t out = x.p->out, r0 = out * t / n, r1 = out * (t + 1) / n;
-    if (r1 > r0) x.fn(*x.p, r0, r1);
+    for (int64_t u; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units;)
+      x.fn(*x.p, u * x.unit, std::min(x.p->out, (u + 1) * x.unit));
   }, &ctx);
 }
 
@@ -218,7 +211,7 @@ void run_qrows(QRowsFn fn, const QProblem& p, int threads) {
     int64_t tiles, unit, units;
     mutable std::atomic<int64_t> next{0};
   } ctx{fn, &p, tiles, unit, (p.out + unit - 1) / unit};
-  Team::get().run_dynamic(threads, [](const void* c) {
+  Team::get().run(threads, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
     for (int64_t u; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units;) {
       const int64_t r0 = u * x.unit, r1 = std::min(x.p->out, r0 + x.unit);
@@ -246,7 +239,7 @@ void run_quantize(QuantizeFn fn, QuantKind kind, const float* x, int64_t m, int6
     const QActs* a;
     mutable std::atomic<int64_t> next{0};
   } ctx{fn, kind, x, m, in, &a};
-  Team::get().run_dynamic(threads, [](const void* c) {
+  Team::get().run(threads, [](const void* c) {
     const Ctx& q = *static_cast<const Ctx*>(c);
     for (int64_t u; (u = q.next.fetch_add(kUnit, std::memory_order_relaxed)) < q.m;)
       for (int64_t r = u; r < std::min(q.m, u + kUnit); ++r) q.fn(q.kind, q.x, q.in, *q.a, r);
@@ -292,11 +285,13 @@ void run_attention_many(AttnFn fn, const AttnProblem* ps, int64_t n, int threads
     const int64_t* owner;
     int64_t tasks;
     float *m, *l, *o;
+    mutable std::atomic<int64_t> next{0};
   } ctx{fn, ps, parts.data(), owner.data(), tasks, m.data(), l.data(), o.data()};
   const int team = threads < tasks ? threads : static_cast<int>(tasks);
-  Team::get().run(team, [](const void* c, int t, int nt) {
+  // Tasks taken in turn (Team::run); each writes its own partial rows, merged below.
+  Team::get().run(team, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    for (int64_t k = t; k < x.tasks; k += nt) {
+    for (int64_t k; (k = x.next.fetch_add(1, std::memory_order_relaxed)) < x.tasks;) {
       const Part& pt = x.parts[x.owner[k]];
       const AttnProblem& p = x.ps[x.owner[k]];
       const int64_t local = k - pt.first, h = local / pt.splits, s = local % pt.splits;
