@@ -5,6 +5,7 @@
 // spliced back re-anchored, against computing it again.
 //   wm_bench_llm --model assets/models/tiny-llm --model configs/qwen2-0.5b.json --contexts 1024 4096 16384
 // --profile: where a decode step's time goes, by op kind, against a STREAM-like bandwidth figure.
+// --kernels: the linear layers' kernels alone on SmolLM2-135M's shapes (GGUF blocks, float32, int8).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -23,6 +24,8 @@
 #include "llmkv/gemv.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "llmkv/model_source.h"
+#include "llmkv/quant_gemv.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
 #include "runtime/block_store.h"
@@ -38,6 +41,7 @@
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/validators.h"
 #include "tools/bench_llm/bandwidth.h"
+#include "tools/bench_llm/kernels.h"
 #include "tools/bench_llm/profile.h"
 
 namespace {
@@ -130,7 +134,8 @@ struct Options {
   int64_t evict_slack = 0;
   std::string device = "auto", dtype = "float32", json_out;
   std::string kv_dtype;          // --kv-dtype (empty: --dtype)
-  std::string weights = "float";  // --weights: float (in --dtype) or int8
+  std::string weights = "float";  // --weights: float (in --dtype), int8, or stored (GGUF blocks)
+  std::string quant_acts = "q8";  // --quant-activations
   std::string gemv = "auto";      // --gemv: the decode kernels
   int threads = 0;
   uint64_t seed = 0;
@@ -140,6 +145,8 @@ struct Options {
   std::vector<int64_t> streams;   // --streams: parallel decoding figures (empty: none)
   int64_t stream_context = 256;   // each stream's prompt
   int stream_reps = 3;
+  bool kernels = false;           // --kernels: the kernel figures instead of the models'
+  wm::bench::KernelBenchOptions kernel;
 };
 
 // Every option, in the order --help lists them.
@@ -187,9 +194,15 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--dtype", o.dtype, "float32, bfloat16, float16")->capture_default_str();
   app.add_option("--kv-dtype", o.kv_dtype, "K/V cache dtype: float32, bfloat16, float16 (default: --dtype); attention accumulates in float32")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
-  app.add_option("--weights", o.weights, "float: the projections in --dtype; int8: quantised at load (a float32 scale per 32 inputs; CPU)")
+  app.add_option("--weights", o.weights,
+                 "float: the projections in --dtype (a GGUF file's decoded); int8: quantised at load (a float32 scale "
+                 "per 32 inputs; CPU); stored: a GGUF file's quantized blocks as stored (CPU, float32; llmkv/quant_gemv.h)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"float", "int8"}));
+      ->check(CLI::IsMember({"float", "int8", "stored"}));
+  app.add_option("--quant-activations", o.quant_acts,
+                 "--weights stored: q8 (activations rounded to 8 bits as llama.cpp does) or float")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q8", "float"}));
   app.add_option("--gemv", o.gemv, "decode-sized products: auto (the best the CPU has), avx512, avx2, scalar, or libtorch (at::linear)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "avx512", "avx2", "scalar", "libtorch"}));
@@ -203,6 +216,18 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--profile-steps", o.profile_steps, "decode steps --profile times (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  app.add_flag("--kernels", o.kernels,
+               "instead of models: time the linear-layer kernels on SmolLM2-135M's shapes (GGUF Q4_1/Q8_0 blocks "
+               "with 8-bit and float activations, float32, int8 weights), ms and GB/s a product (llmkv/README.md)");
+  app.add_option("--kernel-rows", o.kernel.rows, "--kernels: rows of x a product")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--kernel-threads", o.kernel.threads, "--kernels: thread counts")->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--kernel-rounds", o.kernel.rounds, "--kernels: timed rounds (medians; after one warm-up round)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--gguf", o.kernel.gguf, "--kernels: SmolLM2-135M's GGUF file, for its own blocks (default: random blocks)")
+      ->check(CLI::ExistingFile);
 }
 
 // The default models (when no --model is given), each looked for where it ships. Throws
@@ -235,12 +260,20 @@ std::unique_ptr<wm::cli::OutputFile> open_json(const Options& o) {
   return json_file;
 }
 
-// A model folder's weights, or random weights at a config.json's shape (--seed); `name` is what
-// the tables call it.
-wm::llm::LlmModel load_model(const std::string& m, at::Device dev, at::ScalarType dt, uint64_t seed,
+// A model folder's weights, a GGUF file's (its blocks as stored with --weights stored, else
+// decoded), or random weights at a config.json's shape (--seed); `name` is what the tables call it.
+wm::llm::LlmModel load_model(const std::string& m, at::Device dev, at::ScalarType dt, const Options& o,
                              std::string* name) {
   wm::llm::LlmModel model{nullptr};
-  if (std::filesystem::is_directory(m)) {
+  const bool gguf = wm::llm::is_gguf_file(m);
+  if (o.weights == "stored" && !gguf)
+    throw wm::Error(wm::str_cat("--weights stored is for GGUF files; ", m, " is not one"));
+  if (gguf) {
+    wm::llm::LlmSource src = wm::llm::open_llm(
+        m, dev, dt, o.weights == "stored" ? wm::llm::GgufWeights::Stored : wm::llm::GgufWeights::Float);
+    model = src.model;
+    *name = src.name;
+  } else if (std::filesystem::is_directory(m)) {
     model = wm::llm::load_llm(m, dev, dt);
     *name = std::filesystem::path(m).filename().string();
   } else {
@@ -250,7 +283,7 @@ wm::llm::LlmModel load_model(const std::string& m, at::Device dev, at::ScalarTyp
                                   wm::str_cat(m, ": ", wm::llm::llm_size_fields(cfg)));
     // Drawn once, by init_weights (not first by the modules' own start as well).
     model = wm::llm::LlmModel(cfg, wm::llm::ParamAlloc{wm::llm::ParamInit::Uninitialised, at::kFloat});
-    model->init_weights(seed);
+    model->init_weights(o.seed);
     model->to(dev, dt);
     *name = std::filesystem::path(m).stem().string() + " (random)";
   }
@@ -454,7 +487,7 @@ void bench_bank_tiers(wm::llm::LlmModelImpl& model, const std::string& name, con
 void bench_model(const std::string& m, const Options& o, at::Device dev, at::ScalarType dt, at::ScalarType kvdt,
                  Results& res) {
   std::string name;
-  wm::llm::LlmModel model = load_model(m, dev, dt, o.seed, &name);
+  wm::llm::LlmModel model = load_model(m, dev, dt, o, &name);
   if (o.weights == "int8") model->quantize_int8();
   dt = kvdt;  // from here on, the window's
   check_largest_context_fits(model->config(), o, dt, name);
@@ -529,13 +562,23 @@ int main(int argc, char** argv) {
       throw wm::Error("--dtype float16 is not supported on the CPU (libtorch's CPU kernels lack it): use bfloat16 or "
                       "float32");
     const at::ScalarType kvdt = o.kv_dtype.empty() ? dt : wm::parse_compute_dtype(o.kv_dtype);
-    if (o.weights == "int8" && !dev.is_cpu())
-      throw wm::Error(wm::str_cat("--weights int8 runs on the CPU only; the device is ", o.device));
+    if (o.weights != "float" && !dev.is_cpu())
+      throw wm::Error(wm::str_cat("--weights ", o.weights, " runs on the CPU only; the device is ", o.device));
     wm::llm::set_gemv_path(wm::llm::parse_gemv_path(o.gemv));
+    wm::llm::set_quant_activations(wm::llm::parse_quant_activations(o.quant_acts));
     torch::NoGradGuard ng;
+    if (o.kernels) {
+      o.kernel.seed = o.seed;
+      const nlohmann::json rows = wm::bench::bench_kernels(o.kernel);
+      if (json_file) {
+        json_file->stream() << nlohmann::json{{"kernels", rows}}.dump(2) << "\n";
+        json_file->commit();
+      }
+      return 0;
+    }
     std::printf("device %s, %d threads, dtype %s, K/V %s, weights %s, decode kernels %s, prefill chunk %lld\n",
                 wm::describe_device(dev).c_str(), nt, o.dtype.c_str(), c10::toString(kvdt),
-                o.weights == "int8" ? "int8" : o.dtype.c_str(), wm::llm::gemv_active_name(),
+                o.weights == "float" ? o.dtype.c_str() : o.weights.c_str(), wm::llm::gemv_active_name(),
                 static_cast<long long>(o.prefill_chunk));
     Results res;
     if (o.profile && !dev.is_cpu())
