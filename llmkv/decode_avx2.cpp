@@ -127,11 +127,9 @@ struct I256 {
     return _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(lo)), _mm_set1_epi8(static_cast<char>(hi)));
   }
   static acc unscale_hi(acc a) { return a; }
-  // The 32-bit words at p + r * stride for r < 8: their low halves as float (d) and high ones (*m).
-  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
-    int32_t t[8];
-    for (int r = 0; r < 8; ++r) __builtin_memcpy(&t[r], p + r * stride, 4);
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
+  // 8 words of two fp16 each: the low halves as float (returned) and the high ones (*m).
+  static acc halves_to_float(const uint32_t* w, acc* m) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
     const __m256i lohi = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(v, 16));
     const __m256i ord = _mm256_permute4x64_epi64(lohi, _MM_SHUFFLE(3, 1, 2, 0));
     *m = _mm256_cvtph_ps(_mm256_extracti128_si256(ord, 1));

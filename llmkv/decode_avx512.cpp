@@ -126,11 +126,9 @@ struct IVnni {
     return _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(lo)), _mm_set1_epi8(static_cast<char>(hi)));
   }
   static acc unscale_hi(acc a) { return _mm256_mul_ps(a, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)); }
-  // The 32-bit words at p + r * stride for r < 8: their low halves as float (d) and high ones (*m).
-  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
-    int32_t t[8];
-    for (int r = 0; r < 8; ++r) __builtin_memcpy(&t[r], p + r * stride, 4);
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
+  // 8 words of two fp16 each: the low halves as float (returned) and the high ones (*m).
+  static acc halves_to_float(const uint32_t* w, acc* m) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
     *m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
     return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
   }

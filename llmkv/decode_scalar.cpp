@@ -127,11 +127,11 @@ struct I1 {
     for (int j = 4; j < 8; ++j) a.v[j] *= 0.0625f;
     return a;
   }
-  static acc scales8(const uint8_t* p, int64_t stride, acc* m) {
+  static acc halves_to_float(const uint32_t* w, acc* m) {
     acc d;
     for (int r = 0; r < 8; ++r) {
-      d.v[r] = h2f(load_u16(p + r * stride));
-      m->v[r] = h2f(load_u16(p + r * stride + 2));
+      d.v[r] = h2f(static_cast<uint16_t>(w[r] & 0xffff));
+      m->v[r] = h2f(static_cast<uint16_t>(w[r] >> 16));
     }
     return d;
   }

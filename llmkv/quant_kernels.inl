@@ -13,8 +13,8 @@
 //   zero(), fma(float d, lanes l, acc a): a + d * float(l) lanewise, fused; unscale_hi(a): lanes
 //   4-7 divided by kHi; hsum(acc): ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)),
 //   hsum_float_8's order; loadu, store (8 floats), mul_s(v, s), fma_s(v, s, c): c + v * s fused
-//   h2f(bits): an fp16 as float32; scales8(p, stride, &m): the fp16 pairs at p + r * stride
-//   (r < 8) as float32, the first of each returned, the second in m
+//   h2f(bits): an fp16 as float32; halves_to_float(w, &m): 8 words of two fp16 each (32-byte
+//   aligned) as float32, the low halves returned, the high ones in m
 //   amax32(x): max |x[0, 32)|; round32(x, id, q): q[i] = round-half-even(x[i] * id) saturated to
 //   int8, returns their sum
 // Every operation is exact or rounds once in a fixed order, so each ISA gives the same bits.
@@ -190,9 +190,9 @@ inline void prefetch_share(const uint8_t* next, int64_t bytes, int64_t share, in
 }
 
 // The same for one activation row and 8 weight rows (the bits are q32_block's), arranged for
-// decoding: a block's 8 scales and mins read across the rows and converted at once, d_w * d_x
-// for the 8 rows in one multiply (that pass also brings the rows into the cache), Q4_1's sums
-// one row a lane. Q4_0's - 8 is taken off the lanes after the dot.
+// decoding: the blocks' scales and mins read a row at a time (many loads in flight: that pass
+// brings the rows into the cache), converted 8 rows at once, d_w * d_x for the 8 rows in one
+// multiply, Q4_1's sums one row a lane. Q4_0's - 8 is taken off the lanes after the dot.
 template <class I, QuantKind K, int R>
 inline void q32_row(const QProblem& p, const uint8_t* w, const typename I::bytes& xq, const typename I::lanes& off,
                     const float* sc, typename I::acc* acc) {
@@ -216,12 +216,18 @@ void q32_decode8(const QProblem& p, int64_t r0) {
   for (int r = 0; r < 8; ++r) acc[r] = I::zero();
   const int64_t share = prefetch_step(8 * p.row_bytes, nb);
   float sc[kScaleChunk][8], mw[kScaleChunk][8];
+  alignas(32) uint32_t dm[kScaleChunk][8];
   for (int64_t b0 = 0; b0 < nb; b0 += kScaleChunk) {
     const int64_t b1 = b0 + kScaleChunk < nb ? b0 + kScaleChunk : nb;
+    // The 8 rows' first 4 bytes of each block (the fp16 scale, and Q4_1's min), gathered a row
+    // at a time by plain loads (many in flight: the rows' lines are asked for early), then
+    // converted 8 at a time.
+    for (int r = 0; r < 8; ++r)
+      for (int64_t b = b0; b < b1; ++b) __builtin_memcpy(&dm[b - b0][r], w0 + r * p.row_bytes + b * BB, 4);
     for (int64_t b = b0; b < b1; ++b) {
       typename I::acc mins;
-      I::store(sc[b - b0], I::mul_s(I::scales8(w0 + b * BB, p.row_bytes, &mins), p.a.d[b * p.a.ld]));
-      I::store(mw[b - b0], mins);
+      I::store(sc[b - b0], I::mul_s(I::halves_to_float(dm[b - b0], &mins), p.a.d[b * p.a.ld]));
+      if constexpr (K == QuantKind::Q4_1) I::store(mw[b - b0], mins);
       // The next 8 rows (bytes past the matrix's end are never read: prefetches do not fault).
       prefetch_share(w0 + 8 * p.row_bytes, 8 * p.row_bytes, share, b);
     }
