@@ -168,6 +168,23 @@ QuantWeight stored_weight(const std::shared_ptr<const GgufFile>& file, const Ggu
   return QuantWeight::from_blocks(w.type, w.out, w.in, w.blocks.index_select(0, order).contiguous());
 }
 
+// Refuses a tensor holding NaN or inf, decoding it a slice of rows at a time (at most about 4 MiB
+// of floats live at once, so checking a large embedding does not double the load's peak memory).
+void check_finite(const GgufFile& f, const GgufTensor& t) {
+  const int64_t in = t.dims.empty() ? 1 : static_cast<int64_t>(t.dims[0]);
+  const int64_t rows = in == 0 ? 0 : t.numel / in;
+  const size_t row_bytes = rows == 0 ? 0 : t.nbytes / static_cast<size_t>(rows);
+  const int64_t step = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(in, 1));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t n = std::min(step, rows - r);
+    const at::Tensor w = dequantize_tensor(t.type, t.data + static_cast<size_t>(r) * row_bytes,
+                                           static_cast<size_t>(n) * row_bytes, {n, in});
+    bad += (~at::isfinite(w)).sum().item<int64_t>();
+  }
+  if (bad > 0) refuse(f, str_cat("tensor '", t.name, "' holds ", bad, " non-finite values (NaN or inf)"));
+}
+
 }  // namespace
 
 LlmModel load_llm_gguf(const GgufFile& f, at::Device device, at::ScalarType dtype, GgufWeights weights) {
@@ -185,16 +202,13 @@ LlmModel load_llm_gguf(const GgufFile& f, at::Device device, at::ScalarType dtyp
   const auto shared = std::make_shared<const GgufFile>(f);
   at::NoGradGuard no_grad;
   for (const auto& [name, t] : tensors) {
-    at::Tensor w = dequantize_tensor(t->type, t->data, t->nbytes, torch_shape(*t));
-    if (!at::isfinite(w).all().item<bool>())
-      refuse(f, str_cat("tensor '", t->name, "' holds ", (~at::isfinite(w)).sum().item<int64_t>(),
-                        " non-finite values (NaN or inf)"));
+    check_finite(f, *t);
     const int64_t heads = permuted_heads(cfg, name);
     if (stored && t->dims.size() == 2 && quant_kernels_support(t->type)) {
-      w = at::Tensor();  // checked; the blocks serve from here on
       m->set_quant_weight(name, stored_weight(shared, *t, heads));
       continue;
     }
+    at::Tensor w = dequantize_tensor(t->type, t->data, t->nbytes, torch_shape(*t));
     if (heads > 0) w = unpermute_qk_rows(w, heads);
     at::Tensor* p = params.find(name);
     WM_CHECK(p != nullptr, "the model has no parameter '", name, "'");

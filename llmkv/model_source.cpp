@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <malloc.h>
 #include <nlohmann/json.hpp>
 
 #include "llmkv/gguf_model.h"
@@ -50,6 +51,7 @@ LlmSource open_gguf(const std::string& path, at::Device device, at::ScalarType d
   s.name = fs::path(path).stem().string();  // an id without spaces (general.name often has them)
   s.title = gguf_model_name(f);
   s.chat_template = f.get_string("tokenizer.chat_template", "");
+  malloc_trim(0);  // the tokenizer's and the check's scratch, freed, back to the system
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -238,6 +239,35 @@ TEST_F(GgufModel, RefusesWhatItCannotRunNamingTheKeyOrTensor) {
   GgufBuilder arch;
   arch.str("general.architecture", "gpt2");
   EXPECT_NE(load_error(arch).find("architecture 'gpt2'"), std::string::npos);
+}
+
+// NaN or inf anywhere refuses the file, naming the tensor: in a float tensor's last row (the check
+// goes a slice of rows at a time) and in a Q8_0 block's scale, kept as stored or decoded.
+TEST_F(GgufModel, RefusesNonFiniteValuesInAnyRowAndAnyType) {
+  LlmModel src(llama_config());
+  src->init_weights(5);
+  GgufBuilder nan_row = gguf_of(*src);
+  at::Tensor emb = src->named_parameters(true)["model.embed_tokens.weight"].detach().clone();
+  emb[emb.size(0) - 1][3] = std::numeric_limits<float>::quiet_NaN();
+  nan_row.tensor("token_embd.weight", emb);
+  const std::string e1 = load_error(nan_row);
+  EXPECT_NE(e1.find("'token_embd.weight' holds 1 non-finite"), std::string::npos) << e1;
+  // ffn_down [32, 48]: 32 rows of 48 values... not whole 32-value blocks; ffn_up [48, 32] is.
+  std::string blocks;
+  for (int b = 0; b < 48; ++b) blocks += std::string("\x00\x3c", 2) + std::string(32, '\1');  // d = 1.0
+  blocks[7 * 34 + 1] = '\x7c';  // block 7's scale 0x7c00: +inf
+  for (GgufWeights w : {GgufWeights::Stored, GgufWeights::Float}) {
+    GgufBuilder b = gguf_of(*src);
+    b.raw_tensor("blk.1.ffn_up.weight", {48, 32}, 8, blocks);
+    const std::string p = path("inf.gguf");
+    b.write(p);
+    try {
+      load_llm_gguf(GgufFile::open(p), at::kCPU, at::kFloat, w);
+      ADD_FAILURE() << "loaded a file with an inf scale";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'blk.1.ffn_up.weight' holds 32 non-finite"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- The tokenizer from tokenizer.ggml.* ----
