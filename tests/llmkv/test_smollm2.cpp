@@ -40,10 +40,11 @@ std::string model_path() {
   return fs::is_regular_file(p, ec) ? p.string() : "";
 }
 
-json fixture(const std::string& name) {
+json fixture_document(const std::string& name) {
   std::ifstream in(kFixtures / name);
-  return json::parse(in)["data"];
+  return json::parse(in);
 }
+json fixture(const std::string& name) { return fixture_document(name)["data"]; }
 
 // The model, opened once for the suite twice: its weights as stored (quantized blocks, the
 // default) and decoded to float32.
@@ -116,6 +117,7 @@ TEST_F(Smollm2, TokenizerGivesLlamaCppsIds) {
 // the KL is truncated to those entries (they hold nearly all of the mass).
 struct LogitFigures {
   double max_diff = 0, mean_diff = 0, kl = 0;
+  double max_rel = 0;  // max |diff| / the reference row's largest |logit| (fixtures that carry it)
   int top1 = 0, positions = 0;
 };
 
@@ -133,6 +135,7 @@ LogitFigures compare_logits(const json& prompts, const std::function<at::Tensor(
       for (const auto& e : pos["top"]) {
         const double theirs = e[1], mine = row[e[0].get<int64_t>()].item<float>();
         f.max_diff = std::max(f.max_diff, std::abs(theirs - mine));
+        if (pos.contains("absmax")) f.max_rel = std::max(f.max_rel, std::abs(theirs - mine) / pos["absmax"].get<double>());
         sum_diff += std::abs(theirs - mine);
         ++n_diff;
         const double lp = theirs - pos["logsumexp"].get<double>(), lq = mine - lse[static_cast<int64_t>(i)].item<double>();
@@ -162,6 +165,22 @@ TEST_F(Smollm2, LogitsEqualLlamaCppsOnTheFileDecodedToFloat32) {
   EXPECT_EQ(f.top1, f.positions);
   EXPECT_LT(f.max_diff, 5e-4);  // measured 5.4e-5
   EXPECT_LT(f.mean_diff, 5e-5);  // measured 9.3e-6
+}
+
+// transformers loading the same file (from_pretrained with gguf_file: every tensor decoded to
+// float32 by gguf-py, its own Llama in float32, eager attention) against the weights decoded here
+// and float32 products: the same model, up to the order of float32 sums. Within 1e-4 of each row's
+// largest |logit|.
+TEST_F(Smollm2, LogitsEqualTransformersOnTheDecodedFile) {
+  const json fx = fixture_document("logits_transformers.json");
+  const LogitFigures f = compare_logits(fx["data"], [](const auto& ids) { return all_logits(float_model(), ids); });
+  std::printf("[ smollm2  ] logits vs transformers %s (float32, eager), %d positions: max |diff| %.2e, mean |diff| "
+              "%.2e, max |diff| / row max |logit| %.2e, top-1 %d/%d\n",
+              fx["meta"]["transformers"].get<std::string>().c_str(), f.positions, f.max_diff, f.mean_diff, f.max_rel,
+              f.top1, f.positions);
+  EXPECT_EQ(f.positions, 192);
+  EXPECT_EQ(f.top1, f.positions);
+  EXPECT_LT(f.max_rel, 1e-4);
 }
 
 // On the Q4_1 file llama.cpp rounds the activations to 8 bits (Q8_1 blocks) before each product
