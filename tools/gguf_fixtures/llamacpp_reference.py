@@ -19,6 +19,12 @@ Writes tests/llmkv/fixtures/smollm2/:
   logits_f32.json  with --dequantized: the same as logits.json from a copy of the file whose
                    weights are decoded to float32 (gguf-py's dequantize) and a float32 K/V cache,
                    so that llama.cpp multiplies in float32 as the project's float mode does
+  logits_f32kv.json, greedy_f32kv.json
+                   with --f32-cache: logits.json's and greedy.json's prompts on the same Q4_1 file
+                   with a float32 K/V cache (llama.cpp's default is float16, which rounds every
+                   key, value, query and attention weight to 11 bits; the project keeps them in
+                   float32). greedy_f32kv.json's meta counts how many of the 10 continuations
+                   equal greedy.json's: how far llama.cpp's own cache type moves its greedy text
   perplexity.json  the token ids of Debian's license texts (/usr/share/common-licenses, real
                    English prose) cut to whole 1,024-token windows, and llama.cpp's perplexity
                    over them (each window evaluated afresh, every token after the first scored)
@@ -205,6 +211,25 @@ def write_dequantized(src, dst):
     w.close()
 
 
+def write_f32_cache(a):
+    from llama_cpp import Llama
+    import llama_cpp
+    llm = Llama(model_path=a.model, n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=a.threads, logits_all=True,
+                verbose=False, seed=0, type_k=0, type_v=0)
+    with open(os.path.join(a.out, "greedy.json"), encoding="utf-8") as f:
+        default = json.load(f)["data"]
+    greedy = greedy_fixture(llm)
+    same = sum(g["tokens"] == d["tokens"] for g, d in zip(greedy, default))
+    meta = {"llama_cpp_python": llama_cpp.__version__, "system_info": llama_cpp.llama_print_system_info().decode(),
+            "model": os.path.basename(a.model), "kv_cache": "F32"}
+    for name, data, extra in (("logits_f32kv.json", logits_fixture(llm), {}),
+                              ("greedy_f32kv.json", greedy, {"equal_to_f16_cache": same})):
+        with open(os.path.join(a.out, name), "w", encoding="utf-8") as f:
+            json.dump({"meta": {**meta, **extra}, "data": data}, f, ensure_ascii=False, separators=(",", ":"))
+        log("wrote", name)
+    log(f"llama.cpp with a float32 cache: {same}/{len(greedy)} greedy continuations equal to its float16 cache's")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="SmolLM2-135M-Instruct.Q4_1.gguf (tools/get_model.sh smollm2)")
@@ -212,6 +237,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--windows", type=int, default=20, help="1,024-token windows for the perplexity")
     ap.add_argument("--dequantized", default="", help="write the float32 copy here and logits_f32.json from it")
+    ap.add_argument("--f32-cache", action="store_true",
+                    help="write logits_f32kv.json and greedy_f32kv.json (a float32 K/V cache) and stop")
     ap.add_argument("--only", default="", help="comma-separated subset: tokenizer,logits,greedy,chat,perplexity")
     a = ap.parse_args()
     import llama_cpp
@@ -227,6 +254,9 @@ def main():
         with open(os.path.join(a.out, "logits_f32.json"), "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "data": logits_fixture(llm)}, f, ensure_ascii=False, separators=(",", ":"))
         log("wrote logits_f32.json")
+        return
+    if a.f32_cache:
+        write_f32_cache(a)
         return
     llm = Llama(model_path=a.model, n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=a.threads, logits_all=True,
                 verbose=False, seed=0)
