@@ -37,28 +37,18 @@
 
 #include "dit/mg2_action.h"
 #include "dit/mg2_config.h"
+#include "dit/wan_layers.h"
 #include "runtime/block.h"
 #include "runtime/kv_spec.h"
 #include "runtime/window.h"
 
 namespace wm::dit {
 
-// Wan's RMSNorm: x * rsqrt(mean(x^2) + eps) in float32, cast back, then times the weight in x's dtype.
-struct Mg2RmsNormImpl : torch::nn::Module {
-  Mg2RmsNormImpl(int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x);
-  at::Tensor weight;
-  double eps;
-};
-TORCH_MODULE(Mg2RmsNorm);
-
-// q, k, v, o projections with full-width RMSNorm on q and k (self- and cross-attention alike).
-struct Mg2AttentionImpl : torch::nn::Module {
-  Mg2AttentionImpl(int64_t dim, double eps);
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
-  Mg2RmsNorm norm_q{nullptr}, norm_k{nullptr};
-};
-TORCH_MODULE(Mg2Attention);
+// The shared Wan modules (wan_layers.h) under the names this model has always used.
+using Mg2RmsNormImpl = WanRmsNormImpl;
+using Mg2RmsNorm = WanRmsNorm;
+using Mg2AttentionImpl = WanAttentionImpl;
+using Mg2Attention = WanAttention;
 
 struct Mg2BlockImpl : torch::nn::Module {
   Mg2BlockImpl(const Mg2Config& c, int index);
@@ -70,13 +60,6 @@ struct Mg2BlockImpl : torch::nn::Module {
   at::Tensor modulation;                  // [1, 6, dim]
 };
 TORCH_MODULE(Mg2Block);
-
-struct Mg2HeadImpl : torch::nn::Module {
-  explicit Mg2HeadImpl(const Mg2Config& c);
-  torch::nn::Linear head{nullptr};  // dim -> 4 * out_dim, ordered (pt, ph, pw, c), c fastest
-  at::Tensor modulation;            // [1, 2, dim]
-};
-TORCH_MODULE(Mg2Head);
 
 struct Mg2ImgEmbImpl : torch::nn::Module {
   explicit Mg2ImgEmbImpl(const Mg2Config& c);
@@ -101,9 +84,7 @@ struct Mg2Context {
 };
 
 // The CLIP tokens' cross-attention K/V, per block [1, heads, 257, head_dim]; made once a rollout.
-struct Mg2Visual {
-  std::vector<at::Tensor> k, v;
-};
+using Mg2Visual = WanCrossKv;
 
 class Mg2DitImpl : public torch::nn::Module {
  public:
@@ -136,7 +117,7 @@ class Mg2DitImpl : public torch::nn::Module {
   torch::nn::Sequential time_embedding{nullptr}, time_projection{nullptr};
   Mg2ImgEmb img_emb{nullptr};
   torch::nn::ModuleList blocks{nullptr};
-  Mg2Head head{nullptr};
+  WanHead head{nullptr};
 
  private:
   Mg2Config cfg_;
@@ -145,8 +126,7 @@ class Mg2DitImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mg2Dit);
 
-// Sinusoidal timestep features as Wan: [cos(t f_i), sin(t f_i)], f_i = 10000^(-i / (dim/2)),
-// computed in float64; t [...] -> [..., dim] float64.
-at::Tensor mg2_sinusoid(const at::Tensor& t, int64_t dim);
+// Sinusoidal timestep features as Wan (wan_sinusoid).
+inline at::Tensor mg2_sinusoid(const at::Tensor& t, int64_t dim) { return wan_sinusoid(t, dim); }
 
 }  // namespace wm::dit
