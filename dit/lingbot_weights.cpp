@@ -1,0 +1,132 @@
+#include "dit/lingbot_weights.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+
+namespace wm::dit {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kIndexName = "diffusion_pytorch_model.safetensors.index.json";
+constexpr const char* kSingleName = "diffusion_pytorch_model.safetensors";
+
+// The weight_map of an index json, shard names resolved against its folder.
+std::map<std::string, std::string> read_index(const fs::path& index) {
+  std::ifstream f(index);
+  if (!f) throw Error(str_cat(index.string(), ": cannot open"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(index.string(), ": not valid JSON: ", e.what()));
+  }
+  auto it = j.find("weight_map");
+  if (it == j.end() || !it->is_object() || it->empty())
+    throw Error(str_cat(index.string(), ": no weight_map (key -> shard file) in the index"));
+  std::map<std::string, std::string> keys;
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    if (!kv.value().is_string())
+      throw Error(str_cat(index.string(), ": weight_map['", kv.key(), "'] is not a file name: ", kv.value().dump()));
+    const fs::path shard = index.parent_path() / kv.value().get<std::string>();
+    std::error_code ec;
+    if (!fs::is_regular_file(shard, ec))
+      throw Error(str_cat(shard.string(), ": missing shard (", index.filename().string(), " puts '", kv.key(),
+                          "' there)"));
+    keys[kv.key()] = shard.string();
+  }
+  return keys;
+}
+
+}  // namespace
+
+LingbotFiles find_lingbot_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(str_cat(dir, ": not a folder (the model is a folder)"));
+  LingbotFiles f;
+  f.config = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(f.config, ec)) throw Error(str_cat(f.config, ": missing (the model's config.json)"));
+  const fs::path index = fs::path(dir) / kIndexName;
+  if (fs::is_regular_file(index, ec)) {
+    f.index = index.string();
+    f.keys = read_index(index);
+    return f;
+  }
+  const fs::path single = fs::path(dir) / kSingleName;
+  if (fs::is_regular_file(single, ec)) {
+    for (const auto& name : SafeTensors::open(single.string()).names()) f.keys[name] = single.string();
+    return f;
+  }
+  std::vector<std::string> st;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") st.push_back(e.path().string());
+  if (st.empty()) throw Error(str_cat(dir, ": neither ", kIndexName, " nor a .safetensors file"));
+  if (st.size() > 1)
+    throw Error(str_cat(dir, ": ", st.size(), " .safetensors files and neither ", kIndexName, " nor ", kSingleName,
+                        " to say which holds the model"));
+  for (const auto& name : SafeTensors::open(st[0]).names()) f.keys[name] = st[0];
+  return f;
+}
+
+void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files) {
+  const std::string where = files.index.empty() ? (files.keys.empty() ? "" : files.keys.begin()->second) : files.index;
+  std::map<std::string, std::shared_ptr<SafeTensors>> open;
+  auto file = [&](const std::string& path) -> SafeTensors& {
+    auto& p = open[path];
+    if (!p) p = std::make_shared<SafeTensors>(SafeTensors::open(path));
+    return *p;
+  };
+  auto params = model.named_parameters(true);
+  for (const auto& p : params) {
+    auto it = files.keys.find(p.key());
+    if (it == files.keys.end())
+      throw Error(str_cat(where, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(), ")"));
+    SafeTensors& st = file(it->second);
+    if (!st.contains(p.key()))
+      throw Error(str_cat(it->second, ": tensor '", p.key(), "' is not in this shard",
+                          files.index.empty() ? "" : str_cat(" (", fs::path(files.index).filename().string(),
+                                                             " puts it there)")));
+    const auto& e = st.entry(p.key());
+    if (!at::isFloatingType(e.dtype))
+      throw Error(str_cat(it->second, ": tensor '", p.key(), "' is ", c10::toString(e.dtype),
+                          ", a weight must be a floating-point type"));
+    if (at::IntArrayRef(e.shape) != p.value().sizes())
+      throw Error(str_cat(it->second, ": tensor '", p.key(), "' has shape ", at::IntArrayRef(e.shape),
+                          ", the model expects ", p.value().sizes()));
+  }
+  if (files.keys.size() != params.size()) {
+    for (const auto& kv : files.keys)
+      if (!params.contains(kv.first))
+        throw Error(str_cat(kv.second, ": unexpected tensor '", kv.first, "' (not in LingBot-World-Fast's DiT)"));
+  }
+  at::NoGradGuard ng;
+  for (const auto& p : params) {
+    const std::string& path = files.keys.at(p.key());
+    at::Tensor t = file(path).get(p.key());
+    if (!at::isfinite(t).all().item<bool>())
+      throw Error(str_cat(path, ": tensor '", p.key(), "' holds non-finite values (NaN or inf)"));
+    p.value().copy_(t);
+  }
+}
+
+LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype) {
+  WM_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+           "dtype must be float32, bfloat16 or float16, got ", dtype);
+  const LingbotFiles f = find_lingbot_files(dir);
+  LingbotDit m(load_lingbot_config(f.config));
+  load_lingbot_weights(*m, f);
+  m->to(device, dtype);
+  m->eval();
+  return m;
+}
+
+}  // namespace wm::dit

@@ -1,0 +1,38 @@
+#pragma once
+// Loading LingBot-World-Fast's DiT as the hub ships it (robbyant/lingbot-world-fast, saved by
+// diffusers' ModelMixin): a folder with `config.json` and either
+// `diffusion_pytorch_model.safetensors.index.json` (a weight_map from Wan-native key to shard file)
+// beside its shards, or `diffusion_pytorch_model.safetensors`, or else the folder's only
+// `.safetensors` file (an index is preferred to the single file). Strict: every key of the model
+// must be in the files with its shape, and nothing else may be.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include "dit/lingbot_config.h"
+#include "dit/lingbot_model.h"
+
+namespace wm::dit {
+
+struct LingbotFiles {
+  std::string config;                       // config.json
+  std::string index;                        // the index json ("" for a single file)
+  std::map<std::string, std::string> keys;  // tensor key -> the file holding it (full path)
+};
+
+// The files of the model in folder `dir`, the index read (each shard named must exist). Throws
+// wm::Error naming the folder, the index or the missing shard and a key it should hold.
+LingbotFiles find_lingbot_files(const std::string& dir);
+
+// Copies the checkpoint into the model by key. Every file's header is checked first: a key of the
+// model the index (or file) lacks, a key the index names that its shard lacks, an unexpected key,
+// a wrong shape or a non-float tensor throws wm::Error naming the file and the key, before
+// anything is copied. A tensor holding NaN or inf throws during the copy (the model is then
+// partly loaded).
+void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files);
+
+// Config, weights, then the model on `device` in `dtype` (kFloat, kBFloat16 or kHalf), in eval mode.
+LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype = at::kFloat);
+
+}  // namespace wm::dit
