@@ -1,5 +1,6 @@
 #include "dit/lingbot_camera.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -240,6 +241,27 @@ at::Tensor lingbot_camera_input(const at::Tensor& c2ws, const at::Tensor& K, int
   rel = lingbot_normalize_translation(rel, lingbot_max_translation(rel));
   const at::Tensor k = lingbot_scale_intrinsics(K.reshape({-1, 4})[0], 480, 832, h, w);
   return lingbot_fold_rays(lingbot_camera_rays(rel, k, h, w), 8, 8);
+}
+
+LingbotLiveCamera::LingbotLiveCamera(const at::Tensor& K, int64_t h, int64_t w, double fixed_scale)
+    : h_(h), w_(w), fixed_(fixed_scale) {
+  WM_CHECK(h % 8 == 0 && w % 8 == 0 && h > 0 && w > 0, "the video size must be multiples of 8, got ", h, " x ", w);
+  WM_CHECK(fixed_scale >= 0, "the fixed translation scale must be >= 0, got ", fixed_scale);
+  K_ = lingbot_scale_intrinsics(K.reshape({4}), 480, 832, h, w);
+}
+
+at::Tensor LingbotLiveCamera::push(const at::Tensor& c2ws) {
+  check_poses(c2ws, "poses");
+  const int64_t first = frames(), F = c2ws.size(0);
+  for (int64_t i = 0; i < F; ++i) poses_.push_back(c2ws[i].to(at::kFloat).cpu());
+  const at::Tensor rel = lingbot_relative_poses(at::stack(poses_)).narrow(0, first, F);
+  if (fixed_ > 0) {
+    scale_ = fixed_;
+  } else {
+    scale_ = std::max(scale_, lingbot_max_translation(rel));
+  }
+  const at::Tensor norm = lingbot_normalize_translation(rel, scale_);
+  return lingbot_fold_rays(lingbot_camera_rays(norm, K_, h_, w_), 8, 8);
 }
 
 }  // namespace wm::dit

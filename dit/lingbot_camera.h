@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace wm::dit {
 
@@ -59,5 +60,32 @@ at::Tensor lingbot_fold_rays(const at::Tensor& rays, int64_t bh, int64_t bw);
 // [lingbot_latent_frames(N), 384, h / 8, w / 8], translations normalised by the trajectory's max.
 at::Tensor lingbot_camera_input(const at::Tensor& c2ws, const at::Tensor& K, int64_t h, int64_t w,
                                 int64_t frames_per_chunk = 3);
+
+// The camera input of a live trajectory, one chunk at a time: latent-frame poses are pushed as they
+// come (a latent frame's pose is its video frame 4j's, where upstream's interpolation lands when
+// the trajectory's length is whole chunks: 4j exactly). Relative poses are upstream's arithmetic
+// on the prefix (each frame's depends only on it and the frames before), so they equal the
+// offline ones; the translation scale is the one causal choice:
+//   fixed_scale > 0: that scale (equals upstream's when it is the trajectory's max step);
+//   fixed_scale == 0: the running maximum of the step lengths pushed so far, this chunk's
+//   included (equals upstream's from the chunk that holds the trajectory's longest step on; a
+//   step longer than all before it makes later frames' translations smaller than upstream's
+//   would have been for the frames before it, which are already generated).
+class LingbotLiveCamera {
+ public:
+  // K [4] (fx, fy, cx, cy) for a 480 x 832 image; h x w the video size (multiples of 8).
+  LingbotLiveCamera(const at::Tensor& K, int64_t h, int64_t w, double fixed_scale = 0);
+  // Appends latent-frame poses c2ws [F, 4, 4]; returns their camera input [F, 384, h / 8, w / 8].
+  at::Tensor push(const at::Tensor& c2ws);
+  // The scale the last push divided translations by (0: the camera has not moved).
+  double scale() const { return scale_; }
+  int64_t frames() const { return int64_t(poses_.size()); }
+
+ private:
+  at::Tensor K_;
+  int64_t h_, w_;
+  double fixed_, scale_ = 0;
+  std::vector<at::Tensor> poses_;  // [4, 4] each
+};
 
 }  // namespace wm::dit

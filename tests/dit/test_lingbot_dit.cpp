@@ -101,6 +101,39 @@ TEST(LingbotCamera, StillCameraIsNotNormalisedAndShapesAreChecked) {
   EXPECT_EQ(lingbot_latent_frames(61), 15);
 }
 
+TEST(LingbotCamera, LiveTrajectoryEqualsOfflineOnceTheLongestStepIsSeen) {
+  SafeTensors io = fixture_io();
+  const at::Tensor poses = io.get("cam.c2ws_interp");  // one a latent frame
+  const at::Tensor K = io.get("cam.intrinsics")[0];
+  const at::Tensor rel = lingbot_relative_poses(poses);
+  const double max_step = lingbot_max_translation(rel);
+  const at::Tensor Ks = lingbot_scale_intrinsics(K, 480, 832, 8 * kLatH, 8 * kLatW);
+  const at::Tensor rays = lingbot_camera_rays(lingbot_normalize_translation(rel, max_step), Ks, 8 * kLatH, 8 * kLatW);
+  const at::Tensor offline = lingbot_fold_rays(rays, 8, 8);
+  EXPECT_LT((offline - camera_input(io)).abs().max().item<double>(), 1e-5);  // upstream's path, interpolation aside
+
+  LingbotLiveCamera fixed(K, 8 * kLatH, 8 * kLatW, max_step), running(K, 8 * kLatH, 8 * kLatW);
+  int equal_chunks = 0, differing_chunks = 0;
+  for (int64_t ch = 0; ch < kLatF / kChunk; ++ch) {
+    const at::Tensor want = offline.narrow(0, ch * kChunk, kChunk);
+    EXPECT_LT((fixed.push(poses.narrow(0, ch * kChunk, kChunk)) - want).abs().max().item<double>(), 1e-6);
+    const at::Tensor got = running.push(poses.narrow(0, ch * kChunk, kChunk));
+    const double seen = lingbot_max_translation(rel.narrow(0, 0, (ch + 1) * kChunk));
+    EXPECT_EQ(running.scale(), seen);
+    if (seen == max_step) {
+      EXPECT_LT((got - want).abs().max().item<double>(), 1e-6) << "chunk " << ch;
+      ++equal_chunks;
+    } else {
+      EXPECT_GT((got - want).abs().max().item<double>(), 1e-3) << "chunk " << ch;
+      ++differing_chunks;
+    }
+  }
+  // The fixture's walk speeds up: its longest step comes after the first chunk.
+  EXPECT_GT(equal_chunks, 0);
+  EXPECT_GT(differing_chunks, 0);
+  EXPECT_EQ(running.frames(), kLatF);
+}
+
 TEST(LingbotConformance, EveryCallAndCacheMatchesUpstream) {
   at::NoGradGuard ng;
   LingbotDit model = load_lingbot_dit(fixture_dir(), at::kCPU, at::kFloat);
