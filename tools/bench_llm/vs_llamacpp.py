@@ -19,7 +19,19 @@ For each shape (--shapes: qwen2-0.5b, llama-1b) it
 and prints each figure's median over the rounds and the ratios to llama.cpp (Markdown; --json
 for the raw figures).
 
+With --gguf FILE (a real model, e.g. SmolLM2-135M-Instruct's Q4_1 file from tools/get_model.sh)
+the same file runs in both: ours with its quantized blocks as stored (--weights stored, 8-bit
+activations), llama.cpp as it loads it; prefill and decode at --contexts (default 512 4096), then
+--streams sequences of --stream-context tokens decoded together (ours: wm_bench_llm --streams,
+the step wm_serve's continuous batching runs; llama.cpp: one llama_batch holding a token of each
+sequence per step, as its server batches), and each engine process's peak resident set.
+
+llama.cpp should be built for this CPU, as a user would install it:
+  CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36
+(--python names that interpreter); the script prints llama_print_system_info() beside the figures.
+
   python3 tools/bench_llm/vs_llamacpp.py --bench build/tools/bench_llm/wm_bench_llm
+  python3 tools/bench_llm/vs_llamacpp.py --python /tmp/llvenv/bin/python --gguf "$(bash tools/get_model.sh smollm2)"
 """
 import argparse
 import json
@@ -47,10 +59,11 @@ SHAPES = {
 }
 
 # (engine, precision) pairs in the order each round runs them; llama.cpp's q8_0 sits beside our int8.
+# "q8_0-stored": ours on llama.cpp's own q8_0 file, its blocks as stored (8-bit activations).
 RUNS = [("ours", "float32"), ("llama.cpp", "f32"), ("transformers", "float32"),
         ("ours", "bfloat16"), ("llama.cpp", "bf16"), ("transformers", "bfloat16"),
-        ("ours", "int8"), ("llama.cpp", "q8_0")]
-PAIRS = [("float32", "f32"), ("bfloat16", "bf16"), ("int8", "q8_0")]
+        ("ours", "int8"), ("ours", "q8_0-stored"), ("llama.cpp", "q8_0")]
+PAIRS = [("float32", "f32"), ("bfloat16", "bf16"), ("int8", "q8_0"), ("q8_0-stored", "q8_0")]
 
 
 def log(*a):
@@ -135,6 +148,16 @@ def convert(model_dir: Path, outtype: str, out: Path, conv: Path, arch: str):
 
 # ---------------------------------------------------------------- engines (each a process)
 
+def run_measured(cmd, env=None):
+    """Runs cmd; returns (stdout, the process's peak resident set in MiB)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)  # exec resets the child's peak
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
+    return out, usage.ru_maxrss / 1024.0
+
 def prompt_ids(vocab: int, n: int, seed: int):
     import numpy as np
     return np.random.default_rng(seed).integers(0, vocab, n).tolist()
@@ -146,6 +169,7 @@ def run_llama(gguf: Path, contexts, decode: int, threads: int, vocab: int, seed:
     rows = []
     llm = Llama(model_path=str(gguf), n_ctx=max(contexts) + decode + 16, n_threads=threads,
                 n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False)
+    vocab = vocab or llm.n_vocab()
     for ctx in contexts:
         ids = prompt_ids(vocab, ctx, seed + ctx)
         llm.reset()
@@ -158,6 +182,54 @@ def run_llama(gguf: Path, contexts, decode: int, threads: int, vocab: int, seed:
             llm.eval([int(logits.argmax())])
         dec = time.perf_counter() - t0
         rows.append({"context": ctx, "prefill_tps": ctx / prefill, "decode_tps": decode / dec})
+    return rows
+
+
+def run_llama_streams(gguf: Path, streams, context: int, decode: int, threads: int, seed: int):
+    """Aggregate decode tokens/s of n sequences decoded together: each step one llama_batch holding
+    the next token of every sequence (each its own seq_id), as llama.cpp's server batches slots."""
+    import ctypes
+    import numpy as np
+    import llama_cpp as L
+    rows = []
+    model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
+    vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    for n in streams:
+        cp = L.llama_context_default_params()
+        cp.n_ctx = ((n * (context + decode + 16) + 255) // 256) * 256
+        cp.n_batch = cp.n_ubatch = 512
+        cp.n_seq_max = n
+        cp.n_threads = cp.n_threads_batch = threads
+        ctx = L.llama_init_from_model(model, cp)
+        batch = L.llama_batch_init(512, 0, n)
+
+        def decode_batch(entries):  # entries: (token, pos, seq, wants logits)
+            batch.n_tokens = len(entries)
+            for i, (t, p, sq, lg) in enumerate(entries):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, p, 1, int(lg)
+                batch.seq_id[i][0] = sq
+            rc = L.llama_decode(ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+
+        last = []
+        for sq in range(n):
+            ids = prompt_ids(vocab, context, seed + 7919 * sq)
+            for c0 in range(0, context, 512):
+                chunk = ids[c0:c0 + 512]
+                decode_batch([(t, c0 + i, sq, c0 + i == context - 1) for i, t in enumerate(chunk)])
+            logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, len(chunk) - 1), shape=(vocab,))
+            last.append(int(logits.argmax()))
+        t0 = time.perf_counter()
+        for step in range(decode):
+            decode_batch([(last[sq], context + step, sq, True) for sq in range(n)])
+            for sq in range(n):
+                last[sq] = int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, sq), shape=(vocab,)).argmax())
+        dt = time.perf_counter() - t0
+        rows.append({"streams": n, "aggregate_tps": n * decode / dt})
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+    L.llama_model_free(model)
     return rows
 
 
@@ -186,28 +258,56 @@ def run_transformers(model_dir: Path, dtype: str, contexts, decode: int, threads
     return rows
 
 
-def run_ours(bench: str, model_dir: Path, precision: str, contexts, decode: int, threads: int, work: Path):
+def run_ours(bench: str, model_dir: Path, precision: str, contexts, decode: int, threads: int, work: Path,
+             streams=(), stream_context=256):
     js = work / "ours.json"
     cmd = [bench, "-m", str(model_dir), "--contexts", *map(str, contexts), "--decode-tokens", str(decode),
            "--bank-block", "0", "--threads", str(threads), "--json", str(js)]
-    # int8 weights with bfloat16 activations and K/V: decode reads the int8 weights, prefill
-    # dequantises them to bfloat16 for the GEMM (float32 activations make prefill 1.2-1.7x slower).
-    cmd += ["--dtype", "bfloat16", "--weights", "int8"] if precision == "int8" else ["--dtype", precision]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    if precision == "stored":  # a GGUF file's blocks as stored, activations rounded to 8 bits
+        cmd += ["--weights", "stored", "--quant-activations", "q8"]
+    elif precision == "int8":
+        # int8 weights with bfloat16 activations and K/V: decode reads the int8 weights, prefill
+        # dequantises them to bfloat16 for the GEMM (float32 activations make prefill 1.2-1.7x slower).
+        cmd += ["--dtype", "bfloat16", "--weights", "int8"]
+    else:
+        cmd += ["--dtype", precision]
+    if streams:
+        cmd += ["--streams", *map(str, streams), "--stream-context", str(stream_context), "--stream-reps", "1"]
+    _, rss = run_measured(cmd)
     data = json.loads(js.read_text())
-    return [{"context": r["context"], "prefill_tps": r["prefill_tokens_per_s"], "decode_tps": r["decode_tokens_per_s"]}
+    rows = [{"context": r["context"], "prefill_tps": r["prefill_tokens_per_s"], "decode_tps": r["decode_tokens_per_s"]}
             for r in data["rows"]]
+    for r in data.get("streams", []):
+        rows.append({"streams": r["streams"], "aggregate_tps": r["aggregate_tokens_per_s"]})
+    return rows, rss
+
+
+def vm_hwm_mib() -> float:
+    """This process's peak resident set so far (VmHWM), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
 
 
 def worker(args):
     contexts = [int(c) for c in args.contexts]
-    vocab = SHAPES[args.shape]["vocab_size"]
+    vocab = SHAPES[args.shape]["vocab_size"] if args.shape in SHAPES else None  # None: the file's, once loaded
     if args.worker == "make":
         make_model(args.shape, Path(args.model_dir), args.seed)
     elif args.worker == "convert":
         convert(Path(args.model_dir), args.precision, Path(args.gguf), Path(args.conv), SHAPES[args.shape]["arch"])
     elif args.worker == "llama.cpp":
-        print(json.dumps(run_llama(Path(args.gguf), contexts, args.decode, args.threads, vocab, args.seed)))
+        import llama_cpp
+        base = vm_hwm_mib()
+        rows = run_llama(Path(args.gguf), contexts, args.decode, args.threads, vocab, args.seed)
+        if args.streams:
+            rows += run_llama_streams(Path(args.gguf), args.streams, args.stream_context, args.decode, args.threads,
+                                      args.seed)
+        rows.append({"interpreter_rss_mib": base, "peak_rss_mib": vm_hwm_mib(),
+                     "system_info": llama_cpp.llama_print_system_info().decode()})
+        print(json.dumps(rows))
     elif args.worker == "transformers":
         print(json.dumps(run_transformers(Path(args.model_dir), args.precision, contexts, args.decode, args.threads,
                                           vocab, args.seed)))
@@ -220,7 +320,9 @@ def sub(args, kind, **kw):
            "--threads", str(args.threads), "--decode", str(args.decode), "--contexts", *map(str, args.contexts)]
     for k in ("model_dir", "gguf", "precision", "conv"):
         if k in kw:
-            cmd += [f"--{k.replace('_', '-')}", str(kw[k])]
+            cmd += ["--worker-gguf" if k == "gguf" else f"--{k.replace('_', '-')}", str(kw[k])]
+    if kw.get("streams"):
+        cmd += ["--streams", *map(str, kw["streams"]), "--stream-context", str(args.stream_context)]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1]) if kind in ("llama.cpp", "transformers") else None
 
@@ -247,12 +349,66 @@ def table(shape, figures, contexts):
     return "\n".join(lines), med
 
 
+def gguf_bench(args):
+    """--gguf: the same real file in both engines, alternating in each round."""
+    gguf_path = Path(args.gguf_file).resolve()
+    name = gguf_path.stem
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    figures, rss, info, base = {"ours stored": [], "llama.cpp": []}, {"ours stored": [], "llama.cpp": []}, "", []
+    for rnd in range(args.rounds):
+        for eng in ("ours stored", "llama.cpp"):
+            log(f"{name}: round {rnd + 1}/{args.rounds}: {eng}")
+            if eng == "ours stored":
+                rows, r = run_ours(args.bench, gguf_path, "stored", args.contexts, args.decode, args.threads, work,
+                                   args.streams, args.stream_context)
+            else:
+                rows = sub(args, "llama.cpp", shape=name, gguf=gguf_path, streams=args.streams)
+                meta = rows.pop()
+                info, base, r = meta["system_info"], base + [meta["interpreter_rss_mib"]], meta["peak_rss_mib"]
+            figures[eng].append(rows)
+            rss[eng].append(r)
+    med = {}
+    for eng, rounds in figures.items():
+        m = {}
+        for c in args.contexts:
+            for k in ("prefill_tps", "decode_tps"):
+                m[(c, k)] = statistics.median(next(x[k] for x in rr if x.get("context") == c) for rr in rounds)
+        for n in args.streams:
+            m[("streams", n)] = statistics.median(next(x["aggregate_tps"] for x in rr if x.get("streams") == n)
+                                                  for rr in rounds)
+        med[eng] = m
+    cols = [(c, k) for c in args.contexts for k in ("prefill_tps", "decode_tps")] + [("streams", n) for n in args.streams]
+    label = {"prefill_tps": "prefill @{}", "decode_tps": "decode @{}"}
+    heads = [label[k].format(c) if c != "streams" else f"{k} streams" for c, k in cols]
+    lines = [f"\n### {name}: medians of {args.rounds} rounds, tokens/s (streams: aggregate decode tokens/s, "
+             f"{args.stream_context}-token prompts)\n",
+             "| engine | " + " | ".join(heads) + " | peak RSS MiB |", "|---" * (len(cols) + 2) + "|"]
+    for eng in med:
+        lines.append(f"| {eng} | " + " | ".join(f"{med[eng][c]:.1f}" for c in cols) +
+                     f" | {statistics.median(rss[eng]):.0f} |")
+    lines.append("| ours / llama.cpp | " + " | ".join(f"{med['ours stored'][c] / med['llama.cpp'][c]:.2f}x"
+                                                     for c in cols) + " | |")
+    lines.append(f"\nllama.cpp: llama-cpp-python {LLAMA_CPP_PYTHON}, its default f16 K/V; system info: {info.strip()}")
+    lines.append(f"llama.cpp's RSS includes its Python interpreter and numpy: {statistics.median(base):.0f} MiB "
+                 f"before the model loads. Ours: K/V in float32, weights as stored, 8-bit activations.")
+    lines.append(f"{args.threads} threads, {args.decode} greedy steps after each prefill, OMP_WAIT_POLICY "
+                 f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rounds": figures, "rss_mib": rss}, indent=1, default=str))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=str(ROOT / "build" / "tools" / "bench_llm" / "wm_bench_llm"),
                     help="this project's wm_bench_llm")
     ap.add_argument("--shapes", nargs="+", default=["qwen2-0.5b", "llama-1b"], choices=sorted(SHAPES))
-    ap.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096])
+    ap.add_argument("--contexts", nargs="+", type=int, help="prompt lengths (default 1024 4096; 512 4096 with --gguf)")
+    ap.add_argument("--gguf", dest="gguf_file", help="a real GGUF file, run as stored in both engines (see above)")
+    ap.add_argument("--streams", nargs="*", type=int, default=[], help="with --gguf: sequences decoded together (e.g. 4 8)")
+    ap.add_argument("--stream-context", type=int, default=256, help="each stream's prompt in tokens")
     ap.add_argument("--decode", type=int, default=64, help="greedy steps after each prefill")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
@@ -271,10 +427,12 @@ def main():
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
-    ap.add_argument("--gguf", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-gguf", dest="gguf", help=argparse.SUPPRESS)
     ap.add_argument("--precision", help=argparse.SUPPRESS)
     ap.add_argument("--conv", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.contexts is None:
+        args.contexts = [512, 4096] if args.gguf_file and not args.worker else [1024, 4096]
     if args.worker:
         return worker(args)
     if "ours" in args.engines and not Path(args.bench).is_file():
@@ -284,6 +442,8 @@ def main():
         os.environ.pop("OMP_WAIT_POLICY", None)
     else:
         os.environ["OMP_WAIT_POLICY"] = args.wait_policy
+    if args.gguf_file:
+        return gguf_bench(args)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     report, raw = [], {}
@@ -307,14 +467,22 @@ def main():
             for eng, prec in RUNS:
                 if eng not in args.engines or (args.runs and f"{eng}:{prec}" not in args.runs):
                     continue
+                if prec == "q8_0-stored" and "q8_0" not in ggufs:
+                    continue  # needs llama.cpp's q8_0 file
                 log(f"{shape}: round {rnd + 1}/{args.rounds}: {eng} {prec}")
-                if eng == "ours":
-                    rows = run_ours(args.bench, mdir, prec, args.contexts, args.decode, args.threads, work)
+                if eng == "ours" and prec == "q8_0-stored":
+                    rows, _ = run_ours(args.bench, ggufs["q8_0"], "stored", args.contexts, args.decode, args.threads,
+                                       work)
+                elif eng == "ours":
+                    rows, _ = run_ours(args.bench, mdir, prec, args.contexts, args.decode, args.threads, work)
                 elif eng == "llama.cpp":
                     rows = sub(args, "llama.cpp", shape=shape, gguf=ggufs[prec])
                 else:
                     rows = sub(args, "transformers", shape=shape, model_dir=mdir, precision=prec)
                 figures.setdefault(f"{eng} {prec}", []).append({r["context"]: r for r in rows})
+        if not figures:
+            log(f"{shape}: no engine ran (models and GGUF files are ready in {work})")
+            continue
         text, med = table(shape, figures, args.contexts)
         print(text, flush=True)
         report.append(text)
