@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache mold pkg-config
   libtorch-dev libopenblas0-openmp
   libopencv-dev libeigen3-dev libsdl2-dev libsdl2-ttf-dev fonts-dejavu-core
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
