@@ -39,19 +39,27 @@ std::vector<std::string> mg2_rolling_window_chunks(int64_t index, int local_attn
   return ids;
 }
 
+namespace {
+
+const dit::Mg2Config& config_of(const dit::Mg2Dit& m) {
+  WM_CHECK(m, "Mg2Adapter: no model");
+  return m->config();
+}
+
+}  // namespace
+
 Mg2Adapter::Mg2Adapter(dit::Mg2Dit model, std::unique_ptr<dit::Codec> codec, const at::Tensor& image_latents,
                        const at::Tensor& clip_tokens, Mg2Options options, at::Device device)
-    : model_(std::move(model)), codec_(std::move(codec)), opt_(std::move(options)), device_(device) {
-  WM_CHECK(model_, "Mg2Adapter: no model");
+    : model_(std::move(model)),
+      codec_(std::move(codec)),
+      opt_(std::move(options)),
+      device_(device),
+      image_(image_latents, config_of(model_).out_dim, config_of(model_).latent_height,
+             config_of(model_).latent_width, device) {
   const auto& c = model_->config();
   mode_ = c.mode();
   schedule_ = dit::mg2_schedule(opt_.steps.empty() ? dit::mg2_default_steps(c) : opt_.steps);
-  WM_CHECK(image_latents.dim() == 4 && image_latents.size(0) >= 1 && image_latents.size(1) == c.out_dim &&
-               image_latents.size(2) == c.latent_height && image_latents.size(3) == c.latent_width,
-           "image latents must be [N, ", c.out_dim, ", ", c.latent_height, ", ", c.latent_width, "], got ",
-           image_latents.sizes());
   at::NoGradGuard ng;
-  image_latents_ = image_latents.to(device_, at::kFloat);
   visual_ = model_->encode_visual(clip_tokens.to(device_));
   info_.kind = "matrix-game-2.0";
   info_.name = mode_;
@@ -91,17 +99,6 @@ std::vector<std::string> Mg2Adapter::native_window_chunks(int64_t index) const {
   return mg2_rolling_window_chunks(index, c.local_attn_size, c.frames_per_chunk);
 }
 
-at::Tensor Mg2Adapter::condition(int64_t sf) const {
-  const auto& c = model_->config();
-  const int F = c.frames_per_chunk;
-  const int64_t N = image_latents_.size(0);
-  at::Tensor idx = at::arange(sf, sf + F, at::TensorOptions().dtype(at::kLong)).clamp_max(N - 1).to(device_);
-  at::Tensor img = image_latents_.index_select(0, idx);
-  at::Tensor mask = at::zeros({F, 4, c.latent_height, c.latent_width}, img.options());
-  if (sf == 0) mask[0].fill_(1.0);
-  return at::cat({mask, img}, 1);
-}
-
 dit::Mg2Actions Mg2Adapter::actions_tensor(const std::vector<FrameControl>& controls) const {
   const auto& c = model_->config();
   const int64_t n = int64_t(controls.size());
@@ -136,7 +133,7 @@ dit::ActionKv Mg2Adapter::action_context(const std::vector<HeldChunk>& held) con
 SampledChunk Mg2Adapter::sample(const ChunkStep& step) {
   const auto& c = model_->config();
   WM_CHECK(step.window != nullptr || native_ != nullptr, "Mg2Adapter: no window (reset(native) first)");
-  const at::Tensor cond = condition(step.first_frame);
+  const at::Tensor cond = image_.condition(step.first_frame, c.frames_per_chunk);
   at::Generator& gen = *step.gen;
   at::Tensor noise = dit::seeded_noise({c.frames_per_chunk, c.out_dim, c.latent_height, c.latent_width}, gen, device_);
   dit::Mg2Noise renoise = [&](int, at::IntArrayRef shape) { return dit::seeded_noise(shape, gen, device_); };
@@ -161,9 +158,6 @@ SampledChunk Mg2Adapter::sample(const ChunkStep& step) {
   return SampledChunk{std::move(r.latents), std::move(r.kv.main), std::make_shared<Mg2ActionState>(std::move(r.kv.action))};
 }
 
-std::vector<Image> Mg2Adapter::decode(const at::Tensor& latents) {
-  if (!codec_) return {};
-  return codec_->decode_images(latents.to(at::kFloat));
-}
+std::vector<Image> Mg2Adapter::decode(const at::Tensor& latents) { return wan_decode_frames(codec_.get(), latents); }
 
 }  // namespace wm::worldkv

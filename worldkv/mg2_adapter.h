@@ -28,6 +28,7 @@
 #include "dit/mg2_model.h"
 #include "dit/mg2_sampler.h"
 #include "worldkv/model_adapter.h"
+#include "worldkv/wan_i2v.h"
 
 namespace wm::worldkv {
 
@@ -68,8 +69,6 @@ class Mg2Adapter final : public ModelAdapter {
   const std::string& mode() const { return mode_; }
 
  private:
-  // The chunk's condition [F, 20, h, w]: mask (1 at latent frame 0) | image latents.
-  at::Tensor condition(int64_t first_frame) const;
   // Keyboard and mouse of every video frame so far.
   dit::Mg2Actions actions_tensor(const std::vector<FrameControl>& controls) const;
   // The held chunks' action K/V in window order, re-anchored as their chunks were.
@@ -82,7 +81,7 @@ class Mg2Adapter final : public ModelAdapter {
   std::string mode_;
   ModelInfo info_;
   dit::Mg2Schedule schedule_;
-  at::Tensor image_latents_;
+  WanI2vImage image_;
   dit::Mg2Visual visual_;
   std::unique_ptr<dit::Mg2NativeCache> native_;  // a native rollout's window (null otherwise)
 };

@@ -1,7 +1,7 @@
 #pragma once
 // A world model kind behind the streaming session (worldkv/session.h): what differs between the
-// tiny DiT, Matrix-Game-2.0 and the kinds to come (LingBot-World-Fast) is its conditioning (camera
-// poses, keyboard and mouse, text or image context), its sampler, its codec and any per-chunk
+// tiny DiT, Matrix-Game-2.0 and LingBot-World-Fast is its conditioning (camera poses, keyboard
+// and mouse, text or image context), its sampler, its codec and any per-chunk
 // state that must travel with the chunk's K/V (Matrix-Game-2.0's action K/V). Everything else
 // lives once in the session: the memory's plan/apply around each chunk, the retrieval pose of
 // every frame, the chunk bookkeeping, the timings and the bank's statistics.
@@ -40,9 +40,9 @@ std::vector<FrameControl> mg2_controls(const std::vector<Mg2Input>& inputs);
 
 // What the session and the programs need to know of a model kind; fixed for the adapter's life.
 struct ModelInfo {
-  std::string kind;               // "tiny_dit", "matrix-game-2.0"
+  std::string kind;               // "tiny_dit", "matrix-game-2.0", "lingbot-world-fast"
   std::string name;               // the model's own name (config) or mode
-  std::string controls;           // what drives it: "pose+action", "keyboard+mouse"
+  std::string controls;           // what drives it: "pose+action", "keyboard+mouse", "pose"
   int frames_per_chunk = 3;       // latent frames a chunk
   int64_t tokens_per_frame = 0;   // latent tokens a frame (the memory's unit)
   int temporal_stride = 1;        // video frames a latent frame (after the first)

@@ -63,6 +63,35 @@ Pose mean_pose(const std::vector<Pose>& frames) {
   return m;
 }
 
+Matrix4 opencv_camera_to_world(const Pose& p) {
+  const double cy = std::cos(p.yaw), sy = std::sin(p.yaw), cp = std::cos(p.pitch), sp = std::sin(p.pitch);
+  // Columns in W = (y, -z, x): right, down = forward x right, forward; then the position.
+  const Eigen::Vector3d right(cy, 0.0, -sy), fwd(sy * cp, -sp, cy * cp);
+  const Eigen::Vector3d down = fwd.cross(right);
+  const Eigen::Vector3d t(p.y, -p.z, p.x);
+  Matrix4 m{};
+  for (int r = 0; r < 3; ++r) {
+    m[4 * r + 0] = right(r);
+    m[4 * r + 1] = down(r);
+    m[4 * r + 2] = fwd(r);
+    m[4 * r + 3] = t(r);
+  }
+  m[15] = 1.0;
+  return m;
+}
+
+Pose pose_from_opencv(const Matrix4& m) {
+  for (double v : m) WM_CHECK(std::isfinite(v), "a camera-to-world matrix with a non-finite entry");
+  const double fx = m[2], fy = m[6], fz = m[10];  // the forward column in W
+  Pose p;
+  p.x = m[11];
+  p.y = m[3];
+  p.z = -m[7];
+  p.yaw = std::atan2(fx, fz);
+  p.pitch = std::atan2(-fy, std::hypot(fx, fz));
+  return p;
+}
+
 std::vector<double> to_vector(const Pose& p) { return {p.x, p.y, p.z, p.yaw, p.pitch}; }
 
 Pose from_vector(const std::vector<double>& v) {

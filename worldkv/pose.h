@@ -19,6 +19,7 @@ struct Pose {
 };
 
 using Rotation = std::array<double, 9>;  // row-major 3x3
+using Matrix4 = std::array<double, 16>;  // row-major 4x4
 
 // Degrees to radians and back, for the edges that speak degrees (the DiT's inputs, a test world).
 // degrees(radians(d)) is d or a neighbouring double; for the angles a camera turns by (the test
@@ -35,6 +36,15 @@ double geodesic_angle(const Rotation& a, const Rotation& b);
 double geodesic_angle(const Pose& a, const Pose& b);
 // Mean of the frames' poses (see above). Throws wm::Error for an empty list.
 Pose mean_pose(const std::vector<Pose>& frames);
+// The camera-to-world matrix of a pose in OpenCV axes (camera x right, y down, z forward; world
+// axes W = (our y, -our z, our x), so Pose{} is the identity): what LingBot-World's camera input
+// takes. The rotation is proper (det +1): W is right-handed as the physical directions (right,
+// down, forward) are.
+Matrix4 opencv_camera_to_world(const Pose& p);
+// Back: the position, and the yaw and pitch of the camera's forward axis (roll is dropped, which
+// only a camera that rolls has). Pose -> matrix -> pose returns the pose (pitch within +-pi/2).
+Pose pose_from_opencv(const Matrix4& c2w);
+
 // Pose as a flat vector (x, y, z, yaw, pitch) for block metadata, and back.
 std::vector<double> to_vector(const Pose& p);
 Pose from_vector(const std::vector<double>& v);

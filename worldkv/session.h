@@ -1,6 +1,7 @@
 #pragma once
 // The streaming session of every world model: a model kind (worldkv/model_adapter.h: the tiny
-// DiT in tiny_dit_adapter.h, Matrix-Game-2.0 in mg2_adapter.h) generating video chunk by chunk
+// DiT in tiny_dit_adapter.h, Matrix-Game-2.0 in mg2_adapter.h, LingBot-World-Fast in
+// lingbot_adapter.h) generating video chunk by chunk
 // from per-frame controls, over the window the world memory assembles (or the model's own
 // window, "native"). Per chunk:
 //   controls -> retrieval poses -> memory.prepare (the policy's plan applied) -> the model samples
