@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -127,6 +128,65 @@ LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::Scala
   m->to(device, dtype);
   m->eval();
   return m;
+}
+
+namespace {
+
+// The keys in the order they are written, packed into shards of at most `limit` bytes.
+std::vector<std::vector<std::pair<std::string, at::Tensor>>> pack_shards(const LingbotDitImpl& model, int64_t limit) {
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t used = 0;
+  for (const auto& p : model.named_parameters(true)) {
+    const int64_t n = int64_t(p.value().nbytes());
+    if (!shards.back().empty() && used + n > limit) {
+      shards.emplace_back();
+      used = 0;
+    }
+    shards.back().emplace_back(p.key(), p.value().detach());
+    used += n;
+  }
+  return shards;
+}
+
+// Writes text to path whole (a temporary name, then a rename).
+void write_text_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.flush()) throw Error(str_cat(tmp.string(), ": cannot write"));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(str_cat(path.string(), ": cannot write: ", ec.message()));
+}
+
+}  // namespace
+
+void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes) {
+  WM_CHECK(shard_bytes > 0, "the shard size must be > 0, got ", shard_bytes);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(str_cat(dir, ": cannot make the folder: ", ec.message()));
+  const auto shards = pack_shards(model, shard_bytes);
+  write_text_file(fs::path(dir) / "config.json", lingbot_config_to_json(model.config()).dump(2) + "\n");
+  if (shards.size() == 1) {
+    save_safetensors((fs::path(dir) / kSingleName).string(), shards[0]);
+    return;
+  }
+  nlohmann::json map = nlohmann::json::object();
+  int64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char name[96];
+    std::snprintf(name, sizeof(name), "diffusion_pytorch_model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    save_safetensors((fs::path(dir) / name).string(), shards[i]);
+    for (const auto& kv : shards[i]) {
+      map[kv.first] = name;
+      total += int64_t(kv.second.nbytes());
+    }
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  write_text_file(fs::path(dir) / kIndexName, index.dump(2) + "\n");
 }
 
 }  // namespace wm::dit

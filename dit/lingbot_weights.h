@@ -32,6 +32,15 @@ LingbotFiles find_lingbot_files(const std::string& dir);
 // partly loaded).
 void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files);
 
+// Writes the model into folder `dir` as the hub lays it out (diffusers' save_pretrained):
+// config.json (lingbot_config_to_json), and the tensors by Wan-native key in the model's dtype,
+// split in key order into shards of at most shard_bytes each (a larger tensor gets a shard of
+// its own): `diffusion_pytorch_model-0000N-of-0000M.safetensors` with
+// `diffusion_pytorch_model.safetensors.index.json` (metadata.total_size, weight_map), or one
+// `diffusion_pytorch_model.safetensors` when everything fits in one. The folder is made; files
+// of those names are replaced (each written whole). Throws wm::Error on an I/O failure.
+void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes = int64_t(5) << 30);
+
 // Config, weights, then the model on `device` in `dtype` (kFloat, kBFloat16 or kHalf), in eval mode.
 LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype = at::kFloat);
 

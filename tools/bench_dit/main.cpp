@@ -6,6 +6,9 @@
 //   wm_bench_dit --mg2 universal --dtype both --threads 2
 //   wm_bench_dit --mg2-check /work/mg2_full      # one forward against the upstream code's output
 //   wm_bench_dit --mg2-rollout universal --device cuda --policies native,worldkv --seconds 10,60
+// LingBot-World-Fast (lingbot_bench.h): a steady-state chunk, and a random model folder as the hub's:
+//   wm_bench_dit --lingbot 14b --layers 1 --threads 2
+//   wm_bench_dit --lingbot tiny --lingbot-hub /tmp/lingbot
 #include <CLI/CLI.hpp>
 
 #include <ATen/core/grad_mode.h>
@@ -23,6 +26,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/bench_dit/lingbot_bench.h"
 #include "tools/bench_dit/mg2_bench.h"
 #include "tools/bench_dit/mg2_rollout.h"
 #include "tools/cli/cleanup.h"
@@ -172,6 +176,9 @@ struct AllOptions {
   wm::bench::Mg2BenchOptions mg;
   wm::bench::Mg2CheckOptions mc;
   wm::bench::Mg2RolloutOptions ro;
+  wm::bench::LingbotBenchOptions lb;
+  wm::bench::LingbotHubOptions hub;
+  std::string latent_size = "60x104";
   bool no_decode = false, no_pin = false;
   std::string json_out;
 };
@@ -179,6 +186,7 @@ struct AllOptions {
 // The options whose presence picks a mode or is checked against it.
 struct ModeOptions {
   CLI::Option *dtype = nullptr, *mg2 = nullptr, *mg2_model = nullptr, *mg2_check = nullptr, *mg2_rollout = nullptr;
+  CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr;
   CLI::Option *policies = nullptr, *seconds = nullptr, *warmup = nullptr, *repeats = nullptr, *json = nullptr;
 };
 
@@ -243,9 +251,58 @@ void add_mg2_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
              "(--mg2) --layers, --seed; the other options are for configs/*.json models.");
 }
 
+// LingBot-World-Fast's modes: --lingbot SIZE (timing) and --lingbot-hub DIR (a random model folder).
+void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
+  m.lingbot = app.add_option("--lingbot", o.lb.size,
+                             "LingBot-World-Fast instead: random weights of SIZE (14b: the release, tiny, or a "
+                             "config.json), one steady-state chunk (4 steps + the clean pass over a full window) timed "
+                             "per call, and its memory")
+                  ->excludes(m.mg2)->excludes(m.mg2_model)->excludes(m.mg2_check)->excludes(m.mg2_rollout);
+  m.lingbot_hub = app.add_option("--lingbot-hub", o.hub.dir,
+                                 "with --lingbot: write the random model as the hub lays it out into "
+                                 "DIR/lingbot_world_fast/ and a random Wan VAE into DIR/Wan2.1_VAE.safetensors, "
+                                 "then stop")
+                      ->needs(m.lingbot);
+  app.add_option("--latent-size", o.latent_size, "--lingbot: latent frame HxW (60x104: a 480x832 video)")
+      ->capture_default_str()->needs(m.lingbot);
+  app.add_option("--window-frames", o.lb.window_frames,
+                 "--lingbot: latent frames the chunk attends to besides itself (15: WorldKV's sink 3, retrieved 9, "
+                 "recent 3)")
+      ->capture_default_str()->check(CLI::Range(0, 100000))->needs(m.lingbot);
+  app.add_option("--vae-dim", o.hub.vae_dim, "--lingbot-hub: the random Wan VAE's base width (the release: 96)")
+      ->capture_default_str()->check(CLI::Range(1, 1024))->needs(m.lingbot_hub);
+  app.add_option("--shard-mib", o.hub.shard_mib, "--lingbot-hub: the largest shard (MiB)")
+      ->capture_default_str()->check(wm::cli::FiniteRange(1e-6, 1e9))->needs(m.lingbot_hub);
+}
+
+// --lingbot (and --lingbot-hub).
+int run_lingbot_mode(AllOptions& o, const ModeOptions& m) {
+  const Args& a = o.a;
+  wm::init_threads(a.threads);
+  if (*m.lingbot_hub) {
+    o.hub.size = o.lb.size;
+    o.hub.layers = a.layers;
+    o.hub.seed = a.seed;
+    o.hub.dtype = *m.dtype ? (a.dtype == "float32" || a.dtype == "f32" ? "f32" : "bf16") : "bf16";
+    return wm::bench::run_lingbot_hub(o.hub);
+  }
+  const size_t x = o.latent_size.find('x');
+  WM_CHECK(x != std::string::npos, "--latent-size must be HxW, got '", o.latent_size, "'");
+  o.lb.latent_height = std::stoll(o.latent_size.substr(0, x));
+  o.lb.latent_width = std::stoll(o.latent_size.substr(x + 1));
+  o.lb.dtypes = wm::bench::parse_mg2_dtypes(a.dtype == "float32" ? "f32" : a.dtype);
+  o.lb.device = a.device;
+  o.lb.layers = a.layers;
+  o.lb.seed = a.seed;
+  o.lb.warmup = *m.warmup ? o.mg.warmup : 0;
+  o.lb.repeats = o.mg.repeats;
+  return wm::bench::run_lingbot_bench(o.lb);
+}
+
 // Runs the mode the options pick; returns the exit status.
 int run_mode(AllOptions& o, const ModeOptions& m) {
   Args& a = o.a;
+  if (*m.lingbot) return run_lingbot_mode(o, m);
   if (*m.mg2_rollout) {
     wm::bench::Mg2RolloutOptions& ro = o.ro;
     wm::init_threads(a.threads);
@@ -263,7 +320,7 @@ int run_mode(AllOptions& o, const ModeOptions& m) {
   const bool mg2_mode = *m.mg2 || *m.mg2_model || *m.mg2_check;
   if (!mg2_mode) {
     for (auto* opt : {m.warmup, m.repeats, m.json})
-      if (*opt) throw wm::Error(opt->get_name() + " applies to --mg2, --mg2-model and --mg2-check");
+      if (*opt) throw wm::Error(opt->get_name() + " applies to --mg2, --mg2-model, --mg2-check and --lingbot");
     return run(a);
   }
   wm::init_threads(a.threads);
@@ -291,6 +348,7 @@ int main(int argc, char** argv) {
   ModeOptions m;
   add_causal_options(app, o.a, m);
   add_mg2_options(app, o, m);
+  add_lingbot_options(app, o, m);
   CLI11_PARSE(app, argc, argv);
   wm::cli::remove_temporaries_on_signal();
   try {

@@ -24,6 +24,7 @@
 #include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
+#include "tools/render/lingbot_render.h"
 #include "tools/render/mg2_render.h"
 #include "tools/rollout/world_adapter.h"
 #include "tools/world/raycaster.h"
@@ -49,6 +50,7 @@ double percentile(std::vector<double> v, double p) {
 // The command line: the Matrix-Game-2.0 path's own options, then this program's.
 struct Options {
   wm::render::Mg2RenderOptions mg2;
+  wm::render::LingbotRenderOptions lingbot;
   std::string model_path = "assets/models/tiny/model.safetensors";
   std::string suite = "assets/suites/revisit60.json";
   int index = 0;
@@ -69,11 +71,13 @@ struct Options {
 const char* const kDescription =
     "wm_render: roll the world model out along a trajectory and write an MP4. With --model naming a "
     "Matrix-Game-2.0 folder (config.json + safetensors, as the hub has it), the MG2 path: --image or --latents, "
-    "--actions or --trajectory, --policy native or a memory policy";
+    "--actions or --trajectory, --policy native or a memory policy; with a LingBot-World-Fast folder (config.json, "
+    "diffusion_pytorch_model shards + index), its path: --image, --text-context, --poses or --trajectory";
 
 // Registers every option (in --help order).
 void add_options(CLI::App& app, Options& o) {
   o.mg2.add_to(app);
+  o.lingbot.add_to(app);
   app.add_option("--model", o.model_path, "model weights (safetensors with its config)");
   auto* suite_opt = app.add_option("--suite", o.suite, "suite file, or gen:SEED:COUNT to generate one");
   auto* index_opt = app.add_option("--index", o.index, "episode of the suite")->check(CLI::NonNegativeNumber);
@@ -106,19 +110,25 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
 }
 
-// A model folder, or any of the MG2-only inputs, selects the Matrix-Game-2.0 path.
+// A model folder, or any of the MG2-only inputs, selects the Matrix-Game-2.0 path (or LingBot-World-Fast's,
+// by the folder's files).
 bool is_mg2_run(const Options& o) {
   return std::filesystem::is_directory(o.model_path) || !o.mg2.mode.empty() || !o.mg2.image.empty() ||
          !o.mg2.latents_in.empty();
 }
 
-// The Matrix-Game-2.0 path: the shared options passed on (--out, --policy and --fps only where given,
-// so that its own defaults hold otherwise).
+// The Matrix-Game-2.0 and LingBot-World-Fast paths: the shared options passed on (--out, --policy
+// and --fps only where given, so that each path's own defaults hold otherwise).
 int run_mg2(const Options& o, const CLI::App& app) {
+  const bool lingbot = wm::render::is_lingbot_folder(o.model_path);
+  const char* name = lingbot ? "LingBot-World-Fast's" : "Matrix-Game-2.0's";
   if (app.count("--bank-host-mib") || app.count("--kv-store") || app.count("--spill-dir"))
-    throw wm::Error("--bank-host-mib, --spill-dir and --kv-store are for the embedded model's path, not Matrix-Game-2.0's");
+    throw wm::Error(wm::str_cat("--bank-host-mib, --spill-dir and --kv-store are for the embedded model's path, not ",
+                                name));
   if (app.count("--tile") || app.count("--png-dir"))
-    throw wm::Error("--tile and --png-dir are for the embedded model's path, not Matrix-Game-2.0's");
+    throw wm::Error(wm::str_cat("--tile and --png-dir are for the embedded model's path, not ", name));
+  if (!lingbot && (app.count("--text-context") || app.count("--poses") || app.count("--size")))
+    throw wm::Error("--text-context, --poses and --size are for a LingBot-World-Fast model folder");
   wm::render::Mg2RenderOptions mg2 = o.mg2;
   mg2.model = o.model_path;
   mg2.out = app.count("--out") ? o.out : "";
@@ -127,7 +137,10 @@ int run_mg2(const Options& o, const CLI::App& app) {
   mg2.seed = o.noise_seed;
   mg2.device = o.device;
   if (app.count("--fps")) mg2.fps = o.fps;
-  return wm::render::run_mg2_render(mg2);
+  if (!lingbot) return wm::render::run_mg2_render(mg2);
+  wm::render::LingbotRenderOptions lb = o.lingbot;
+  if (app.count("--fps")) lb.fps = o.fps;
+  return wm::render::run_lingbot_render(mg2, lb);
 }
 
 // The episode to roll out and its trajectory's frame rate (the suite's, or the generator's default).

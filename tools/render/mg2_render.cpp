@@ -23,27 +23,27 @@ namespace fs = std::filesystem;
 void Mg2RenderOptions::add_to(CLI::App& app) {
   app.add_option("--mode", mode, "Matrix-Game-2.0: universal, gta_drive or templerun (checked against the model)")
       ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
-  app.add_option("--image", image, "Matrix-Game-2.0: the first frame (PNG or JPEG)");
-  app.add_option("--vae", vae, "Matrix-Game-2.0: Wan2.1_VAE.pth (default: beside the model folder)");
+  app.add_option("--image", image, "Matrix-Game-2.0, LingBot-World-Fast: the first frame (PNG or JPEG)");
+  app.add_option("--vae", vae, "Matrix-Game-2.0, LingBot-World-Fast: Wan2.1_VAE.pth or .safetensors (default: Wan2.1_VAE.pth beside the model folder)");
   app.add_option("--clip", clip,
                  "Matrix-Game-2.0: models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth (default: beside the model "
                  "folder)");
   app.add_option("--latents", latents_in,
                  "Matrix-Game-2.0: instead of --image, a safetensors file with image_latents [N,16,44,80] and "
                  "clip_tokens [257,1280]");
-  app.add_option("--latents-out", latents_out, "Matrix-Game-2.0: write the generated latents [N,16,44,80] here");
+  app.add_option("--latents-out", latents_out, "Matrix-Game-2.0, LingBot-World-Fast: write the generated latents [N,16,h,w] here");
   app.add_option("--actions", actions, "Matrix-Game-2.0: actions file, one line per video frame: KEYS [PITCH YAW]");
-  app.add_option("--trajectory", trajectory, "Matrix-Game-2.0: generated actions when no file: revisit, forward, orbit, random");
-  app.add_option("--chunks", chunks, "Matrix-Game-2.0: chunks to generate (0: what --actions covers; 4 for a trajectory)")
+  app.add_option("--trajectory", trajectory, "Matrix-Game-2.0, LingBot-World-Fast: generated actions (LingBot: their poses) when no file: revisit, forward, orbit, random");
+  app.add_option("--chunks", chunks, "Matrix-Game-2.0, LingBot-World-Fast: chunks to generate (0: what --actions or --poses covers; 4 for a trajectory)")
       ->check(CLI::Range(0, 100000));
-  app.add_option("--sink-frames", sink_frames, "Matrix-Game-2.0 with a memory policy: sink frames")->check(CLI::Range(0, 300));
-  app.add_option("--retrieved-frames", retrieved_frames, "Matrix-Game-2.0 with a memory policy: retrieved frames")
+  app.add_option("--sink-frames", sink_frames, "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: sink frames")->check(CLI::Range(0, 300));
+  app.add_option("--retrieved-frames", retrieved_frames, "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: retrieved frames")
       ->check(CLI::Range(0, 300));
-  app.add_option("--recent-frames", recent_frames, "Matrix-Game-2.0 with a memory policy: recent frames")
+  app.add_option("--recent-frames", recent_frames, "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: recent frames")
       ->check(CLI::Range(3, 300));
-  app.add_option("--dtype", dtype, "Matrix-Game-2.0: DiT precision, f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--dtype", dtype, "Matrix-Game-2.0, LingBot-World-Fast: DiT precision, f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--cond-latents", cond_latents,
-                 "Matrix-Game-2.0: latent frames of the image condition to encode (0: all; later ones reuse the last)")
+                 "Matrix-Game-2.0, LingBot-World-Fast: latent frames of the image condition to encode (0: all; later ones reuse the last)")
       ->check(CLI::Range(0, 100000));
 }
 

@@ -1,0 +1,139 @@
+// LingBot-World-Fast end to end through the programs: wm_bench_dit --lingbot tiny --lingbot-hub
+// writes a random model folder as the hub lays it out (config.json, diffusion_pytorch_model
+// shards + index) beside a random Wan VAE, and wm_render runs it from an image, a text context and
+// upstream's poses.npy / intrinsics.npy (or a generated trajectory) under WorldKV's memory to a
+// valid MP4 and the latents; a missing shard is one line naming it. A few seconds at this size.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/safetensors.h"
+#include "tests/cli/program_runner.h"
+#include "tools/cli/npy.h"
+#include "tools/media/mp4_reader.h"
+#include "tools/media/png.h"
+
+namespace wm::testing {
+namespace lingbot_render_test {
+
+class LingbotRender : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    render_ = program_path("wm_render");
+    bench_ = program_path("wm_bench_dit");
+    if (render_.empty() || bench_.empty()) GTEST_SKIP() << "wm_render or wm_bench_dit is not built";
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("wm_lingbot_render_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const RunResult r = run_program({bench_, "--lingbot", "tiny", "--lingbot-hub", (dir_ / "hub").string(),
+                                     "--vae-dim", "1", "--shard-mib", "0.1", "--threads", "1"},
+                                    dir_, dir_, 60);
+    ASSERT_TRUE(r.exited && r.code == 0) << r.err;
+    model_ = (dir_ / "hub" / "lingbot_world_fast").string();
+    // A 96 x 64 picture with structure (bands and a gradient).
+    Image img(96, 64);
+    for (int y = 0; y < 64; ++y)
+      for (int x = 0; x < 96; ++x) {
+        uint8_t* p = img.pixel(x, y);
+        p[0] = uint8_t(x * 2), p[1] = uint8_t((y / 8) % 2 ? 200 : 40), p[2] = uint8_t(255 - y * 3);
+      }
+    media::write_png((dir_ / "start.png").string(), img);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // Upstream's files of a walk of n video frames turning left: poses.npy [n, 4, 4] (OpenCV
+  // camera-to-world) and intrinsics.npy [n, 4].
+  void write_poses(int n) {
+    at::Tensor p = at::eye(4).repeat({n, 1, 1});
+    for (int i = 0; i < n; ++i) {
+      const double a = 0.05 * i;
+      p[i][0][0] = std::cos(a), p[i][0][2] = std::sin(a), p[i][2][0] = -std::sin(a), p[i][2][2] = std::cos(a);
+      p[i][2][3] = 0.1 * i;
+    }
+    cli::save_npy((dir_ / "cam" / "poses.npy").string(), p);
+    cli::save_npy((dir_ / "cam" / "intrinsics.npy").string(),
+                  at::tensor(std::vector<float>{500, 500, 416, 240}).repeat({n, 1}));
+  }
+
+  std::string render_, bench_, model_;
+  fs::path dir_;
+};
+
+TEST_F(LingbotRender, HubFolderRunsEndToEndUnderWorldKv) {
+  fs::create_directories(dir_ / "cam");
+  write_poses(45);  // 4 chunks: 9 + 12 + 12 + 12 video frames
+  at::Generator g = at::detail::createCPUGenerator(5);
+  save_safetensors((dir_ / "ctx.safetensors").string(), {{"context", at::randn({5, 32}, g)}});
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(model_)) shards += e.path().extension() == ".safetensors";
+  EXPECT_GE(shards, 2) << "the hub folder is sharded";
+  EXPECT_TRUE(fs::exists(fs::path(model_) / "diffusion_pytorch_model.safetensors.index.json"));
+
+  const fs::path mp4 = dir_ / "out.mp4", lat = dir_ / "lat.safetensors";
+  const RunResult r = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
+                                   "48*80", "--text-context", (dir_ / "ctx.safetensors").string(), "--poses",
+                                   (dir_ / "cam").string(), "--policy", "worldkv", "--sink-frames", "3",
+                                   "--retrieved-frames", "3", "--recent-frames", "3", "--threads", "1", "-o",
+                                   mp4.string(), "--latents-out", lat.string()},
+                                  dir_, dir_, 120);
+  ASSERT_TRUE(r.exited && r.code == 0) << r.err;
+  // Chunk 3 takes chunk 1 back from the bank (sink chunk 0, recent chunk 2).
+  EXPECT_NE(r.err.find("chunk 4/4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.substr(r.err.find("chunk 4/4")).find("retrieved"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("LingBot-World-Fast i2v, 4 chunks (45 video frames), policy worldkv"), std::string::npos)
+      << r.err;
+  // A 96 x 64 image at an area of 48 x 80 pixels: upstream's rounding gives latents 6 x 8, a
+  // 64 x 48 video.
+  media::VideoReader v(mp4.string());
+  const std::vector<Image> frames = v.read_all();
+  ASSERT_EQ(frames.size(), 45u);
+  EXPECT_EQ(v.width(), 64);
+  EXPECT_EQ(v.height(), 48);
+  std::set<uint32_t> colors;
+  for (int y = 0; y < frames[20].height; ++y)
+    for (int x = 0; x < frames[20].width; ++x) {
+      const uint8_t* p = frames[20].pixel(x, y);
+      colors.insert(uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]);
+    }
+  EXPECT_GT(colors.size(), 50u) << "a decoded frame is (nearly) uniform";
+  const at::Tensor latents = SafeTensors::open(lat.string()).get("latents");
+  EXPECT_EQ(latents.sizes(), (at::IntArrayRef{12, 16, 6, 8}));
+  EXPECT_TRUE(at::isfinite(latents).all().item<bool>());
+}
+
+TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
+  const fs::path mp4 = dir_ / "native.mp4";
+  const RunResult r = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
+                                   "32*48", "--trajectory", "revisit", "--chunks", "2", "--threads", "1", "-o",
+                                   mp4.string()},
+                                  dir_, dir_, 120);
+  ASSERT_TRUE(r.exited && r.code == 0) << r.err;
+  EXPECT_NE(r.err.find("no --text-context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("policy native"), std::string::npos) << r.err;
+  EXPECT_EQ(media::VideoReader(mp4.string()).read_all().size(), 21u);
+  // A missing shard: one line naming it and a key the index puts there; nothing written.
+  fs::path shard;
+  for (const auto& e : fs::directory_iterator(model_))
+    if (e.path().filename().string().rfind("diffusion_pytorch_model-00002", 0) == 0) shard = e.path();
+  ASSERT_FALSE(shard.empty());
+  fs::remove(shard);
+  const fs::path none = dir_ / "none.mp4";
+  const RunResult bad = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
+                                     "32*48", "--threads", "1", "-o", none.string()},
+                                    dir_, dir_, 60);
+  EXPECT_TRUE(bad.exited && bad.code == 1) << bad.err;
+  EXPECT_NE(bad.err.find(shard.filename().string() + ": missing shard"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(none));
+}
+
+}  // namespace lingbot_render_test
+}  // namespace wm::testing

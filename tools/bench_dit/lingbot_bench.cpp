@@ -1,0 +1,224 @@
+#include "tools/bench_dit/lingbot_bench.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <sys/resource.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "dit/lingbot_sampler.h"
+#include "dit/lingbot_weights.h"
+#include "dit/wan_layers.h"
+#include "dit/wan_vae.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+
+namespace wm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wm::dit::LingbotConfig;
+using wm::dit::LingbotDit;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
+double gib(double bytes) { return bytes / double(1ull << 30); }
+std::string dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "f16" : "f32"; }
+
+// The process's peak resident set so far, bytes.
+double peak_rss() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
+}
+
+double param_bytes(torch::nn::Module& m) {
+  double n = 0;
+  for (const auto& p : m.parameters()) n += double(p.nbytes());
+  return n;
+}
+
+// A Wan VAE state dict of base width `dim`, random: conv weights N(0, 1 / fan_in), biases
+// 0.05 N(0, 1), RMS gammas in [0.5, 1.5] (decoded frames vary across the picture).
+std::vector<std::pair<std::string, at::Tensor>> random_wan_vae(int64_t dim, uint64_t seed) {
+  wm::dit::WanVaeConfig cfg;
+  cfg.dim = dim;
+  wm::dit::WanVae vae(cfg, wm::dit::WanVaeParts::Full);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  std::vector<std::pair<std::string, at::Tensor>> sd;
+  for (const auto& p : vae->named_parameters(true)) {
+    const std::string& k = p.key();
+    const at::Tensor& w = p.value();
+    auto ends = [&](const std::string& t) { return k.size() >= t.size() && k.compare(k.size() - t.size(), t.size(), t) == 0; };
+    if (ends("gamma"))
+      sd.emplace_back(k, at::rand(w.sizes(), g).add_(0.5));
+    else if (ends("bias"))
+      sd.emplace_back(k, at::randn(w.sizes(), g).mul_(0.05));
+    else
+      sd.emplace_back(k, at::randn(w.sizes(), g).div_(std::sqrt(double(w[0].numel()))));
+  }
+  return sd;
+}
+
+// A window of `frames` latent frames ending just before first_frame: random K/V of the shapes
+// the clean pass writes, one block per layer.
+dit::LingbotChunkKv synthetic_window(const LingbotConfig& c, int64_t frames, int64_t first_frame, int64_t gh,
+                                     int64_t gw, at::ScalarType dt, at::Device dev, at::Generator& gen) {
+  dit::LingbotChunkKv kv;
+  const int64_t n = frames * gh * gw;
+  const at::Tensor pos = dit::wan_positions(first_frame - frames, frames, gh, gw);
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerKv lk;
+    lk.k = at::randn({c.num_heads, n, c.head_dim()}, gen).to(dev, dt);
+    lk.v = at::randn({c.num_heads, n, c.head_dim()}, gen).to(dev, dt);
+    lk.pos = pos.to(dev);
+    lk.logw = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(dev));
+    kv.main.push_back(std::move(lk));
+  }
+  return kv;
+}
+
+// One steady-state chunk: per call seconds (4 steps, then the clean pass).
+std::vector<double> time_chunk(dit::LingbotDitImpl& m, const LingbotBenchOptions& o, const dit::LingbotText& text,
+                               const dit::LingbotNativeCache& cache, at::Generator& gen) {
+  const auto& c = m.config();
+  const int64_t F = c.frames_per_chunk, first = o.window_frames, h = o.latent_height, w = o.latent_width;
+  const at::Device dev = m.device();
+  const at::Tensor cond = at::cat({at::zeros({F, 4, h, w}), at::randn({F, 16, h, w}, gen)}, 1).to(dev);
+  const at::Tensor cam = at::randn({F, c.camera_channels(), h, w}, gen).to(dev);
+  const dit::LingbotSchedule sched = dit::lingbot_schedule();
+  std::vector<double> secs;
+  at::Tensor x = at::randn({F, c.out_dim, h, w}, gen).to(dev);
+  for (size_t i = 0; i <= sched.timesteps.size(); ++i) {
+    const int64_t t = i < sched.timesteps.size() ? sched.timesteps[i] : 0;
+    dit::LingbotChunkKv kv;
+    const auto t0 = Clock::now();
+    at::Tensor flow = m.forward_chunk(x, at::full({1}, t, at::TensorOptions().dtype(at::kLong)), cond, cam, text,
+                                      first, cache.context(), i == sched.timesteps.size() ? &kv : nullptr);
+    sync(flow);
+    secs.push_back(seconds_since(t0));
+    std::fprintf(stderr, "  %s (t %lld): %.2f s\n", i < sched.timesteps.size() ? "step" : "clean pass",
+                 static_cast<long long>(t), secs.back());
+    // x0 stands in for the re-noised input of the next call (the time does not depend on it).
+    if (i < sched.timesteps.size()) x = (x - double(sched.x0_sigmas[i]) * flow.to(at::kFloat));
+    if (!kv.main.empty() && !cache.main().empty())
+      WM_CHECK(kv.main[0].k.size(0) == cache.main()[0].k.size(0) && kv.main[0].k.size(2) == cache.main()[0].k.size(2) &&
+                   kv.main[0].k.scalar_type() == cache.main()[0].k.scalar_type(),
+               "the clean pass wrote ", kv.main[0].k.sizes(), " ", kv.main[0].k.scalar_type(),
+               ", the synthetic window holds ", cache.main()[0].k.sizes(), " ", cache.main()[0].k.scalar_type());
+  }
+  return secs;
+}
+
+}  // namespace
+
+LingbotConfig lingbot_bench_config(const std::string& size, int layers) {
+  LingbotConfig c;
+  if (size == "14b") {
+    c.model_type = "i2v";
+    c.in_dim = 36;
+    c.dim = 5120;
+    c.ffn_dim = 13824;
+    c.num_heads = 40;
+    c.num_layers = 40;
+  } else if (size == "tiny") {
+    c.model_type = "i2v";
+    c.in_dim = 36;
+    c.dim = 32;
+    c.ffn_dim = 64;
+    c.num_heads = 2;
+    c.num_layers = 2;
+    c.text_dim = 32;
+    c.text_len = 16;
+    c.local_attn_size = 9;
+    c.sink_size = 3;
+  } else {
+    c = dit::load_lingbot_config(size);
+  }
+  if (layers > 0) c.num_layers = std::min(c.num_layers, layers);
+  c.validate();
+  return c;
+}
+
+void randomize_lingbot(dit::LingbotDitImpl& m, uint64_t seed) {
+  at::NoGradGuard ng;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  for (const auto& item : m.named_modules()) {
+    torch::nn::Module& mod = *item.value();
+    const bool norm = mod.as<torch::nn::LayerNormImpl>() || mod.as<dit::WanRmsNormImpl>();
+    for (const auto& p : mod.named_parameters(/*recurse=*/false)) {
+      at::Tensor t = p.value();
+      if (norm)
+        p.key() == "weight" ? t.fill_(1.0) : t.zero_();
+      else
+        t.normal_(0.0, 0.02, gen);
+    }
+  }
+}
+
+int run_lingbot_hub(const LingbotHubOptions& o) {
+  at::NoGradGuard ng;
+  const LingbotConfig c = lingbot_bench_config(o.size, o.layers);
+  WM_CHECK(o.vae_dim > 0 && o.shard_mib > 0, "--vae-dim and --shard-mib must be > 0");
+  LingbotDit m(c);
+  randomize_lingbot(*m, o.seed);
+  m->to(o.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+  const std::string dit_dir = (std::filesystem::path(o.dir) / "lingbot_world_fast").string();
+  dit::save_lingbot_dit(*m, dit_dir, std::max<int64_t>(1, int64_t(o.shard_mib * double(1 << 20))));
+  const std::string vae = (std::filesystem::path(o.dir) / "Wan2.1_VAE.safetensors").string();
+  save_safetensors(vae, random_wan_vae(o.vae_dim, o.seed + 1));
+  std::printf("wrote %s (dim %d, %d blocks, %.1f MB %s) and %s (Wan VAE, base width %d, random)\n", dit_dir.c_str(),
+              c.dim, c.num_layers, param_bytes(*m) / 1e6, o.dtype.c_str(), vae.c_str(), o.vae_dim);
+  return 0;
+}
+
+int run_lingbot_bench(const LingbotBenchOptions& o) {
+  at::NoGradGuard ng;
+  const at::Device dev = parse_device(o.device);
+  const LingbotConfig c = lingbot_bench_config(o.size, o.layers);
+  WM_CHECK(o.latent_height % 2 == 0 && o.latent_width % 2 == 0 && o.latent_height > 0 && o.latent_width > 0,
+           "the latent size must be even, got ", o.latent_height, " x ", o.latent_width);
+  const int64_t gh = o.latent_height / 2, gw = o.latent_width / 2, tpf = gh * gw;
+  std::fprintf(stderr, "[lingbot] dim %d, %d heads, FFN %d, %d blocks; latents %lld x %lld (%lld tokens a frame), "
+               "window %d frames + the chunk's 3; %s\n", c.dim, c.num_heads, c.ffn_dim, c.num_layers,
+               static_cast<long long>(o.latent_height), static_cast<long long>(o.latent_width),
+               static_cast<long long>(tpf), o.window_frames, describe_device(dev).c_str());
+  LingbotDit m(c);
+  randomize_lingbot(*m, o.seed);
+  std::printf("%-5s %9s %9s %9s %9s %9s %9s %9s %10s %10s %9s\n", "dtype", "step0_s", "step1_s", "step2_s", "step3_s",
+              "clean_s", "chunk_s", "frames/s", "weights_GB", "window_GB", "rss_GB");
+  for (at::ScalarType dt : o.dtypes) {
+    m->to(dev, dt);
+    at::Generator gen = at::detail::createCPUGenerator(o.seed + 1);
+    const dit::LingbotText text = m->encode_text(at::randn({c.text_len, c.text_dim}, gen));
+    dit::LingbotNativeCache cache(o.window_frames + c.frames_per_chunk, 0, c.frames_per_chunk, tpf);
+    if (o.window_frames > 0)
+      cache.commit(synthetic_window(c, o.window_frames, o.window_frames, gh, gw, dt, dev, gen));
+    double window_bytes = 0;
+    for (const LayerKv& l : cache.main()) window_bytes += double(l.k.nbytes() + l.v.nbytes());
+    for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      const bool measured = i >= o.warmup;
+      std::fprintf(stderr, "[lingbot] %s chunk %d%s\n", dtype_name(dt).c_str(), i, measured ? "" : " (warm-up)");
+      const std::vector<double> s = time_chunk(*m, o, text, cache, gen);
+      if (!measured) continue;
+      double chunk = 0;
+      for (double x : s) chunk += x;
+      std::printf("%-5s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.4f %10.2f %10.3f %9.2f\n", dtype_name(dt).c_str(), s[0],
+                  s[1], s[2], s[3], s[4], chunk, 12.0 / chunk, gib(param_bytes(*m)), gib(window_bytes),
+                  gib(peak_rss()));
+      std::fflush(stdout);
+    }
+  }
+  const double kv_frame = 2.0 * c.num_layers * tpf * c.dim;  // K and V, elements a latent frame
+  std::printf("K/V a latent frame: %.1f MB in f32, %.1f MB in bf16 (%d blocks; the release's 40 blocks: %.1f / %.1f MB)\n",
+              kv_frame * 4 / 1e6, kv_frame * 2 / 1e6, c.num_layers, kv_frame * 4 / c.num_layers * 40 / 1e6,
+              kv_frame * 2 / c.num_layers * 40 / 1e6);
+  return 0;
+}
+
+}  // namespace wm::bench

@@ -1,0 +1,60 @@
+#pragma once
+// wm_bench_dit's LingBot-World-Fast modes.
+//
+// Timing (--lingbot SIZE): one chunk as the Fast sampler runs it in steady state: 3 latent frames
+// attending to a full window of `window_frames` earlier frames (WorldKV's 15: sink 3, retrieved
+// 9, recent 3), the 4 denoising steps and the clean t = 0 pass, each timed, and the memory: the
+// weights, the window's K/V, the K/V a latent frame adds, the process's peak resident set. The
+// window is synthetic (random K/V of the clean pass's shapes, which the program checks), since
+// timings do not depend on its values. At the release's size (dim 5120, 40 blocks: 73 GB of
+// float32 weights) keep the first blocks with --layers; the blocks are alike, so a chunk's time
+// grows by the same amount per block.
+//
+// Hub folder (--lingbot-hub DIR): random weights of SIZE written as the hub lays them out
+// (DIR/lingbot_world_fast/: config.json, diffusion_pytorch_model shards + index) beside a random
+// Wan VAE (DIR/Wan2.1_VAE.safetensors, base width --vae-dim), the folder wm_render runs end to end.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dit/lingbot_config.h"
+#include "dit/lingbot_model.h"
+
+namespace wm::bench {
+
+struct LingbotBenchOptions {
+  std::string size;                    // "14b", "tiny" or a config.json
+  std::vector<at::ScalarType> dtypes;  // run in this order
+  std::string device = "auto";
+  int layers = 0;                      // keep the first N blocks (0: all)
+  int64_t latent_height = 60, latent_width = 104;  // 480 x 832
+  int window_frames = 15;
+  int warmup = 0, repeats = 1;
+  uint64_t seed = 0;
+};
+
+struct LingbotHubOptions {
+  std::string size, dir;
+  int layers = 0;
+  int vae_dim = 96;
+  double shard_mib = 5120;
+  std::string dtype = "bf16";  // of the written DiT (the hub's is bfloat16)
+  uint64_t seed = 0;
+};
+
+// The config SIZE names: "14b" (the release: i2v, camera control, dim 5120, 40 heads, FFN 13824,
+// 40 blocks, text_dim 4096, text_len 512; upstream's full cache, no sink), "tiny" (the same
+// modules at dim 32, 2 heads, FFN 64, 2 blocks, text_dim 32, text_len 16, a rolling cache of 9
+// frames with a sink of 3: for tests), or a config.json. `layers` > 0 keeps the first blocks.
+wm::dit::LingbotConfig lingbot_bench_config(const std::string& size, int layers);
+
+// Every parameter N(0, 0.02^2), except LayerNorm / RMSNorm weights 1 and their biases 0, from `seed`.
+void randomize_lingbot(wm::dit::LingbotDitImpl& m, uint64_t seed);
+
+// Run the mode, print a table on stdout and progress on stderr; return the exit code (0).
+int run_lingbot_bench(const LingbotBenchOptions& o);
+int run_lingbot_hub(const LingbotHubOptions& o);
+
+}  // namespace wm::bench

@@ -1,0 +1,204 @@
+#include "tools/render/lingbot_render.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dit/codec.h"
+#include "dit/lingbot_weights.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+#include "tools/cli/progress.h"
+#include "tools/media/mp4_writer.h"
+#include "tools/media/png.h"
+#include "tools/rollout/lingbot_start.h"
+#include "tools/rollout/mg2_start.h"
+#include "worldkv/lingbot_adapter.h"
+#include "worldkv/session.h"
+
+namespace wm::render {
+namespace fs = std::filesystem;
+
+void LingbotRenderOptions::add_to(CLI::App& app) {
+  app.add_option("--text-context", text_context,
+                 "LingBot-World-Fast: safetensors with `context` [L, 4096], umT5's output for the prompt (without "
+                 "it the DiT attends to zero rows, not to an encoded prompt)");
+  app.add_option("--poses", poses,
+                 "LingBot-World-Fast: camera-to-world poses, upstream's poses.npy [N,4,4] (OpenCV) or its folder; "
+                 "intrinsics.npy beside it is read (default: a generated --trajectory)");
+  app.add_option("--size", size, "LingBot-World-Fast: the video's maximum area as upstream's --size (480*832)");
+}
+
+bool is_lingbot_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  const fs::path d(dir);
+  if (fs::exists(d / "diffusion_pytorch_model.safetensors.index.json", ec) ||
+      fs::exists(d / "diffusion_pytorch_model.safetensors", ec))
+    return true;
+  std::ifstream f(d / "config.json");
+  if (!f) return false;
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_object() && j.value("_class_name", "") == "WanModelFast";
+}
+
+namespace {
+
+// The trajectory and the chunks it makes: --poses (all the file covers, or --chunks of it) or a
+// generated one (--chunks, 4 by default). Throws wm::Error.
+struct PlannedCamera {
+  rollout::LingbotTrajectory trajectory;
+  int chunks = 0;
+};
+
+PlannedCamera plan_camera(const Mg2RenderOptions& c, const LingbotRenderOptions& o) {
+  PlannedCamera p;
+  p.chunks = c.chunks;
+  if (o.poses.empty()) {
+    if (p.chunks == 0) p.chunks = 4;
+    p.trajectory = rollout::lingbot_generated_trajectory(c.trajectory, 9 + 12 * (p.chunks - 1), c.seed);
+    return p;
+  }
+  p.trajectory = rollout::load_lingbot_poses(o.poses);
+  const int64_t n = p.trajectory.c2ws.size(0);
+  const int covered = int(((n - 1) / 4 + 1) / 3);
+  if (covered == 0) throw Error(str_cat(o.poses, ": ", n, " poses; the first chunk needs 9 video frames"));
+  if (p.chunks == 0) p.chunks = covered;
+  if (p.chunks > covered)
+    throw Error(str_cat("--chunks ", p.chunks, " needs ", 9 + 12 * (p.chunks - 1), " poses, ", o.poses, " has ", n));
+  // Upstream's frame_num: the video frames the chunks make, poses past them unused.
+  const int64_t used = 9 + 12 * (p.chunks - 1);
+  p.trajectory.c2ws = p.trajectory.c2ws.narrow(0, 0, used);
+  p.trajectory.poses.resize(size_t(used));
+  return p;
+}
+
+worldkv::SessionConfig session_config(const Mg2RenderOptions& c) {
+  worldkv::SessionConfig sc;
+  sc.set_policy(c.policy);
+  sc.seed = c.seed;
+  sc.memory.sink_frames = c.sink_frames;
+  sc.memory.retrieved_frames = c.retrieved_frames;
+  sc.memory.recent_frames = c.recent_frames;
+  sc.memory.placement = worldkv::parse_placement(c.placement);
+  return sc;
+}
+
+// The text context, or none with a note saying what that means.
+at::Tensor text_context(const LingbotRenderOptions& o, const dit::LingbotConfig& cfg) {
+  if (!o.text_context.empty()) {
+    at::Tensor t = rollout::load_lingbot_text_context(o.text_context);
+    if (t.size(1) != cfg.text_dim || t.size(0) > cfg.text_len)
+      throw Error(str_cat(o.text_context, ": context ", t.sizes(), ", the model takes [L <= ", cfg.text_len, ", ",
+                          cfg.text_dim, "]"));
+    return t;
+  }
+  std::fprintf(stderr,
+               "wm_render: no --text-context: the DiT attends to %d zero rows, which no prompt encodes to (give "
+               "umT5's output for a prompt)\n",
+               cfg.text_len);
+  return at::Tensor();
+}
+
+struct Rolled {
+  std::vector<at::Tensor> latents;
+  double dit_ms = 0, total_ms = 0;
+  int frames = 0;
+};
+
+Rolled roll_out(worldkv::WorldSession& session, const PlannedCamera& p, media::Mp4Writer* writer) {
+  Rolled r;
+  cli::ProgressLine progress(5);
+  size_t used = 0;
+  for (int c = 0; c < p.chunks; ++c) {
+    const size_t n = size_t(session.controls_for_next_chunk());
+    std::vector<worldkv::FrameControl> controls(n);
+    for (size_t i = 0; i < n; ++i) controls[i].pose = p.trajectory.poses.at(used + i);
+    used += n;
+    worldkv::ChunkOutput out = session.next(controls);
+    r.dit_ms += out.model_ms;
+    r.total_ms += out.ms;
+    r.latents.push_back(out.latents);
+    r.frames += int(out.frames.size());
+    if (writer)
+      for (const auto& f : out.frames) writer->write(f);
+    progress.show(c + 1 == p.chunks, "  chunk %d/%d  %.0f ms (DiT %.0f, decode %.0f)  window %zu KiB%s", c + 1,
+                  p.chunks, out.ms, out.model_ms, out.decode_ms, out.window_bytes >> 10,
+                  out.retrieved.empty() ? "" : "  retrieved");
+  }
+  progress.finish();
+  return r;
+}
+
+// The Wan VAE at the video size, from --vae or beside the model folder (Wan2.1_VAE.pth as the hub
+// has it, else Wan2.1_VAE.safetensors: a converted or random one).
+std::unique_ptr<dit::WanVaeCodec> load_vae(const Mg2RenderOptions& c, rollout::LingbotVideoSize size, at::Device dev,
+                                           at::ScalarType dt) {
+  dit::WanVaeCodecOptions vo;
+  vo.device = dev;
+  vo.encode_dtype = dt;
+  vo.decode_dtype = at::kFloat;
+  vo.image_height = int(size.height);
+  vo.image_width = int(size.width);
+  std::string path = rollout::mg2_file_beside_model(c.model, c.vae, "Wan2.1_VAE.pth");
+  const std::string converted = rollout::mg2_file_beside_model(c.model, "", "Wan2.1_VAE.safetensors");
+  if (c.vae.empty() && !fs::exists(path) && fs::exists(converted)) path = converted;
+  return rollout::load_mg2_vae(path, vo, "the image condition needs it");
+}
+
+}  // namespace
+
+int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o) {
+  at::NoGradGuard ng;
+  const at::Device dev = parse_device(c.device);
+  const at::ScalarType dt = c.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  if (c.out.empty() && c.latents_out.empty()) throw Error("nothing to write: give -o OUT.mp4 and/or --latents-out FILE");
+  if (c.image.empty()) throw Error("LingBot-World-Fast starts from an image: give --image FILE");
+  if (!c.latents_in.empty() || !c.actions.empty() || !c.mode.empty() || !c.clip.empty())
+    throw Error("--latents, --actions, --mode and --clip are Matrix-Game-2.0's; LingBot-World-Fast takes --image, "
+                "--text-context and --poses or --trajectory");
+  worldkv::SessionConfig().set_policy(c.policy);
+  const PlannedCamera planned = plan_camera(c, o);
+  const Image image = media::read_image(c.image);
+  const rollout::LingbotVideoSize size = rollout::lingbot_video_size(image.height, image.width, rollout::lingbot_max_area(o.size));
+
+  std::fprintf(stderr, "wm_render: loading %s (%s)\n", c.model.c_str(), c.dtype.c_str());
+  dit::LingbotDit model = dit::load_lingbot_dit(c.model, dev, dt);
+  std::unique_ptr<dit::WanVaeCodec> vae = load_vae(c, size, dev, dt);
+  const int n_latents = 3 * planned.chunks;
+  const int64_t n_cond = c.cond_latents > 0 ? std::min(c.cond_latents, n_latents) : n_latents;
+  std::fprintf(stderr, "wm_render: encoding %s at %lldx%lld (%lld latent frames)\n", c.image.c_str(),
+               static_cast<long long>(size.width), static_cast<long long>(size.height), static_cast<long long>(n_cond));
+  const at::Tensor image_latents = rollout::lingbot_image_latents(image, *vae, n_cond, dev);
+
+  worldkv::LingbotOptions lo;
+  lo.trajectory = planned.trajectory.c2ws;
+  if (planned.trajectory.intrinsics) lo.intrinsics = *planned.trajectory.intrinsics;
+  std::unique_ptr<dit::Codec> codec;
+  if (!c.out.empty()) codec = std::move(vae);
+  worldkv::WorldSession session(std::make_unique<worldkv::LingbotAdapter>(model, std::move(codec),
+                                                                          text_context(o, model->config()),
+                                                                          image_latents, lo, dev),
+                                session_config(c));
+  std::unique_ptr<media::Mp4Writer> writer;
+  if (!c.out.empty()) writer = std::make_unique<media::Mp4Writer>(c.out, int(size.width), int(size.height), o.fps, 1);
+  const int video_frames = 9 + 12 * (planned.chunks - 1);
+  std::fprintf(stderr, "wm_render: LingBot-World-Fast %s, %d chunks (%d video frames), policy %s, %s\n",
+               model->config().model_type.c_str(), planned.chunks, video_frames, c.policy.c_str(),
+               describe_device(dev).c_str());
+  const Rolled r = roll_out(session, planned, writer.get());
+  if (writer) writer->finish();
+  if (!c.latents_out.empty()) save_safetensors(c.latents_out, {{"latents", at::cat(r.latents, 0)}});
+  if (writer) writer->close();
+  std::fprintf(stderr, "wm_render: %d chunks, mean %.0f ms a chunk (DiT %.0f ms), %.2f video frames/s%s%s\n",
+               planned.chunks, r.total_ms / planned.chunks, r.dit_ms / planned.chunks,
+               1000.0 * video_frames / r.total_ms, c.out.empty() ? "" : ("; wrote " + c.out).c_str(),
+               c.latents_out.empty() ? "" : ("; latents " + c.latents_out).c_str());
+  return 0;
+}
+
+}  // namespace wm::render
