@@ -2,13 +2,16 @@
 // writes a random model folder as the hub lays it out (config.json, diffusion_pytorch_model
 // shards + index) beside a random Wan VAE, and wm_render runs it from an image, a text context and
 // upstream's poses.npy / intrinsics.npy (or a generated trajectory) under WorldKV's memory to a
-// valid MP4 and the latents; a missing shard is one line naming it. A few seconds at this size.
+// valid MP4 and the latents; a missing shard is one line naming it; wm_revisit_bench runs it on an
+// episode of the procedural world. A few seconds at this size.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -133,6 +136,29 @@ TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
   EXPECT_TRUE(bad.exited && bad.code == 1) << bad.err;
   EXPECT_NE(bad.err.find(shard.filename().string() + ": missing shard"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(none));
+}
+
+// wm_revisit_bench on the same folder: an episode of a generated suite, its frame 0 as the
+// model's first image, its poses as the camera, two policies; the results name both with their
+// speed and window.
+TEST_F(LingbotRender, RevisitBenchRunsOnTheHubFolder) {
+  const std::string bench = program_path("wm_revisit_bench");
+  if (bench.empty()) GTEST_SKIP() << "wm_revisit_bench is not built";
+  const fs::path out = dir_ / "bench";
+  const RunResult r = run_program({bench, "--model", model_, "--suite", "gen:3:1", "--max-seconds", "4",
+                                   "--video-size", "32x48", "--policies", "sink_recent", "worldkv", "--threads", "1",
+                                   "--out-dir", out.string()},
+                                  dir_, dir_, 120);
+  ASSERT_TRUE(r.exited && r.code == 0) << r.err << r.out;
+  std::ifstream f(out / "results.json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  ASSERT_EQ(j["policies"].size(), 2u);
+  for (const auto& p : j["policies"]) {
+    EXPECT_GT(p["fps_mean"].get<double>(), 0) << p.dump();
+    EXPECT_GT(p["peak_window_bytes"].get<double>(), 0) << p.dump();
+    // 4 s at 16 frames/s: 64 frames, of which whole chunks 9 + 4 x 12 = 57.
+    EXPECT_EQ(p["episodes"][0]["frames"], 57) << p.dump();
+  }
 }
 
 }  // namespace lingbot_render_test

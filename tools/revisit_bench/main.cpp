@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/plot.h"
 #include "tools/rollout/world_adapter.h"
+#include "tools/revisit_bench/lingbot_rollouts.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/suite.h"
 #include "worldkv/tiny_dit_adapter.h"
@@ -50,6 +52,8 @@ struct Options {
   bool no_prompt = false;
   uint64_t noise_seed = 0;
   std::string device = "auto";
+  wm::rollout::LingbotBenchModel lingbot;  // with --model naming a LingBot-World-Fast folder
+  std::string lingbot_size = "480x832", lingbot_dtype = "f32";
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -70,6 +74,15 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--no-prompt", o.no_prompt, "generate chunk 0 too instead of starting from the ground-truth first chunk");
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N");
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--vae", o.lingbot.vae, "LingBot-World-Fast: the Wan VAE (default: beside the model folder)");
+  app.add_option("--text-context", o.lingbot.text_context,
+                 "LingBot-World-Fast: safetensors with `context` [L, 4096] (umT5's output; default: zero rows)");
+  app.add_option("--video-size", o.lingbot_size, "LingBot-World-Fast: video and ground-truth size HxW (multiples of 16)");
+  app.add_option("--cond-latents", o.lingbot.cond_latents,
+                 "LingBot-World-Fast: latent frames of the image condition to encode (0: all; later ones reuse the last)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--dtype", o.lingbot_dtype, "LingBot-World-Fast: DiT precision, f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
 struct EpisodeScore {
@@ -109,16 +122,6 @@ struct PolicyScore {
   }
 };
 
-// What every rollout shares: the model, the session's settings (the policy is set per
-// rollout), the device.
-struct Rollouts {
-  wm::dit::CausalDit model;
-  wm::worldkv::SessionConfig session;
-  wm::dit::SamplerConfig sampler;
-  at::Device device;
-  int frames_per_chunk;
-};
-
 // An episode's frames that every policy rolls out, and their ground truth.
 struct EpisodeTruth {
   const wm::world::Episode* ep = nullptr;
@@ -140,6 +143,20 @@ EpisodeTruth ground_truth(const wm::world::Episode& ep, size_t index, const wm::
     if (p.revisit < frames) t.pairs.push_back(p);
   return t;
 }
+
+// What every rollout shares: the model (an adapter made per rollout: the tiny DiT, or
+// LingBot-World-Fast from the episode's first ground-truth frame), the session's settings (the
+// policy is set per rollout), the ground truth's render settings, the chunk's size in latent
+// frames and the codec's temporal stride, whether chunk 0 is the ground truth (a prompt).
+struct Rollouts {
+  std::function<std::unique_ptr<wm::worldkv::ModelAdapter>(const EpisodeTruth&)> make_model;
+  wm::worldkv::SessionConfig session;
+  wm::world::RenderSpec render;
+  int frames_per_chunk = 3, temporal_stride = 1;
+  bool prompt = true;
+  // Video frames a chunk makes after the first.
+  int video_frames_per_chunk() const { return frames_per_chunk * temporal_stride; }
+};
 
 // The progress line over every policy's rollouts, updated chunk by chunk, and the clock of the
 // whole run.
@@ -212,10 +229,13 @@ void dump_pairs(const wm::rollout::EpisodeRun& run, const EpisodeTruth& truth,
 
 // Speed of the generated chunks only (the prompt chunk is an encode and one pass), and the
 // memory's sizes at the end of the rollout.
-void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, EpisodeScore& s) {
-  double sum = 0;
+void score_speed(const wm::rollout::EpisodeRun& run, EpisodeScore& s) {
+  double sum = 0, frames = 0;
   for (auto& c : run.chunks)
     if (!c.prompt) sum += c.ms, s.chunk_ms.push_back(c.ms), s.chunk_cpu_ms.push_back(c.cpu_ms), s.memory_ms += c.memory_ms;
+  for (auto& c : run.chunks)
+    if (!c.prompt) frames += static_cast<double>(c.poses.size());
+  const int frames_per_chunk = run.chunks.empty() ? 0 : static_cast<int>(run.chunks.back().poses.size());
   if (!s.chunk_ms.empty()) s.memory_ms /= static_cast<double>(s.chunk_ms.size());
   // Speed at the end of the rollout: the median of the last 10 chunks (a shared machine's
   // hiccups move a mean of a few chunks by 20%).
@@ -224,7 +244,7 @@ void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, Episo
   std::sort(tail.begin(), tail.end());
   const double last = k == 0 ? 0 : (k % 2 ? tail[k / 2] : 0.5 * (tail[k / 2 - 1] + tail[k / 2]));
   s.fps_last = k ? 1000.0 * frames_per_chunk / last : 0;
-  s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * frames_per_chunk * s.chunk_ms.size() / sum;
+  s.fps_mean = s.chunk_ms.empty() ? 0 : 1000.0 * frames / sum;
   std::tie(s.max_step, s.max_step_chunk) = largest_step(s.chunk_ms);
   std::tie(s.max_step_cpu, s.max_step_cpu_chunk) = largest_step(s.chunk_cpu_ms);
   s.peak_window = run.peak_window_bytes;
@@ -235,11 +255,10 @@ void score_speed(const wm::rollout::EpisodeRun& run, int frames_per_chunk, Episo
 EpisodeScore roll_out(const Options& o, Rollouts& r, wm::worldkv::Policy policy, const std::string& policy_name,
                       const EpisodeTruth& truth, wm::cli::OutputFolder* dumps, BenchProgress& progress) {
   r.session.memory.policy = policy;
-  wm::worldkv::WorldSession session(std::make_unique<wm::worldkv::TinyDitAdapter>(r.model, r.sampler, r.device),
-                                    r.session);
+  wm::worldkv::WorldSession session(r.make_model(truth), r.session);
   auto run = wm::rollout::run_episode(session, *truth.ep, o.noise_seed, truth.frames, [&](const auto& c, const auto&) {
-    progress.chunk_done(r.frames_per_chunk, truth.index, policy_name, c.index);
-  }, !o.no_prompt);
+    progress.chunk_done(static_cast<int>(c.poses.size()), truth.index, policy_name, c.index);
+  }, r.prompt);
   // Pairs whose first visit lies in the prompt would compare with the ground truth itself.
   std::vector<wm::world::RevisitPair> scored;
   for (auto& p : truth.pairs)
@@ -250,7 +269,7 @@ EpisodeScore roll_out(const Options& o, Rollouts& r, wm::worldkv::Policy policy,
   s.pairs = static_cast<int>(scored.size());
   score_fidelity(run, truth, scored, s);
   if (dumps) dump_pairs(run, truth, scored, policy_name, o.dump_max, *dumps);
-  score_speed(run, r.frames_per_chunk, s);
+  score_speed(run, s);
   return s;
 }
 
@@ -260,11 +279,10 @@ std::vector<PolicyScore> score_policies(const Options& o, const wm::world::Suite
                                         wm::cli::OutputFolder* dumps, BenchProgress& progress) {
   std::vector<PolicyScore> scores;
   for (auto pol : policies) scores.push_back({wm::worldkv::policy_name(pol), {}});
-  const wm::world::RenderSpec rs = wm::rollout::render_spec_of(r.model->config());
   for (size_t e = 0; e < suite.episodes.size(); ++e) {
     const auto& ep = suite.episodes[e];
-    const int n = wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps);
-    const EpisodeTruth truth = ground_truth(ep, e, rs, n);
+    const int n = wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps, r.temporal_stride);
+    const EpisodeTruth truth = ground_truth(ep, e, r.render, n);
     for (size_t pi = 0; pi < policies.size(); ++pi)
       scores[pi].eps.push_back(roll_out(o, r, policies[pi], scores[pi].policy, truth, dumps, progress));
   }
@@ -426,6 +444,37 @@ void write_results(const Options& o, const wm::world::Suite& suite, int total_fr
                           "rollout length (s of video)", "generated frames / s", fps_series);
 }
 
+// The model of every rollout: the tiny DiT of a weights file, or LingBot-World-Fast of a folder
+// (wm_render's test: its files), started from each episode's first ground-truth frame.
+Rollouts make_rollouts(const Options& o, at::Device dev) {
+  Rollouts r;
+  if (!fs::is_directory(o.model_path)) {
+    wm::dit::CausalDit model = wm::worldkv::load_world_model(o.model_path, dev);
+    const wm::dit::SamplerConfig sampler = o.ro.sampler();
+    r.make_model = [model, sampler, dev](const EpisodeTruth&) {
+      return std::make_unique<wm::worldkv::TinyDitAdapter>(model, sampler, dev);
+    };
+    r.render = wm::rollout::render_spec_of(model->config());
+    r.frames_per_chunk = model->config().frames_per_chunk;
+    r.prompt = !o.no_prompt;
+    return r;
+  }
+  wm::rollout::LingbotBenchModel m = o.lingbot;
+  m.dir = o.model_path;
+  const size_t x = o.lingbot_size.find('x');
+  if (x == std::string::npos) throw wm::Error("--video-size must be HxW, got '" + o.lingbot_size + "'");
+  m.height = std::stoi(o.lingbot_size.substr(0, x));
+  m.width = std::stoi(o.lingbot_size.substr(x + 1));
+  m.dtype = o.lingbot_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  auto lb = std::make_shared<wm::rollout::LingbotRollouts>(m, dev);
+  r.make_model = [lb](const EpisodeTruth& t) { return lb->make(*t.ep, t.frames, t.gt.at(0)); };
+  r.render = lb->render_spec();
+  r.frames_per_chunk = lb->frames_per_chunk();
+  r.temporal_stride = 4;
+  r.prompt = false;  // its first image is the ground truth's frame 0
+  return r;
+}
+
 // The whole run; throws wm::Error (or another std::exception) on failure, leaving no output.
 void run_bench(const Options& o) {
   wm::init_threads(o.threads);
@@ -441,15 +490,15 @@ void run_bench(const Options& o) {
   std::vector<wm::worldkv::Policy> pols;
   for (auto& p : o.policies) pols.push_back(wm::worldkv::parse_policy(p));
 
-  wm::dit::CausalDit model = wm::worldkv::load_world_model(o.model_path, dev);
   o.ro.validate();
   const std::shared_ptr<wm::RemoteStore> remote = o.ro.open_bank_store(o.model_path);
-  Rollouts r{model, {}, o.ro.sampler(), dev, model->config().frames_per_chunk};
+  Rollouts r = make_rollouts(o, dev);
   o.ro.apply(r.session);
   o.ro.apply_bank(r.session, dev, remote);
 
   int total_frames = 0;
-  for (auto& ep : suite.episodes) total_frames += wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps);
+  for (auto& ep : suite.episodes)
+    total_frames += wm::rollout::covered_frames(ep, r.frames_per_chunk, o.max_seconds * suite.fps, r.temporal_stride);
   std::fprintf(stderr, "wm_revisit_bench: %zu episodes of suite seed %llu (%s split), %d frames each policy, %zu "
                "policies, %s\n",
                suite.episodes.size(), static_cast<unsigned long long>(suite.gen_seed), wm::world::suite_split(suite),
@@ -468,7 +517,7 @@ void run_bench(const Options& o) {
                  static_cast<long long>(st.outages));
   }
 
-  write_results(o, suite, total_frames, r.frames_per_chunk, scores, results);
+  write_results(o, suite, total_frames, r.video_frames_per_chunk(), scores, results);
   if (dumps) dumps->commit();
   results.commit();
   std::printf("\nwrote %s/results.json, results.csv, revisit_psnr.png, fps_vs_length.png%s; %.0f s\n", o.out_dir.c_str(),
