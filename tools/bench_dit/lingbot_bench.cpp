@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "dit/lingbot_sampler.h"
 #include "dit/lingbot_weights.h"
@@ -219,6 +221,37 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
               kv_frame * 4 / 1e6, kv_frame * 2 / 1e6, c.num_layers, kv_frame * 4 / c.num_layers * 40 / 1e6,
               kv_frame * 2 / c.num_layers * 40 / 1e6);
   return 0;
+}
+
+int run_lingbot_check(const std::string& dir, const std::string& device) {
+  at::NoGradGuard ng;
+  const at::Device dev = parse_device(device);
+  std::fprintf(stderr, "[lingbot-check] loading %s\n", dir.c_str());
+  LingbotDit m = dit::load_lingbot_dit(dir, dev, at::kFloat);
+  SafeTensors io = SafeTensors::open((std::filesystem::path(dir) / "io.safetensors").string());
+  // Upstream's [C, F, h, w] -> ours [F, C, h, w].
+  const at::Tensor x = io.get("x").permute({1, 0, 2, 3}).contiguous().to(dev);
+  const at::Tensor cond = io.get("y").permute({1, 0, 2, 3}).contiguous().to(dev);
+  const at::Tensor cam = io.get("cam")[0].permute({1, 0, 2, 3}).contiguous().to(dev);
+  const at::Tensor want = io.get("flow").permute({1, 0, 2, 3});
+  const auto t0 = Clock::now();
+  const dit::LingbotText text = m->encode_text(io.get("context").to(dev));
+  const at::Tensor flow = m->forward_chunk(x, io.get("t").to(dev), cond, cam, text, 0, dit::WanKvContext{});
+  sync(flow);
+  const double secs = seconds_since(t0);
+  const at::Tensor got = flow.to(at::kCPU, at::kDouble);
+  const double scale = want.abs().max().item<double>();
+  const double diff = (got - want.to(at::kDouble)).abs().max().item<double>();
+  double upstream_s = 0;
+  std::ifstream tf(std::filesystem::path(dir) / "time.json");
+  if (tf) upstream_s = nlohmann::json::parse(tf).value("forward_s", 0.0);
+  const auto& c = m->config();
+  std::printf("LingBot-World-Fast, dim %d, %d heads, FFN %d, %d block(s), %lld tokens: max |ours - upstream| / max "
+              "|upstream| = %.3g (max |upstream| %.3f)\nforward (text K/V included): ours %.1f s, upstream %.1f s "
+              "(time.json), %s\n",
+              c.dim, c.num_heads, c.ffn_dim, c.num_layers, static_cast<long long>(x.size(0) * x.size(2) * x.size(3) / 4),
+              diff / scale, scale, secs, upstream_s, describe_device(dev).c_str());
+  return diff / scale < 1e-4 ? 0 : 1;
 }
 
 }  // namespace wm::bench

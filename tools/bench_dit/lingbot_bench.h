@@ -10,6 +10,10 @@
 // float32 weights) keep the first blocks with --layers; the blocks are alike, so a chunk's time
 // grows by the same amount per block.
 //
+// Check (--lingbot-check DIR): one forward of the full-width single-block model that
+// tools/lingbot_fixtures/make_full_block_check.py wrote (upstream's WanModelFast at dim 5120 with
+// one block, chunk 0 of a 480 x 832 grid at t = 999) against upstream's output, and both times.
+//
 // Hub folder (--lingbot-hub DIR): random weights of SIZE written as the hub lays them out
 // (DIR/lingbot_world_fast/: config.json, diffusion_pytorch_model shards + index) beside a random
 // Wan VAE (DIR/Wan2.1_VAE.safetensors, base width --vae-dim), the folder wm_render runs end to end.
@@ -56,5 +60,6 @@ void randomize_lingbot(wm::dit::LingbotDitImpl& m, uint64_t seed);
 // Run the mode, print a table on stdout and progress on stderr; return the exit code (0).
 int run_lingbot_bench(const LingbotBenchOptions& o);
 int run_lingbot_hub(const LingbotHubOptions& o);
+int run_lingbot_check(const std::string& dir, const std::string& device);
 
 }  // namespace wm::bench

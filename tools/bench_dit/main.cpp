@@ -179,6 +179,7 @@ struct AllOptions {
   wm::bench::LingbotBenchOptions lb;
   wm::bench::LingbotHubOptions hub;
   std::string latent_size = "60x104";
+  std::string lingbot_check;
   bool no_decode = false, no_pin = false;
   std::string json_out;
 };
@@ -186,7 +187,7 @@ struct AllOptions {
 // The options whose presence picks a mode or is checked against it.
 struct ModeOptions {
   CLI::Option *dtype = nullptr, *mg2 = nullptr, *mg2_model = nullptr, *mg2_check = nullptr, *mg2_rollout = nullptr;
-  CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr;
+  CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr, *lingbot_check = nullptr;
   CLI::Option *policies = nullptr, *seconds = nullptr, *warmup = nullptr, *repeats = nullptr, *json = nullptr;
 };
 
@@ -263,6 +264,10 @@ void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
                                  "DIR/lingbot_world_fast/ and a random Wan VAE into DIR/Wan2.1_VAE.safetensors, "
                                  "then stop")
                       ->needs(m.lingbot);
+  m.lingbot_check = app.add_option("--lingbot-check", o.lingbot_check,
+                                   "one forward of the full-width single-block model of "
+                                   "tools/lingbot_fixtures/make_full_block_check.py against upstream's output")
+                        ->check(CLI::ExistingDirectory)->excludes(m.lingbot)->excludes(m.mg2)->excludes(m.mg2_check);
   app.add_option("--latent-size", o.latent_size, "--lingbot: latent frame HxW (60x104: a 480x832 video)")
       ->capture_default_str()->needs(m.lingbot);
   app.add_option("--window-frames", o.lb.window_frames,
@@ -303,6 +308,10 @@ int run_lingbot_mode(AllOptions& o, const ModeOptions& m) {
 int run_mode(AllOptions& o, const ModeOptions& m) {
   Args& a = o.a;
   if (*m.lingbot) return run_lingbot_mode(o, m);
+  if (*m.lingbot_check) {
+    wm::init_threads(a.threads);
+    return wm::bench::run_lingbot_check(o.lingbot_check, a.device);
+  }
   if (*m.mg2_rollout) {
     wm::bench::Mg2RolloutOptions& ro = o.ro;
     wm::init_threads(a.threads);
