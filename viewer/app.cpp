@@ -19,6 +19,8 @@
 #include "viewer/font.h"
 #include "viewer/generator.h"
 #include "viewer/hud.h"
+#include "tools/rollout/lingbot_start.h"
+#include "viewer/lingbot_view.h"
 #include "viewer/mg2_view.h"
 #include "viewer/palette.h"
 #include "viewer/script.h"
@@ -42,6 +44,7 @@ at::Device choose_device(const ViewerOptions& o, std::string& desc) {
 }
 
 std::unique_ptr<ModelView> make_view(const ViewerOptions& options) {
+  if (rollout::is_lingbot_folder(options.model_path)) return std::make_unique<LingbotView>(options);
   if (is_mg2_model(options.model_path, options.mode)) return std::make_unique<Mg2View>(options);
   return std::make_unique<TinyView>(options);
 }

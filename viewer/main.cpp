@@ -11,9 +11,61 @@
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/validators.h"
+#include "tools/rollout/lingbot_start.h"
 #include "viewer/app.h"
 #include "viewer/mg2_view.h"
 #include "viewer/tiny_view.h"
+
+namespace {
+
+// The options of the model kinds beside the tiny model: Matrix-Game-2.0's and LingBot-World-Fast's.
+void add_model_options(CLI::App& app, wm::viewer::ViewerOptions& o) {
+  auto* mg2 = app.add_option_group("Matrix-Game-2.0", "when --model names a Matrix-Game-2.0 model (or --mode is given)");
+  mg2->add_option("--mode", o.mode, "universal, gta_drive or templerun (checked against the model's config.json)")
+      ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
+  auto* image = mg2->add_option("--image", o.image, "the first frame (PNG or JPEG), encoded with the VAE (and CLIP for Matrix-Game-2.0)")
+                    ->check(CLI::ExistingFile);
+  mg2->add_option("--latents", o.latents,
+                  "instead of --image: safetensors with image_latents [N,16,44,80] and clip_tokens [257,1280]")
+      ->check(CLI::ExistingFile)
+      ->excludes(image);
+  mg2->add_option("--vae", o.vae,
+                  "Wan2.1_VAE.pth or .safetensors (default: Wan2.1_VAE.pth beside the model folder, as the hub lays "
+                  "it out)");
+  mg2->add_option("--clip", o.clip,
+                  "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth for --image (default: beside the model folder)");
+  mg2->add_option("--dtype", o.dtype, "the DiT's precision: f32 or bf16")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  mg2->add_option("--cond-latents", o.cond_latents,
+                  "latent frames of the image condition to encode (later chunks reuse the last)")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  auto* lingbot = app.add_option_group("LingBot-World-Fast",
+                                       "when --model names a LingBot-World-Fast folder (also --image, --vae, --dtype, "
+                                       "--cond-latents above)");
+  lingbot->add_option("--text-context", o.text_context,
+                      "safetensors with `context` [L, 4096], umT5's output for the prompt (default: zero rows)")
+      ->check(CLI::ExistingFile);
+  lingbot->add_option("--size", o.size, "the video's largest area, as upstream's --size")->capture_default_str();
+}
+
+// Each kind's defaults where the tiny model's differ (options the command line did not give).
+void apply_model_defaults(const CLI::App& app, wm::viewer::ViewerOptions& o) {
+  // LingBot-World-Fast's: upstream's 16 fps (the tiny model's too), frames recorded at their
+  // size, the GPU when there is one; the world memory (worldkv) as the tiny model.
+  if (wm::rollout::is_lingbot_folder(o.model_path)) {
+    if (app.count("--record-upscale") == 0) o.record_upscale = 1;
+    if (app.count("--device") == 0) o.device = "auto";
+  } else if (wm::viewer::is_mg2_model(o.model_path, o.mode)) {
+    // Matrix-Game-2.0's defaults where the tiny model's differ: upstream's own window, its 12 fps,
+    // frames recorded at their size, the GPU when there is one.
+    if (app.count("--policy") == 0) o.policy = "native";
+    if (app.count("--fps") == 0) o.fps = 12;
+    if (app.count("--record-upscale") == 0) o.record_upscale = 1;
+    if (app.count("--device") == 0) o.device = "auto";
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   wm::viewer::ViewerOptions o;
@@ -29,8 +81,8 @@ int main(int argc, char** argv) {
              "  wait DUR | screenshot PATH | quit        DUR: 500ms, 2s, 3c (chunks), 12f (frames)\n"
              "  e.g. --inject \"hold W 4c; mouse 200 0; wait 3c\"");
   app.add_option("--model", o.model_path,
-                 "model safetensors (default: the embedded assets/models/tiny/model.safetensors), or a Matrix-Game-2.0 "
-                 "folder (config.json + .safetensors) or its .safetensors");
+                 "model safetensors (default: the embedded assets/models/tiny/model.safetensors), a Matrix-Game-2.0 "
+                 "folder (config.json + .safetensors) or its .safetensors, or a LingBot-World-Fast folder");
   app.add_option("--seed", o.seed, "scene and noise seed")->capture_default_str();
   app.add_option("--policy", o.policy,
                  "memory policy: full_kv, sliding_window, sink_recent, worldkv, worldkv_c, worldkv_attn; Matrix-Game-2.0 "
@@ -57,32 +109,9 @@ int main(int argc, char** argv) {
       ->check(wm::cli::FiniteNonNegative);
   app.add_flag("--software", o.software, "use SDL's software renderer (headless / no GPU)");
   app.add_option("--summary-json", o.summary_json, "write the run's summary (latency, fps, poses, layout) as JSON");
-  auto* mg2 = app.add_option_group("Matrix-Game-2.0", "when --model names a Matrix-Game-2.0 model (or --mode is given)");
-  mg2->add_option("--mode", o.mode, "universal, gta_drive or templerun (checked against the model's config.json)")
-      ->check(CLI::IsMember({"universal", "gta_drive", "templerun"}));
-  auto* image = mg2->add_option("--image", o.image, "the first frame (PNG or JPEG), encoded with the VAE and CLIP")
-                    ->check(CLI::ExistingFile);
-  mg2->add_option("--latents", o.latents,
-                  "instead of --image: safetensors with image_latents [N,16,44,80] and clip_tokens [257,1280]")
-      ->check(CLI::ExistingFile)
-      ->excludes(image);
-  mg2->add_option("--vae", o.vae, "Wan2.1_VAE.pth (default: beside the model folder, as the hub lays it out)");
-  mg2->add_option("--clip", o.clip,
-                  "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth for --image (default: beside the model folder)");
-  mg2->add_option("--dtype", o.dtype, "the DiT's precision: f32 or bf16")
-      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
-  mg2->add_option("--cond-latents", o.cond_latents,
-                  "latent frames of the image condition to encode (later chunks reuse the last)")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
+  add_model_options(app, o);
   CLI11_PARSE(app, argc, argv);
-  // Matrix-Game-2.0's defaults where the tiny model's differ: upstream's own window, its 12 fps,
-  // frames recorded at their size, the GPU when there is one.
-  if (wm::viewer::is_mg2_model(o.model_path, o.mode)) {
-    if (app.count("--policy") == 0) o.policy = "native";
-    if (app.count("--fps") == 0) o.fps = 12;
-    if (app.count("--record-upscale") == 0) o.record_upscale = 1;
-    if (app.count("--device") == 0) o.device = "auto";
-  }
+  apply_model_defaults(app, o);
 
   try {
     if (!script_file.empty()) {

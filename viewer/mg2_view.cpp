@@ -19,26 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The key a scancode stands for in `mode`; Space, Q and E only mean something to templerun (Q
-// quits the other modes).
-std::optional<Mg2Key> mg2_key(SDL_Scancode sc, const std::string& mode) {
-  const bool tr = mode == "templerun";
-  switch (sc) {
-    case SDL_SCANCODE_W: return Mg2Key::W;
-    case SDL_SCANCODE_S: return Mg2Key::S;
-    case SDL_SCANCODE_A: return Mg2Key::A;
-    case SDL_SCANCODE_D: return Mg2Key::D;
-    case SDL_SCANCODE_UP: return Mg2Key::Up;
-    case SDL_SCANCODE_DOWN: return Mg2Key::Down;
-    case SDL_SCANCODE_LEFT: return Mg2Key::Left;
-    case SDL_SCANCODE_RIGHT: return Mg2Key::Right;
-    case SDL_SCANCODE_SPACE: return tr ? std::optional<Mg2Key>(Mg2Key::Space) : std::nullopt;
-    case SDL_SCANCODE_Q: return tr ? std::optional<Mg2Key>(Mg2Key::Q) : std::nullopt;
-    case SDL_SCANCODE_E: return tr ? std::optional<Mg2Key>(Mg2Key::E) : std::nullopt;
-    default: return std::nullopt;
-  }
-}
-
 // What the user gives before anything loads: the model, one first frame, the dtype.
 void check_options(const ViewerOptions& o) {
   if (o.model_path.empty())
@@ -58,6 +38,24 @@ std::string model_name(const std::string& model_path) {
 }
 
 }  // namespace
+
+std::optional<Mg2Key> mg2_key(SDL_Scancode sc, const std::string& mode) {
+  const bool tr = mode == "templerun";
+  switch (sc) {
+    case SDL_SCANCODE_W: return Mg2Key::W;
+    case SDL_SCANCODE_S: return Mg2Key::S;
+    case SDL_SCANCODE_A: return Mg2Key::A;
+    case SDL_SCANCODE_D: return Mg2Key::D;
+    case SDL_SCANCODE_UP: return Mg2Key::Up;
+    case SDL_SCANCODE_DOWN: return Mg2Key::Down;
+    case SDL_SCANCODE_LEFT: return Mg2Key::Left;
+    case SDL_SCANCODE_RIGHT: return Mg2Key::Right;
+    case SDL_SCANCODE_SPACE: return tr ? std::optional<Mg2Key>(Mg2Key::Space) : std::nullopt;
+    case SDL_SCANCODE_Q: return tr ? std::optional<Mg2Key>(Mg2Key::Q) : std::nullopt;
+    case SDL_SCANCODE_E: return tr ? std::optional<Mg2Key>(Mg2Key::E) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
 
 bool is_mg2_model(const std::string& model_path, const std::string& mode) {
   if (!mode.empty()) return true;

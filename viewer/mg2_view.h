@@ -7,6 +7,7 @@
 // first frame, 0 on upstream's own rolling window; the panel is the pose's track from above
 // (viewer/mg2_hud.h).
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ class Mg2View final : public ModelView {
   std::string mode_;
   std::unique_ptr<Mg2InputState> input_;
 };
+
+// The key a scancode stands for in `mode` (Space, Q and E only in templerun, where Q does not quit).
+std::optional<Mg2Key> mg2_key(SDL_Scancode sc, const std::string& mode);
 
 // True when the options name a Matrix-Game-2.0 model: `mode` given, `model_path` a folder, or
 // a file with a config.json beside it whose _class_name is CausalWanModel.

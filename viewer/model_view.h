@@ -4,7 +4,8 @@
 // generation worker, recording, screenshots, scripts and the summary. A view loads its model and
 // builds the session, turns the keys and the mouse into each video frame's control, says what a
 // new start (N) is and which policies the digit keys may pick, and draws its own HUD lines and the
-// panel under the HUD. Views: TinyView (viewer/tiny_view.h), Mg2View (viewer/mg2_view.h).
+// panel under the HUD. Views: TinyView (viewer/tiny_view.h), Mg2View (viewer/mg2_view.h),
+// LingbotView (viewer/lingbot_view.h).
 #include <SDL.h>
 
 #include <memory>

@@ -8,8 +8,9 @@
 namespace wm::viewer {
 
 struct ViewerOptions {
-  std::string model_path;        // the tiny model's safetensors (empty: the embedded one), or a
-                                 // Matrix-Game-2.0 folder (config.json + .safetensors) or its .safetensors
+  std::string model_path;        // the tiny model's safetensors (empty: the embedded one), a
+                                 // Matrix-Game-2.0 folder (config.json + .safetensors) or its .safetensors,
+                                 // or a LingBot-World-Fast folder
   uint64_t seed = 1;             // scene and noise seed
   std::string policy = "worldkv";  // a video policy, or "native" (Matrix-Game-2.0's own window)
   std::string device = "cpu";    // "cpu", "cuda", "cuda:N", "auto"
@@ -37,6 +38,9 @@ struct ViewerOptions {
   std::string clip;              // models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth (idem)
   std::string dtype = "f32";     // the DiT's precision: f32 or bf16
   int cond_latents = 8;          // latent frames of the image condition encoded (later ones reuse the last)
+  // LingBot-World-Fast (viewer/lingbot_view.h), with image, vae, dtype and cond_latents above.
+  std::string text_context;      // safetensors with `context` [L, 4096] (empty: zero rows)
+  std::string size = "480*832";  // the video's largest area, as upstream's --size
 };
 
 // The model's device from --device, the CPU threads set (--threads, or all cores but one, which

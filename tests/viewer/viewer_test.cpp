@@ -39,6 +39,7 @@ TEST(Viewer, NotConfigured) {
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "dit/config.h"
+#include "dit/lingbot_weights.h"
 #include "dit/model.h"
 #include "dit/wan_vae.h"
 #include "dit/weights.h"
@@ -833,6 +834,73 @@ TEST_F(ViewerProgram, Mg2ErrorsComeBeforeTheWindow) {
   const RunResult policy = run({"--policy", "lru", "--vae", "x.pth"});
   EXPECT_NE(policy.rc, 0);
   EXPECT_NE(policy.output.find("lru"), std::string::npos) << policy.output;
+}
+
+
+// LingBot-World-Fast in the viewer: a random folder of the tiny size as the hub lays it out
+// (sharded, with its index) beside a 1-wide random Wan VAE, started from an image at a 32 x 48
+// video. W held and the mouse 200 px right for both chunks: the camera pose integrates them as
+// Matrix-Game-2.0's retrieval pose does, and it is the pose the session records.
+namespace viewer_lingbot_test {
+
+fs::path lingbot_folder(const fs::path& dir) {
+  const fs::path model = dir / "lingbot" / "lingbot_world_fast";
+  if (fs::exists(model)) return model;
+  wm::dit::LingbotConfig c;
+  c.model_type = "i2v";
+  c.in_dim = 36;
+  c.dim = 32;
+  c.ffn_dim = 64;
+  c.num_heads = 2;
+  c.num_layers = 2;
+  c.text_dim = 32;
+  c.text_len = 16;
+  wm::dit::LingbotDit m(c);
+  at::Generator g = at::detail::createCPUGenerator(11);
+  {
+    at::NoGradGuard ng;
+    for (auto& p : m->parameters()) p.normal_(0.0, 0.05, g);
+  }
+  wm::dit::save_lingbot_dit(*m, model.string(), 64 << 10);
+  write_random_wan_vae((dir / "lingbot" / "Wan2.1_VAE.safetensors").string(), 1, 4);
+  wm::Image img(96, 64);
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 96; ++x) img.pixel(x, y)[0] = uint8_t(2 * x), img.pixel(x, y)[1] = uint8_t(3 * y);
+  wm::media::write_png((dir / "lingbot" / "start.png").string(), img);
+  return model;
+}
+
+}  // namespace viewer_lingbot_test
+
+TEST_F(ViewerProgram, LingbotRunsTwoChunksFromHeldKeysAsCameraPoses) {
+  const fs::path model = viewer_lingbot_test::lingbot_folder(dir_);
+  const fs::path summary = dir_ / "lingbot.json";
+  const std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model.string(), "--image",
+                                      (model.parent_path() / "start.png").string(), "--size", "32*48", "--device",
+                                      "cpu", "--threads", "2", "--software", "--fps", "0", "--timeout", "100",
+                                      "--summary-json", summary.string(), "--chunks", "2", "--inject",
+                                      "down W; mouse 200 0; wait 2c; up W"};
+  const RunResult r = run_program(argv, x_->display, dir_, 110);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::ifstream in(summary);
+  ASSERT_TRUE(in) << r.output;
+  const nlohmann::json s = nlohmann::json::parse(in);
+  EXPECT_EQ(s["kind"], "lingbot-world-fast");
+  EXPECT_EQ(s["policy"], "worldkv");
+  EXPECT_EQ(s["chunks"], 2);
+  EXPECT_EQ(s["frames"], 21);  // 9 + 12 decoded frames
+  EXPECT_EQ(s["controls"], 21);
+  EXPECT_EQ(s["keys"], (nlohmann::json{{"W", 21}, {"S", 0}, {"A", 0}, {"D", 0}}));
+  double x = 0, y = 0, yaw = 0;
+  for (int i = 0; i < 21; ++i) {
+    if (i < 5) yaw += double(0.2f);
+    x += std::cos(yaw);
+    y += std::sin(yaw);
+  }
+  EXPECT_NEAR(s["end"]["x"].get<double>(), x, 1e-4);
+  EXPECT_NEAR(s["end"]["y"].get<double>(), y, 1e-4);
+  EXPECT_NEAR(s["end"]["yaw_deg"].get<double>(), yaw * 180.0 / M_PI, 1e-6);
+  EXPECT_GT(s["window_bytes"].get<double>(), 0);
 }
 
 #endif  // WM_VIEWER_BIN

@@ -4,8 +4,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "dit/codec.h"
 #include "dit/lingbot_weights.h"
@@ -31,19 +29,6 @@ void LingbotRenderOptions::add_to(CLI::App& app) {
                  "LingBot-World-Fast: camera-to-world poses, upstream's poses.npy [N,4,4] (OpenCV) or its folder; "
                  "intrinsics.npy beside it is read (default: a generated --trajectory)");
   app.add_option("--size", size, "LingBot-World-Fast: the video's maximum area as upstream's --size (480*832)");
-}
-
-bool is_lingbot_folder(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return false;
-  const fs::path d(dir);
-  if (fs::exists(d / "diffusion_pytorch_model.safetensors.index.json", ec) ||
-      fs::exists(d / "diffusion_pytorch_model.safetensors", ec))
-    return true;
-  std::ifstream f(d / "config.json");
-  if (!f) return false;
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  return j.is_object() && j.value("_class_name", "") == "WanModelFast";
 }
 
 namespace {
@@ -134,22 +119,6 @@ Rolled roll_out(worldkv::WorldSession& session, const PlannedCamera& p, media::M
   return r;
 }
 
-// The Wan VAE at the video size, from --vae or beside the model folder (Wan2.1_VAE.pth as the hub
-// has it, else Wan2.1_VAE.safetensors: a converted or random one).
-std::unique_ptr<dit::WanVaeCodec> load_vae(const Mg2RenderOptions& c, rollout::LingbotVideoSize size, at::Device dev,
-                                           at::ScalarType dt) {
-  dit::WanVaeCodecOptions vo;
-  vo.device = dev;
-  vo.encode_dtype = dt;
-  vo.decode_dtype = at::kFloat;
-  vo.image_height = int(size.height);
-  vo.image_width = int(size.width);
-  std::string path = rollout::mg2_file_beside_model(c.model, c.vae, "Wan2.1_VAE.pth");
-  const std::string converted = rollout::mg2_file_beside_model(c.model, "", "Wan2.1_VAE.safetensors");
-  if (c.vae.empty() && !fs::exists(path) && fs::exists(converted)) path = converted;
-  return rollout::load_mg2_vae(path, vo, "the image condition needs it");
-}
-
 }  // namespace
 
 int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o) {
@@ -168,7 +137,8 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
 
   std::fprintf(stderr, "wm_render: loading %s (%s)\n", c.model.c_str(), c.dtype.c_str());
   dit::LingbotDit model = dit::load_lingbot_dit(c.model, dev, dt);
-  std::unique_ptr<dit::WanVaeCodec> vae = load_vae(c, size, dev, dt);
+  std::unique_ptr<dit::WanVaeCodec> vae =
+      rollout::load_lingbot_vae(c.model, c.vae, size, dev, dt, at::kFloat, "the image condition needs it");
   const int n_latents = 3 * planned.chunks;
   const int64_t n_cond = c.cond_latents > 0 ? std::min(c.cond_latents, n_latents) : n_latents;
   std::fprintf(stderr, "wm_render: encoding %s at %lldx%lld (%lld latent frames)\n", c.image.c_str(),

@@ -23,10 +23,6 @@ struct LingbotRenderOptions {
   void add_to(CLI::App& app);
 };
 
-// True when `dir` holds a LingBot-World-Fast model: diffusers' sharded or single file, or a
-// config.json naming WanModelFast.
-bool is_lingbot_folder(const std::string& dir);
-
 // Runs it; throws wm::Error on bad input. Returns the process exit code.
 int run_lingbot_render(const Mg2RenderOptions& common, const LingbotRenderOptions& o);
 

@@ -24,6 +24,7 @@
 #include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
+#include "tools/rollout/lingbot_start.h"
 #include "tools/render/lingbot_render.h"
 #include "tools/render/mg2_render.h"
 #include "tools/rollout/world_adapter.h"
@@ -120,7 +121,7 @@ bool is_mg2_run(const Options& o) {
 // The Matrix-Game-2.0 and LingBot-World-Fast paths: the shared options passed on (--out, --policy
 // and --fps only where given, so that each path's own defaults hold otherwise).
 int run_mg2(const Options& o, const CLI::App& app) {
-  const bool lingbot = wm::render::is_lingbot_folder(o.model_path);
+  const bool lingbot = wm::rollout::is_lingbot_folder(o.model_path);
   const char* name = lingbot ? "LingBot-World-Fast's" : "Matrix-Game-2.0's";
   if (app.count("--bank-host-mib") || app.count("--kv-store") || app.count("--spill-dir"))
     throw wm::Error(wm::str_cat("--bank-host-mib, --spill-dir and --kv-store are for the embedded model's path, not ",

@@ -20,9 +20,7 @@ LingbotRollouts::LingbotRollouts(LingbotBenchModel m, at::Device device)
   if (size.height != m_.height || size.width != m_.width)
     throw Error(str_cat("the video size ", m_.width, "x", m_.height, " must be multiples of 16 (upstream's rounding "
                         "makes ", size.width, "x", size.height, ")"));
-  vae_path_ = mg2_file_beside_model(m_.dir, m_.vae, "Wan2.1_VAE.pth");
-  const std::string converted = mg2_file_beside_model(m_.dir, "", "Wan2.1_VAE.safetensors");
-  if (m_.vae.empty() && !fs::exists(vae_path_) && fs::exists(converted)) vae_path_ = converted;
+  vae_path_ = lingbot_vae_path(m_.dir, m_.vae);
   if (!fs::exists(vae_path_)) throw Error(str_cat("no VAE at '", vae_path_, "' (pass --vae)"));
   if (!m_.text_context.empty()) text_ = load_lingbot_text_context(m_.text_context);
 }
@@ -37,13 +35,8 @@ world::RenderSpec LingbotRollouts::render_spec() const {
 
 std::unique_ptr<worldkv::ModelAdapter> LingbotRollouts::make(const world::Episode& ep, int n,
                                                              const Image& frame0) const {
-  dit::WanVaeCodecOptions vo;
-  vo.device = device_;
-  vo.encode_dtype = m_.dtype;
-  vo.decode_dtype = at::kFloat;
-  vo.image_height = m_.height;
-  vo.image_width = m_.width;
-  std::unique_ptr<dit::WanVaeCodec> vae = dit::WanVaeCodec::from_file(vae_path_, vo);
+  std::unique_ptr<dit::WanVaeCodec> vae = load_lingbot_vae(m_.dir, vae_path_, {m_.height, m_.width}, device_, m_.dtype,
+                                                           at::kFloat, "the first image and the frames need it");
   const int64_t latents = (n - 1) / 4 + 1;
   const int64_t n_cond = m_.cond_latents > 0 ? std::min<int64_t>(m_.cond_latents, latents) : latents;
   const at::Tensor image_latents = lingbot_image_latents(frame0, *vae, n_cond, device_);

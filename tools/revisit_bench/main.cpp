@@ -30,6 +30,7 @@
 #include "tools/media/upscale.h"
 #include "tools/rollout/cli_options.h"
 #include "tools/rollout/episode_runner.h"
+#include "tools/rollout/lingbot_start.h"
 #include "tools/rollout/plot.h"
 #include "tools/rollout/world_adapter.h"
 #include "tools/revisit_bench/lingbot_rollouts.h"
@@ -459,6 +460,9 @@ Rollouts make_rollouts(const Options& o, at::Device dev) {
     r.prompt = !o.no_prompt;
     return r;
   }
+  if (!wm::rollout::is_lingbot_folder(o.model_path))
+    throw wm::Error("--model " + o.model_path + ": a folder, but not a LingBot-World-Fast one (the benchmark runs the "
+                    "tiny model's file or a LingBot-World-Fast folder)");
   wm::rollout::LingbotBenchModel m = o.lingbot;
   m.dir = o.model_path;
   const size_t x = o.lingbot_size.find('x');

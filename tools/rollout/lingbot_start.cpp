@@ -4,16 +4,52 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/cli/npy.h"
 #include "tools/rollout/mg2_actions.h"
+#include "tools/rollout/mg2_start.h"
 #include "worldkv/lingbot_adapter.h"
 #include "worldkv/mg2_adapter.h"
 
 namespace wm::rollout {
 namespace fs = std::filesystem;
+
+bool is_lingbot_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  const fs::path d(dir);
+  if (fs::exists(d / "diffusion_pytorch_model.safetensors.index.json", ec) ||
+      fs::exists(d / "diffusion_pytorch_model.safetensors", ec))
+    return true;
+  std::ifstream f(d / "config.json");
+  if (!f) return false;
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_object() && j.value("_class_name", "") == "WanModelFast";
+}
+
+std::string lingbot_vae_path(const std::string& model_dir, const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string pth = mg2_file_beside_model(model_dir, "", "Wan2.1_VAE.pth");
+  const std::string converted = mg2_file_beside_model(model_dir, "", "Wan2.1_VAE.safetensors");
+  return !fs::exists(pth) && fs::exists(converted) ? converted : pth;
+}
+
+std::unique_ptr<dit::WanVaeCodec> load_lingbot_vae(const std::string& model_dir, const std::string& given,
+                                                   const LingbotVideoSize& size, at::Device device,
+                                                   at::ScalarType encode_dtype, at::ScalarType decode_dtype,
+                                                   const std::string& why) {
+  dit::WanVaeCodecOptions vo;
+  vo.device = device;
+  vo.encode_dtype = encode_dtype;
+  vo.decode_dtype = decode_dtype;
+  vo.image_height = int(size.height);
+  vo.image_width = int(size.width);
+  return load_mg2_vae(lingbot_vae_path(model_dir, given), vo, why);
+}
 
 int64_t lingbot_max_area(const std::string& size) {
   const size_t star = size.find('*');

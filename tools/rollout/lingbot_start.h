@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,23 @@
 #include "worldkv/pose.h"
 
 namespace wm::rollout {
+
+// True when `dir` is a folder holding a LingBot-World-Fast model: diffusers' sharded or single
+// file (diffusion_pytorch_model*), or a config.json naming WanModelFast.
+bool is_lingbot_folder(const std::string& dir);
+
+// The Wan VAE of a model folder: `given` if set, else Wan2.1_VAE.pth in the folder above (the
+// hub's layout: lingbot-world-base-cam/Wan2.1_VAE.pth beside lingbot_world_fast/), else
+// Wan2.1_VAE.safetensors there (converted, or a random one); the .pth path when neither exists.
+std::string lingbot_vae_path(const std::string& model_dir, const std::string& given);
+
+struct LingbotVideoSize;
+// That VAE for frames of `size`, its encoder in encode_dtype, its decoder in decode_dtype, on
+// `device`. Throws wm::Error naming the path when there is none, `why` saying what needs it.
+std::unique_ptr<dit::WanVaeCodec> load_lingbot_vae(const std::string& model_dir, const std::string& given,
+                                                   const LingbotVideoSize& size, at::Device device,
+                                                   at::ScalarType encode_dtype, at::ScalarType decode_dtype,
+                                                   const std::string& why);
 
 // "480*832" (upstream's --size) -> 399360. Throws wm::Error for anything else than two positive
 // integers joined by '*'.

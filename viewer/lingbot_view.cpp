@@ -1,0 +1,152 @@
+#include "viewer/lingbot_view.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "dit/codec.h"
+#include "dit/lingbot_weights.h"
+#include "runtime/error.h"
+#include "tools/media/png.h"
+#include "tools/rollout/lingbot_start.h"
+#include "tools/rollout/mg2_start.h"
+#include "viewer/mg2_hud.h"
+#include "viewer/mg2_view.h"
+#include "viewer/palette.h"
+#include "worldkv/lingbot_adapter.h"
+#include "worldkv/mg2_adapter.h"
+
+namespace wm::viewer {
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_lingbot_options(const ViewerOptions& o) {
+  if (o.image.empty()) throw Error("LingBot-World-Fast starts from an image: give --image FILE");
+  if (!o.latents.empty() || !o.clip.empty() || !o.mode.empty())
+    throw Error("--latents, --clip and --mode are Matrix-Game-2.0's; LingBot-World-Fast takes --image and "
+                "--text-context");
+  if (o.dtype != "f32" && o.dtype != "bf16") throw Error(str_cat("--dtype must be f32 or bf16, got '", o.dtype, "'"));
+  worldkv::SessionConfig().set_policy(o.policy);
+}
+
+}  // namespace
+
+LingbotView::LingbotView(const ViewerOptions& o) : o_(o) {
+  setup_.header = "LINGBOT-WORLD-FAST";
+  setup_.free_clock_fps = 16;
+  setup_.reference = false;
+  setup_.mouse = true;
+  setup_.keys = input_.keyboard_names();
+  setup_.new_start = "restart from the image";
+  setup_.policy_switch = "restart from the image";
+  setup_.state_label = "";
+}
+
+std::unique_ptr<worldkv::WorldSession> LingbotView::load() {
+  check_lingbot_options(o_);
+  const at::Device device = choose_device(o_, setup_.device);
+  const at::ScalarType dt = o_.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  at::NoGradGuard no_grad;
+  dit::LingbotDit model = dit::load_lingbot_dit(o_.model_path, device, dt);
+  const Image image = media::read_image(o_.image);
+  const rollout::LingbotVideoSize size =
+      rollout::lingbot_video_size(image.height, image.width, rollout::lingbot_max_area(o_.size));
+  std::unique_ptr<dit::WanVaeCodec> vae = rollout::load_lingbot_vae(
+      o_.model_path, o_.vae, size, device, dt, device.is_cpu() ? at::kFloat : at::kHalf,
+      "the viewer starts from the image and decodes every chunk with it");
+  setup_.frame_w = vae->image_width();
+  setup_.frame_h = vae->image_height();
+  setup_.model = fs::absolute(o_.model_path).lexically_normal().filename().string();
+  setup_.title = str_cat("lingbot-world-fast (", setup_.model, ")");
+  const at::Tensor latents = rollout::lingbot_image_latents(image, *vae, std::max(1, o_.cond_latents), device);
+  const at::Tensor text = o_.text_context.empty() ? at::Tensor() : rollout::load_lingbot_text_context(o_.text_context);
+  worldkv::LingbotOptions lo;
+  // The longest step between latent frames (4 video frames apart) that the keys make: W and D held.
+  lo.translation_scale = 4.0 * std::sqrt(2.0) * kLingbotStep;
+  worldkv::SessionConfig sc;
+  sc.set_policy(o_.policy);
+  sc.seed = o_.seed;
+  sc.memory.sink_frames = 3;  // WorldKV's window: sink 3, retrieved 9, recent 3
+  sc.memory.retrieved_frames = 9;
+  sc.memory.recent_frames = 3;
+  sc.memory.bank.device = device;
+  return std::make_unique<worldkv::WorldSession>(
+      std::make_unique<worldkv::LingbotAdapter>(model, std::move(vae), text, latents, lo, device), sc);
+}
+
+void LingbotView::open(SDL_Renderer* r, uint64_t seed) {
+  (void)r;
+  (void)seed;  // the image is all a rollout starts from
+}
+
+bool LingbotView::press(SDL_Scancode key) {
+  const auto k = mg2_key(key, "universal");
+  if (k) input_.press(*k, key);
+  return k.has_value();
+}
+
+bool LingbotView::release(SDL_Scancode key) {
+  const auto k = mg2_key(key, "universal");
+  if (k) input_.release(*k, key);
+  return k.has_value();
+}
+
+worldkv::FrameControl LingbotView::sample() {
+  worldkv::FrameControl c;
+  c.mg2 = input_.sample();
+  pose_ = worldkv::mg2_integrate_pose(pose_, c.mg2, "universal", kLingbotStep, 1.0);
+  c.pose = pose_;
+  return c;
+}
+
+std::vector<Image> LingbotView::prompt(const std::vector<worldkv::FrameControl>& first) {
+  (void)first;
+  return {};  // the rollout starts from its image condition
+}
+
+bool LingbotView::accepts_policy(const std::string& policy) const { return policy != "worldkv_attn"; }
+
+std::string LingbotView::new_start(uint64_t& seed) {
+  (void)seed;
+  return "restart from the image";
+}
+
+bool LingbotView::restart(bool new_start, const worldkv::Pose* last) {
+  (void)new_start;
+  (void)last;
+  pose_ = worldkv::Pose{};
+  return false;  // every rollout starts from the image
+}
+
+bool LingbotView::reference(const worldkv::Pose& pose, Image& out) {
+  (void)pose;
+  (void)out;
+  return false;
+}
+
+std::vector<HudLine> LingbotView::model_lines() const {
+  if (o_.text_context.empty()) return {{"text", "none (zero rows)", palette::kDim}};
+  return {{"text", fs::path(o_.text_context).filename().string(), palette::kAccent}};
+}
+
+std::vector<HudLine> LingbotView::input_lines(const worldkv::FrameControl* shown) const {
+  if (!shown) return {{"input", "-", palette::kDim}};
+  return {{"input", format_mg2_keys(shown->mg2, input_.keyboard_names()) + fmt("  p %+.2f", shown->mg2.pitch) +
+                        fmt("  y %+.2f", shown->mg2.yaw)}};
+}
+
+void LingbotView::draw_panel(SDL_Renderer* r, const Font& font, const SDL_Rect& area,
+                             const std::vector<worldkv::Pose>& track, const MemorySnapshot* mem,
+                             const worldkv::Pose& pose) const {
+  draw_mg2_track(r, font, area, track, mem, pose);
+}
+
+std::string LingbotView::help_keys() const { return mg2_help_keys("universal"); }
+
+std::vector<bool> LingbotView::keys_on(const worldkv::FrameControl& c) const {
+  std::vector<bool> on(setup_.keys.size(), false);
+  for (size_t j = 0; j < on.size() && j < c.mg2.keyboard.size(); ++j) on[j] = c.mg2.keyboard[j] > 0.5f;
+  return on;
+}
+
+}  // namespace wm::viewer
