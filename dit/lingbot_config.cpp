@@ -1,10 +1,10 @@
 #include "dit/lingbot_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 
 namespace wm::dit {
 namespace {
@@ -92,15 +92,7 @@ LingbotConfig lingbot_config_from_json(const json& j, const std::string& where) 
 }
 
 LingbotConfig load_lingbot_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(str_cat(path, ": cannot open"));
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-  return lingbot_config_from_json(j, path);
+  return lingbot_config_from_json(read_json_file(path), path);
 }
 
 json lingbot_config_to_json(const LingbotConfig& c) {

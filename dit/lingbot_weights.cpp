@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 #include "runtime/safetensors.h"
 
 namespace wm::dit {
@@ -23,14 +23,7 @@ constexpr const char* kSingleName = "diffusion_pytorch_model.safetensors";
 
 // The weight_map of an index json, shard names resolved against its folder.
 std::map<std::string, std::string> read_index(const fs::path& index) {
-  std::ifstream f(index);
-  if (!f) throw Error(str_cat(index.string(), ": cannot open"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str_cat(index.string(), ": not valid JSON: ", e.what()));
-  }
+  const nlohmann::json j = read_json_file(index.string());
   auto it = j.find("weight_map");
   if (it == j.end() || !it->is_object() || it->empty())
     throw Error(str_cat(index.string(), ": no weight_map (key -> shard file) in the index"));
@@ -38,6 +31,7 @@ std::map<std::string, std::string> read_index(const fs::path& index) {
   for (auto kv = it->begin(); kv != it->end(); ++kv) {
     if (!kv.value().is_string())
       throw Error(str_cat(index.string(), ": weight_map['", kv.key(), "'] is not a file name: ", kv.value().dump()));
+    check_index_file_name(kv.value().get<std::string>(), index.string());
     const fs::path shard = index.parent_path() / kv.value().get<std::string>();
     std::error_code ec;
     if (!fs::is_regular_file(shard, ec))
@@ -148,19 +142,6 @@ std::vector<std::vector<std::pair<std::string, at::Tensor>>> pack_shards(const L
   return shards;
 }
 
-// Writes text to path whole (a temporary name, then a rename).
-void write_text_file(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f.flush()) throw Error(str_cat(tmp.string(), ": cannot write"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(str_cat(path.string(), ": cannot write: ", ec.message()));
-}
-
 }  // namespace
 
 void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes) {
@@ -169,7 +150,8 @@ void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64
   fs::create_directories(dir, ec);
   if (ec) throw Error(str_cat(dir, ": cannot make the folder: ", ec.message()));
   const auto shards = pack_shards(model, shard_bytes);
-  write_text_file(fs::path(dir) / "config.json", lingbot_config_to_json(model.config()).dump(2) + "\n");
+  write_text_atomically((fs::path(dir) / "config.json").string(),
+                        lingbot_config_to_json(model.config()).dump(2) + "\n", "save_lingbot_dit");
   if (shards.size() == 1) {
     save_safetensors((fs::path(dir) / kSingleName).string(), shards[0]);
     return;
@@ -186,7 +168,7 @@ void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64
     }
   }
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-  write_text_file(fs::path(dir) / kIndexName, index.dump(2) + "\n");
+  write_text_atomically((fs::path(dir) / kIndexName).string(), index.dump(2) + "\n", "save_lingbot_dit");
 }
 
 }  // namespace wm::dit

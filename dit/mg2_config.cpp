@@ -1,11 +1,11 @@
 #include "dit/mg2_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 
 namespace wm::dit {
 namespace {
@@ -158,15 +158,7 @@ Mg2Config mg2_config_from_json(const json& j, const std::string& where) {
 }
 
 Mg2Config load_mg2_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(str_cat(path, ": cannot open"));
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat(path, ": not valid JSON: ", e.what()));
-  }
-  return mg2_config_from_json(j, path);
+  return mg2_config_from_json(read_json_file(path), path);
 }
 
 json mg2_config_to_json(const Mg2Config& c) {

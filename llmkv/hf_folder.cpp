@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <unistd.h>
 
 #include "llmkv/json_file.h"
 #include "llmkv/weight_shapes.h"
@@ -38,35 +36,6 @@ void check_plain_file(const std::string& path) {
   if (fs::is_symlink(link) && !fs::exists(st))
     throw Error(str_cat(path, " is a link to ", fs::read_symlink(path, ec).string(), ", which does not exist"));
   if (fs::is_directory(st)) throw Error(str_cat(path, " is a folder, not a file"));
-}
-
-// A shard name from the index: a plain file name inside the folder.
-void check_shard_name(const std::string& shard, const std::string& index) {
-  const fs::path p(shard);
-  if (shard.empty() || p.is_absolute() || p.has_parent_path() || shard == "." || shard == "..")
-    throw Error(str_cat(index, ": weight_map names '", shard, "', not a file name inside the folder"));
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = str_cat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(str_cat("save_llm: cannot write '", tmp, "'"));
-    f << text;
-    f.flush();
-    if (!f) {
-      f.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(str_cat("save_llm: write to '", tmp, "' failed"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(str_cat("save_llm: cannot rename '", tmp, "' to '", path, "'"));
-  }
 }
 
 const char* dtype_config_name(at::ScalarType t) {
@@ -121,7 +90,7 @@ HfFolder HfFolder::open(const std::string& folder) {
     if (!it.value().is_string())
       throw Error(str_cat(index, ": weight_map['", it.key(), "'] must be a file name, got ", it.value().dump()));
     const std::string shard = it.value().get<std::string>();
-    check_shard_name(shard, index);
+    check_index_file_name(shard, index);
     h.weight_map[it.key()] = join(folder, shard);
     shards.insert(shard);
   }
@@ -209,18 +178,17 @@ void save_llm(const std::string& folder, LlmModelImpl& model) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& p : model.named_parameters(true)) tensors.emplace_back(p.key(), p.value().detach());
   save_safetensors(join(folder, kSingle), tensors, {{"format", "pt"}});
-  write_text_atomically(join(folder, kConfig), cfg.to_json().dump(2) + "\n");
+  write_text_atomically(join(folder, kConfig), cfg.to_json().dump(2) + "\n", "save_llm");
 
   // An index from an earlier sharded save would describe other weights: remove it and its shards.
   const std::string index = join(folder, kIndex);
   if (fs::exists(index)) {
     std::set<std::string> shards;
     try {
-      std::ifstream f(index);
-      json j = json::parse(f);
+      const json j = read_json_file(index);
       for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it) {
         const std::string s = it.value().get<std::string>();
-        check_shard_name(s, index);
+        check_index_file_name(s, index);
         if (s != kSingle) shards.insert(s);
       }
     } catch (const std::exception&) {

@@ -2,15 +2,15 @@
 // Reading the JSON files of a model folder (config.json, tokenizer.json, an index, ...).
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_file.h"
+
 #include <cstdint>
 #include <string>
 
 namespace wm::llm {
 
-// The file's JSON, read whole. Throws wm::Error naming the path when it cannot be opened or
-// read, is a folder, a link to nothing, no regular file or over 256 MiB; wm::CorruptData (a
-// wm::Error) naming it when it is not valid JSON.
-nlohmann::json read_json_file(const std::string& path);
+// The core's (runtime/json_file.h), by the name the LLM path has always used.
+using wm::read_json_file;
 
 // Reading the fields of a tokenizer file's JSON, each failure naming the file (origin) and the
 // field's place in it (where: "model", "normalizer.normalizers[2]", ...).

@@ -282,6 +282,22 @@ TEST(LingbotWeights, ShardedCheckpointLoadsAsTheSingleFile) {
   EXPECT_GT(pa.size(), 50u);
 }
 
+// An index is data: a shard it names outside the model's folder (a path up, an absolute one)
+// is refused before anything is opened, even when the file it points to exists.
+TEST(LingbotWeights, AnIndexCannotNameAShardOutsideItsFolder) {
+  ShardedCopy m;
+  const fs::path outside = m.dir.parent_path() / ("wm_lingbot_outside_" + std::to_string(::getpid()) + ".safetensors");
+  fs::copy_file(m.dir / ShardedCopy::kShard1, outside, fs::copy_options::overwrite_existing);
+  for (const std::string& name : {"../" + outside.filename().string(), outside.string()}) {
+    m.index["weight_map"]["head.head.weight"] = name;
+    m.write();
+    const std::string e = m.load_error();
+    EXPECT_NE(e.find("not a file name inside the folder"), std::string::npos) << name << ": " << e;
+  }
+  std::error_code ec;
+  fs::remove(outside, ec);
+}
+
 TEST(LingbotWeights, BadCheckpointsNameFileAndKey) {
   {
     ShardedCopy m;
