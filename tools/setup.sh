@@ -12,7 +12,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   libhiredis-dev libxxhash-dev redis-server redis-tools libcpp-httplib-dev python3-venv
-  libsentencepiece-dev
+  libsentencepiece-dev debian-handbook
   xvfb xdotool
   "$@"
 )

@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "llmkv/chat_template.h"
 #include "llmkv/chunk_cache.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model_source.h"
@@ -40,6 +41,7 @@
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/stats.h"
 #include "tools/cli/validators.h"
+#include "tools/llm_tasks/prose.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 #include "tools/rollout/plot.h"
@@ -256,7 +258,34 @@ struct Options {
   std::string bank_tier = "disk";        // where blocks beyond --bank-host-mib go
   wm::cli::KvStoreOptions kv_store;
   std::shared_ptr<wm::RemoteStore> remote;  // --bank-tier redis: the store, opened with the model
+  wm::llmtasks::ChatFormat chat;            // the prose tasks' chat format: the model's template, else plain
+  std::vector<int64_t> stop_ids;            // what ends a prose task's reply: EOS, <|im_end|>
 };
+
+// Every task --tasks accepts: the four tasks, then the prose tasks over real text.
+std::vector<std::string> bench_task_names() {
+  std::vector<std::string> names = wm::llmtasks::task_names();
+  for (const auto& t : wm::llmtasks::prose_task_names()) names.push_back(t);
+  return names;
+}
+
+// How the model's chat template wraps one user message (the prose tasks' prompt): its render of
+// a marker as the only message, with the generation prompt, split at the marker; plain text for a
+// model without a template. Throws wm::Error when the template drops or repeats the content.
+wm::llmtasks::ChatFormat chat_format(const wm::llm::LlmSource& src) {
+  if (src.chat_template.empty()) return {};
+  const wm::llm::ChatTemplate tmpl =
+      wm::llm::ChatTemplate::from_source(src.chat_template, src.bos_token, src.eos_token);
+  const std::string mark = "\x01user message\x01";
+  const std::string text = tmpl.render({{"user", mark}}, true);
+  const size_t at = text.find(mark);
+  if (at == std::string::npos || text.find(mark, at + 1) != std::string::npos)
+    throw wm::Error("the model's chat template does not write a user message's content once as it is");
+  wm::llmtasks::ChatFormat f;
+  f.before_user = text.substr(0, at);
+  f.after_user = text.substr(at + mark.size());
+  return f;
+}
 
 // The model, the tasks and samples, the policies and budgets.
 void add_run_options(CLI::App& app, Options& o) {
@@ -264,7 +293,10 @@ void add_run_options(CLI::App& app, Options& o) {
                  "model folder or GGUF file (default: the embedded tiny model, looked for in the working directory, then above "
                  "this program's folder)")
       ->capture_default_str();
-  app.add_option("--tasks", o.tasks, "tasks (default: all)")->check(CLI::IsMember(wm::llmtasks::task_names()));
+  app.add_option("--tasks", o.tasks,
+                 "tasks (default: mqar niah multifact plan); the prose tasks over real text (prose_niah "
+                 "prose_multikey prose_multivalue prose_vartrack prose_qa) are rendered in the model's chat template")
+      ->check(CLI::IsMember(bench_task_names()));
   app.add_option("--contexts", o.contexts, "context lengths in tokens")->capture_default_str()
       ->check(CLI::Range(wm::llmtasks::kMinTargetTokens, int64_t{1} << 20));
   app.add_option("--samples", o.samples, "held-out samples per task and context")->capture_default_str()
@@ -427,21 +459,49 @@ struct SampleSet {
   // With --kl: the full cache's log-probabilities before every answer token, per sample.
   std::vector<std::vector<int64_t>> kl_at;
   std::vector<std::vector<at::Tensor>> kl_ref;
+  // The prose tasks: each sample's prompt (tokens before the first answer) is fed, then a greedy
+  // reply is generated and scored with answer_in_reply; the KL is the first answer token's.
+  bool generative = false;
+  std::vector<int64_t> prompt_len;
 };
 
+// The first n ids.
+std::vector<int64_t> head(const std::vector<int64_t>& ids, int64_t n) { return {ids.begin(), ids.begin() + n}; }
+
+// Cuts or pieces of a whole sample, kept to its first n tokens (a generative set's prompt).
+std::vector<int64_t> cuts_within(std::vector<int64_t> cuts, int64_t n) {
+  cuts.erase(std::remove_if(cuts.begin(), cuts.end(), [n](int64_t c) { return c > n; }), cuts.end());
+  return cuts;
+}
+std::vector<wm::llm::PromptPiece> pieces_within(std::vector<wm::llm::PromptPiece> pieces, int64_t n) {
+  pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [n](const auto& p) { return p.end > n; }), pieces.end());
+  WM_CHECK(!pieces.empty() && pieces.back().end == n, "no prompt piece ends where the answers start (", n, ")");
+  return pieces;
+}
+
 SampleSet make_samples(const std::string& task, int64_t ctx, int64_t first, int64_t n, const wm::llm::Tokenizer& tok,
-                       const std::string& message_at) {
+                       const std::string& message_at, const wm::llmtasks::ChatFormat& chat) {
   SampleSet set;
   const auto counter = wm::llmdata::token_counter(tok);
   for (int64_t i = 0; i < n; ++i) {
     wm::llmtasks::GenOptions go;
     go.target_tokens = ctx;
     go.count = counter;
+    go.chat = chat;
     set.raw.push_back(wm::llmtasks::make_sample(task, wm::llmtasks::heldout_seed(static_cast<uint64_t>(first + i)), go));
     set.tokenized.push_back(wm::llmdata::tokenize(set.raw.back(), tok));
     set.cuts.push_back(question_cuts(set.tokenized.back(), set.raw.back()));
     set.blocks.push_back(block_pieces(set.tokenized.back(), set.raw.back(), message_at));
     set.block_cuts.push_back(arrival_cuts(set.blocks.back(), set.cuts.back()));
+  }
+  const auto prose = wm::llmtasks::prose_task_names();
+  set.generative = std::find(prose.begin(), prose.end(), task) != prose.end();
+  for (size_t i = 0; set.generative && i < set.raw.size(); ++i) {
+    const int64_t a0 = set.tokenized[i].answers.front().first;
+    set.prompt_len.push_back(a0);
+    set.cuts[i] = cuts_within(set.cuts[i], a0);
+    set.block_cuts[i] = cuts_within(set.block_cuts[i], a0);
+    set.blocks[i] = pieces_within(set.blocks[i], a0);
   }
   return set;
 }
@@ -473,6 +533,14 @@ void reference_log_probs(SampleSet& set, const Options& o, wm::llm::LlmModel mod
   set.kl_at.assign(n, {});
   set.kl_ref.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
+    if (set.generative) {
+      set.kl_at[i] = {set.prompt_len[i] - 1};
+      ref.reset();
+      ref.keep_log_probs(set.kl_at[i]);
+      ref.predict(head(set.tokenized[i].ids, set.prompt_len[i]), set.cuts[i]);
+      set.kl_ref[i] = ref.take_log_probs();
+      continue;
+    }
     for (const auto& a : set.tokenized[i].answers)
       for (int64_t t = a.first; t < a.second; ++t) set.kl_at[i].push_back(t - 1);
     ref.reset();
@@ -491,19 +559,81 @@ struct RunTotals {
   std::array<size_t, wm::kTiers> bank_peak{};  // the bank's bytes per tier at a sample's end, the most over samples
 };
 
+// What one sample gave: the greedy prediction after every token (teacher forcing), or for a
+// generative set the greedy reply to its prompt with the reply's timing.
+struct SampleRun {
+  std::vector<int64_t> argmax;
+  std::string reply;
+  int64_t reply_tokens = 0;
+  double reply_decode_s = 0, reply_first_s = 0;
+};
+
+SampleRun feed_sample(const SampleSet& set, size_t i, wm::llm::LlmSession& session, const Options& o) {
+  const auto& s = set.tokenized[i];
+  const bool block_wise = session.policy().block_wise();
+  const std::vector<int64_t>& cuts = o.arrival == "blocks" ? set.block_cuts[i] : set.cuts[i];
+  SampleRun r;
+  if (!set.generative) {
+    r.argmax = block_wise ? session.predict_pieces(s.ids, set.blocks[i]) : session.predict(s.ids, cuts);
+    return r;
+  }
+  const std::vector<int64_t> prompt = head(s.ids, set.prompt_len[i]);
+  if (block_wise) session.predict_pieces(prompt, set.blocks[i]);
+  else session.predict(prompt, cuts);
+  wm::llm::GenerateOptions g;
+  g.stop_tokens = o.stop_ids;
+  int64_t answer_tokens = 0;
+  for (const auto& [b, e] : s.answers) answer_tokens += e - b;
+  g.max_new_tokens = 2 * answer_tokens + 16;
+  const wm::llm::Generation gen = session.generate({}, g);
+  r.reply = gen.text;
+  r.reply_tokens = gen.stats.new_tokens;
+  r.reply_decode_s = gen.stats.decode_s;
+  r.reply_first_s = gen.stats.ttft_s;
+  return r;
+}
+
+// Scores a sample's answers into t (each answer right or not); returns whether all were right.
+// With show, prints each answer against what greedy decoding gave.
+bool score_sample(const SampleSet& set, size_t i, const SampleRun& r, const wm::llm::Tokenizer& tok, bool show,
+                  RunTotals& t) {
+  const auto& s = set.tokenized[i];
+  bool all = true;
+  if (set.generative) {
+    for (const auto& a : set.raw[i].meta.at("answers")) {
+      const bool ok = wm::llmtasks::answer_in_reply(r.reply, a.get<std::string>());
+      t.correct += ok, ++t.answers, all = all && ok;
+      if (show) std::fprintf(stderr, "  answer %-12s %s\n", ("'" + a.get<std::string>() + "'").c_str(), ok ? "found" : "missing");
+    }
+    if (show) std::fprintf(stderr, "  reply: '%s'\n", r.reply.c_str());
+    return all;
+  }
+  for (const auto& a : s.answers) {
+    const bool ok = wm::llmdata::answer_correct(s.ids, r.argmax, a);
+    t.correct += ok, ++t.answers, all = all && ok;
+    if (!show) continue;
+    // Each answer: what greedy decoding gives against what it should.
+    const std::vector<int64_t> want(s.ids.begin() + a.first, s.ids.begin() + a.second);
+    const std::vector<int64_t> got(r.argmax.begin() + a.first - 1, r.argmax.begin() + a.second - 1);
+    std::string w = tok.decode(want), g = tok.decode(got);
+    while (!w.empty() && w.back() == '\n') w.pop_back();
+    while (!g.empty() && g.back() == '\n') g.pop_back();
+    std::fprintf(stderr, "  answer %-12s %s%s\n", ("'" + w + "'").c_str(), want == got ? "right" : "wrong: '",
+                 want == got ? "" : (g + "'").c_str());
+  }
+  return all;
+}
+
 RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const Options& o, const std::string& task,
                      int64_t ctx, const std::string& policy, const std::string& budget, const wm::llm::Tokenizer& tok,
                      const std::function<void()>& tick) {
   RunTotals t;
-  const bool block_wise = session.policy().block_wise();
   for (size_t i = 0; i < set.tokenized.size(); ++i) {
     const auto& s = set.tokenized[i];
     session.reset();
     if (o.kl) session.keep_log_probs(set.kl_at[i]);
     const auto ts = std::chrono::steady_clock::now();
-    const std::vector<int64_t> arg =
-        block_wise ? session.predict_pieces(s.ids, set.blocks[i])
-                   : session.predict(s.ids, o.arrival == "blocks" ? set.block_cuts[i] : set.cuts[i]);
+    const SampleRun r = feed_sample(set, i, session, o);
     t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
     if (o.kl) {
       const std::vector<at::Tensor> lp = session.take_log_probs();
@@ -513,34 +643,16 @@ RunTotals run_policy(const SampleSet& set, wm::llm::LlmSession& session, const O
     t.evictions += session.policy().evictions();
     t.recoveries += session.policy().recoveries();
     const wm::llm::PredictStats& ps = session.predict_stats();
-    t.prompt_tokens += ps.prompt_tokens, t.prompt_s += ps.prompt_s;
-    t.step_tokens += ps.step_tokens, t.step_s += ps.step_s;
+    t.prompt_tokens += ps.prompt_tokens, t.prompt_s += ps.prompt_s + r.reply_first_s;
+    t.step_tokens += ps.step_tokens + std::max<int64_t>(0, r.reply_tokens - 1), t.step_s += ps.step_s + r.reply_decode_s;
     t.peak_window_bytes = std::max(t.peak_window_bytes, ps.peak_window_bytes);
     for (int tier = 0; tier < wm::kTiers; ++tier)
       t.bank_peak[tier] = std::max(t.bank_peak[tier], session.memory().bank().bytes(static_cast<wm::Tier>(tier)));
-    bool all = true;
-    for (const auto& a : s.answers) {
-      const bool ok = wm::llmdata::answer_correct(s.ids, arg, a);
-      t.correct += ok;
-      all = all && ok;
-      ++t.answers;
-    }
-    t.samples_right += all;
+    const bool show = static_cast<int64_t>(i) < o.show_kept;
+    if (show) print_kept(session, s, task, ctx, policy, budget, tok, set.raw[i]);
+    t.samples_right += score_sample(set, i, r, tok, show, t);
     t.tokens += static_cast<int64_t>(s.ids.size());
     t.peak = std::max(t.peak, session.peak_tokens());
-    if (static_cast<int64_t>(i) < o.show_kept) {
-      print_kept(session, s, task, ctx, policy, budget, tok, set.raw[i]);
-      // Each answer: what greedy decoding gives against what it should.
-      for (const auto& a : s.answers) {
-        const std::vector<int64_t> want(s.ids.begin() + a.first, s.ids.begin() + a.second);
-        const std::vector<int64_t> got(arg.begin() + a.first - 1, arg.begin() + a.second - 1);
-        std::string w = tok.decode(want), g = tok.decode(got);
-        while (!w.empty() && w.back() == '\n') w.pop_back();
-        while (!g.empty() && g.back() == '\n') g.pop_back();
-        std::fprintf(stderr, "  answer %-12s %s%s\n", ("'" + w + "'").c_str(), want == got ? "right" : "wrong: '",
-                     want == got ? "" : (g + "'").c_str());
-      }
-    }
     tick();
   }
   return t;
@@ -630,7 +742,7 @@ nlohmann::json run_bench(const Options& o, wm::llm::LlmModel model, const wm::ll
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t ctx : o.contexts) {
     for (const auto& task : o.tasks) {
-      SampleSet set = make_samples(task, ctx, o.first_sample, o.samples, tok, o.message_at);
+      SampleSet set = make_samples(task, ctx, o.first_sample, o.samples, tok, o.message_at, o.chat);
       if (o.kl) reference_log_probs(set, o, model, tok, dev);
       for (const auto& [policy, budget] : runs) {
         const std::string budget_text = budget ? budget->text : "-";
@@ -784,6 +896,11 @@ int main(int argc, char** argv) {
     if (o.bank_tier == "redis")
       o.remote = wm::cli::open_kv_store(o.kv_store, wm::llm::key_hex(wm::llm::model_fingerprint(*model)));
     const wm::llm::Tokenizer tok = *src.tokenizer;
+    o.chat = chat_format(src);
+    for (const std::string& t : {src.eos_token, std::string("<|im_end|>")}) {
+      const std::vector<int64_t> id = t.empty() ? std::vector<int64_t>{} : tok.encode(t, true);
+      if (id.size() == 1) o.stop_ids.push_back(id[0]);
+    }
     if (o.memory.relevance == "embedding" && o.embedder_dir.empty())
       throw wm::Error("--relevance embedding needs --embedder (a sentence-embedding model folder)");
     if (!o.embedder_dir.empty())

@@ -58,6 +58,9 @@ Sample Sample::from_json(const nlohmann::json& j) {
 }
 
 std::vector<std::string> task_names() { return {"mqar", "niah", "multifact", "plan"}; }
+std::vector<std::string> prose_task_names() {
+  return {"prose_niah", "prose_multikey", "prose_multivalue", "prose_vartrack", "prose_qa"};
+}
 std::vector<std::string> training_aid_names() { return {"copy", "recall", "lookup", "needles", "facts"}; }
 
 Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& options) {
@@ -70,8 +73,14 @@ Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& opt
   if (task == "lookup") return make_lookup(seed, options);
   if (task == "needles") return make_needles(seed, options);
   if (task == "facts") return make_facts(seed, options);
+  if (task == "prose_niah") return make_prose_niah(seed, options);
+  if (task == "prose_multikey") return make_prose_multikey(seed, options);
+  if (task == "prose_multivalue") return make_prose_multivalue(seed, options);
+  if (task == "prose_vartrack") return make_prose_vartrack(seed, options);
+  if (task == "prose_qa") return make_prose_qa(seed, options);
   throw Error(str_cat("make_sample: unknown task '", task,
-                      "' (expected mqar, niah, multifact, plan, copy, recall, lookup, needles or facts)"));
+                      "' (expected mqar, niah, multifact, plan, copy, recall, lookup, needles, facts or a prose task: "
+                      "prose_niah, prose_multikey, prose_multivalue, prose_vartrack, prose_qa)"));
 }
 
 bool is_heldout(uint64_t seed) { return (seed & kHeldoutBit) != 0; }

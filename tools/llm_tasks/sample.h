@@ -65,6 +65,7 @@
 // WM_LLM_TASKS_PRINT=1 in the environment).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,18 @@ using TokenCounter = std::function<int64_t(const std::string&)>;
 // round(bytes / bytes_per_token), at least 1 for a non-empty text: a stand-in for a tokenizer.
 TokenCounter bytes_counter(double bytes_per_token = 4.0);
 
+class ProseCorpus;  // prose.h
+
+// How a chat model's template wraps one user message and opens the assistant's reply, as text
+// around the message's content: before_user (a default system turn and the user turn's opening),
+// after_user (the user turn's end and the assistant's opening). The defaults are plain text for a
+// model without a template. Programs fill it from the model's ChatTemplate (the generators
+// never see the template itself).
+struct ChatFormat {
+  std::string before_user;
+  std::string after_user = "\n";
+};
+
 struct GenOptions {
   int64_t target_tokens = 1024;  // >= 64
   TokenCounter count;            // empty: bytes_counter(4)
@@ -134,6 +147,12 @@ struct GenOptions {
 
   // plan
   int plan_targets = 0;  // consecutive next actions asked for; 0: random 1..3
+
+  // prose tasks (prose_task_names()): the chat format the prompt is rendered in, and the prose the
+  // haystacks are cut from (null: default_prose_corpus(), the Debian Administrator's Handbook).
+  // niah_depths, when set, places prose_niah's needle (one depth).
+  ChatFormat chat;
+  std::shared_ptr<const ProseCorpus> prose;
 };
 
 // Size of mqar's key pool: the most pairs a sample holds. A longer target is padded with filler
@@ -146,7 +165,8 @@ constexpr int64_t kMinTargetTokens = 64;
 // The task names: "mqar", "niah", "multifact", "plan".
 std::vector<std::string> task_names();
 
-// One sample of a task. Throws wm::Error for an unknown task or invalid options.
+// One sample of a task (task_names(), training_aid_names() or prose_task_names()). Throws
+// wm::Error for an unknown task or invalid options.
 Sample make_sample(const std::string& task, uint64_t seed, const GenOptions& options);
 
 Sample make_mqar(uint64_t seed, const GenOptions& options);
@@ -172,6 +192,36 @@ Sample make_recall(uint64_t seed, const GenOptions& options);
 Sample make_lookup(uint64_t seed, const GenOptions& options);
 Sample make_needles(uint64_t seed, const GenOptions& options);
 Sample make_facts(uint64_t seed, const GenOptions& options);
+
+// Long-context tasks over real prose, RULER-style (ruler.cpp): one user message of the model's chat
+// format holding an instruction, a haystack of consecutive paragraphs of real English text
+// (prose.h: the Debian Administrator's Handbook, dev and test seeds on disjoint files), the
+// needles between paragraphs at spread depths and a question; then the assistant's reply opens
+// with an answer prefix that fixes the answer's form, and the answers follow as targets. Unlike
+// the tasks above, a target's text is " <answer>" with no newline (what the model writes after
+// it is not scored), and an answer is normalized: digits, or a word as the needle states it.
+// An evaluator scores it as the tasks above: greedy decoding after the prefix reproduces it.
+//   prose_niah       one needle, "One of the special magic numbers for quiet-lantern is:
+//                    4829173." (a 7-digit number, or a word for odd seed indices), asked for.
+//   prose_multikey   four needles of that form with distinct keys; one of them is asked for.
+//   prose_multivalue four needles with the same key and distinct numbers; all four asked for in
+//                    the order they appear (four targets, "," between them).
+//   prose_vartrack   a chain "VAR QXKRE = 52341." "VAR BHTWA = VAR QXKRE." ... of 5 variables
+//                    spread over the text; every variable that holds the value asked for, in
+//                    chain order (five targets).
+//   prose_qa         one fact about a person stated once ("Greta keeps the backup tapes in the
+//                    cellar."), asked for in other words ("Where does Greta keep the backup
+//                    tapes?").
+// Segments: "system" (before_user and the instruction; kind system), "filler:N" (a paragraph and
+// its blank line), "needle:N" (kind needle), "question" (the question, after_user and the answer
+// prefix; kind query), "question:answer:K" (targets) and "question:sep:K" ("," between answers).
+// meta: split, depths, the paragraphs' first index, and per task the keys and values.
+std::vector<std::string> prose_task_names();
+Sample make_prose_niah(uint64_t seed, const GenOptions& options);
+Sample make_prose_multikey(uint64_t seed, const GenOptions& options);
+Sample make_prose_multivalue(uint64_t seed, const GenOptions& options);
+Sample make_prose_vartrack(uint64_t seed, const GenOptions& options);
+Sample make_prose_qa(uint64_t seed, const GenOptions& options);
 
 // mqar's key pool: kMqarKeyPool distinct two-syllable pseudo-words, the same on every platform.
 const std::vector<std::string>& mqar_key_pool();
