@@ -248,4 +248,13 @@ std::optional<std::string> chatml_default_system(const ChatTemplate& tmpl) {
   return block.substr(open.size(), block.size() - open.size() - close.size());
 }
 
+std::pair<std::string, std::string> user_message_frame(const ChatTemplate& tmpl) {
+  const std::string mark = "\x01user message\x01";
+  const std::string text = tmpl.render({{"user", mark}}, true);
+  const size_t at = text.find(mark);
+  if (at == std::string::npos || text.find(mark, at + 1) != std::string::npos)
+    throw Error(str_cat("chat template ", tmpl.name(), ": a user message's content is not written once as it is"));
+  return {text.substr(0, at), text.substr(at + mark.size())};
+}
+
 }  // namespace wm::llm

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wm::llm {
@@ -105,5 +106,13 @@ std::vector<int64_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
 // has none (SmolLM2's "You are a helpful AI assistant named SmolLM, ..."), "" when it puts none.
 // nullopt when the template does not write ChatML turns (Llama 3's, say).
 std::optional<std::string> chatml_default_system(const ChatTemplate& tmpl);
+
+// What `tmpl` writes around the content of a user message that is the whole conversation, with
+// the generation prompt: {before, after}, before holding any default system turn and the user
+// turn's opening, after the user turn's end and the assistant turn's opening (SmolLM2's: before
+// "<|im_start|>system\n...<|im_end|>\n<|im_start|>user\n", after
+// "<|im_end|>\n<|im_start|>assistant\n"). Throws wm::Error when the template does not write the
+// content once as it is.
+std::pair<std::string, std::string> user_message_frame(const ChatTemplate& tmpl);
 
 }  // namespace wm::llm

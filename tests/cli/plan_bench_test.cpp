@@ -1,7 +1,8 @@
 // wm_plan_bench end to end on the embedded model, a few short episodes: the two prompt layouts
 // (the short one has no worked example, so its prompts are shorter by at least the example's
 // tokens), and the pairing with full_recompute (prefix_cache is exact, so it loses and wins no
-// step against it; McNemar's p is then 1). Skipped when the program is not built.
+// step against it; McNemar's p is then 1); --memory-text prose, its notes from the episodes' split
+// of the handbook. Skipped when the program (or the handbook, for prose) is not there.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/program_runner.h"
+#include "tools/llm_tasks/prose.h"
 
 namespace wm::testing {
 namespace {
@@ -52,6 +54,38 @@ TEST(PlanBenchRun, LayoutsAndPairingWithFullRecompute) {
     EXPECT_DOUBLE_EQ(p.at("mcnemar_p").get<double>(), 1.0);
     // Steps agree with the oracle as often under full_recompute as under prefix_cache.
     EXPECT_EQ(row(*j, "full_recompute").at("oracle_agreement"), row(*j, "prefix_cache").at("oracle_agreement"));
+  }
+  fs::remove_all(dir);
+}
+
+// --memory-text prose: a dev and a test episode, their notes from the handbook's split of that
+// name, the memory filled near --memory-tokens; the actions of prefix_cache (exact) equal
+// full_recompute's.
+TEST(PlanBenchRun, ProseMemoryFromTheEpisodesSplit) {
+  const std::string exe = program_path("wm_plan_bench");
+  if (exe.empty()) GTEST_SKIP() << "wm_plan_bench is not built";
+  if (!fs::is_directory(wm::llmtasks::default_prose_dir()))
+    GTEST_SKIP() << "the Debian Administrator's Handbook is not installed at " << wm::llmtasks::default_prose_dir();
+  const fs::path dir = fs::temp_directory_path() / ("wm_plan_bench_prose_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const std::string split : {"dev", "test"}) {
+    const std::string json = (dir / (split + ".json")).string();
+    const RunResult r = run_program({exe, "--memory-text", "prose", "--first-episode", split == "dev" ? "3" : "2000003",
+                                     "--driver", "oracle", "--layout", "short", "--rooms", "1", "--locks", "1",
+                                     "--objects", "1", "--memory-tokens", "400", "--episodes", "1", "--max-steps", "2",
+                                     "--policies", "full_recompute", "prefix_cache", "--threads", "1", "--device",
+                                     "cpu", "--json", json},
+                                    dir, WM_SOURCE_DIR, 300);
+    ASSERT_TRUE(r.exited && r.code == 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(read_text(json));
+    EXPECT_EQ(j.at("config").at("memory_text"), "prose");
+    const nlohmann::json& ep = j.at("episodes").at(0);
+    EXPECT_EQ(ep.at("notes").at("split"), split);
+    EXPECT_GE(ep.at("notes").at("paragraphs").get<int>(), 1);
+    EXPECT_GT(ep.at("memory_tokens").get<int>(), 200) << ep.dump();
+    for (const auto& s : j.at("summary"))
+      if (s.at("policy") == "prefix_cache") EXPECT_EQ(s.at("action_agreement_with_full").get<double>(), 1.0);
   }
   fs::remove_all(dir);
 }

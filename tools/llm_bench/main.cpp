@@ -274,16 +274,9 @@ std::vector<std::string> bench_task_names() {
 // model without a template. Throws wm::Error when the template drops or repeats the content.
 wm::llmtasks::ChatFormat chat_format(const wm::llm::LlmSource& src) {
   if (src.chat_template.empty()) return {};
-  const wm::llm::ChatTemplate tmpl =
-      wm::llm::ChatTemplate::from_source(src.chat_template, src.bos_token, src.eos_token);
-  const std::string mark = "\x01user message\x01";
-  const std::string text = tmpl.render({{"user", mark}}, true);
-  const size_t at = text.find(mark);
-  if (at == std::string::npos || text.find(mark, at + 1) != std::string::npos)
-    throw wm::Error("the model's chat template does not write a user message's content once as it is");
   wm::llmtasks::ChatFormat f;
-  f.before_user = text.substr(0, at);
-  f.after_user = text.substr(at + mark.size());
+  std::tie(f.before_user, f.after_user) = wm::llm::user_message_frame(
+      wm::llm::ChatTemplate::from_source(src.chat_template, src.bos_token, src.eos_token));
   return f;
 }
 

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "llmkv/chat_template.h"
 #include "llmkv/chunk_cache.h"
 #include "runtime/remote_store.h"
 #include "llmkv/config.h"
@@ -49,7 +50,9 @@
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/stats.h"
 #include "tools/cli/validators.h"
+#include "tools/llm_tasks/plan_memory.h"
 #include "tools/llm_tasks/plan_world.h"
+#include "tools/llm_tasks/prose.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/rollout/plot.h"
 
@@ -81,14 +84,14 @@ double mean(const std::vector<double>& v) {
 
 struct Options {
   std::string model = kEmbeddedModel, tokenizer, device = "auto", driver = "model";
-  std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host", layout = "long";
+  std::string json_out, csv_out, plot_dir, spill_dir, bank_tier = "host", layout = "long", memory_text = "objects";
   std::vector<std::string> policies = wm::llm::recompute_policy_names();
   std::vector<std::string> pair_with;
   int episodes = 8, first_episode = 0, max_steps = 24, layers = 0, threads = 0;
   int rooms = 4, locks = 3, objects = 3;
   int64_t memory_tokens = 2048, max_new_tokens = 16, prefill_chunk = 512;
   double bank_host_mib = 0, load_mib_per_s = 0;
-  bool cold_disk = false;
+  bool cold_disk = false, chat = false;
   uint64_t seed = 0;
   wm::llm::RecomputeConfig recompute;
   wm::cli::KvStoreOptions kv_store;
@@ -133,6 +136,16 @@ void add_run_options(CLI::App& app, Options& o) {
                  "the memory's size in tokens: distractor objects fill the house's lines up to it")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--memory-text", o.memory_text,
+                 "what fills the memory up to --memory-tokens past the house's lines: objects (distractor objects' "
+                 "JSON lines) or prose (paragraphs of the Debian Administrator's Handbook, package debian-handbook, "
+                 "spread between the house's lines as notes; dev episodes read the handbook's dev files, test "
+                 "episodes its test files)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"objects", "prose"}));
+  app.add_flag("--chat", o.chat,
+               "render each prompt as one user message of the model's chat template (a GGUF file's or a model "
+               "folder's), the assistant's reply opening with the step's cue");
   app.add_option("--layout", o.layout,
                  "the prompt's static texts as the plan task writes them: long (the full rules and a worked "
                  "example, its layout from 1,024 tokens on) or short (the short rules, no example: its layout "
@@ -231,10 +244,25 @@ void add_options(CLI::App& app, Options& o) {
 
 // The static texts of the `plan` task's prompts, exactly as its generator writes them: the rules,
 // the worked example (empty in the short layout) and the memory header, read off a generated sample
-// of a length that has that layout.
+// of a length that has that layout; under --chat, what the model's chat template writes before the
+// prompt and between it and the cue (one user message, the assistant's turn opened), and the text
+// that ends the assistant's reply.
 struct PlanTexts {
   std::string rules, example, memory_header;
+  std::string before_user, after_user, stop;
 };
+
+// --chat: the model's chat template around the prompt, into t. Throws wm::Error when the model
+// has no template.
+void add_chat_frame(PlanTexts& t, const wm::llm::LlmSource& src) {
+  if (src.chat_template.empty())
+    throw wm::Error("--chat: the model has no chat template (a GGUF file's tokenizer.chat_template or a model "
+                    "folder's tokenizer_config.json)");
+  const wm::llm::ChatTemplate tmpl =
+      wm::llm::ChatTemplate::from_source(src.chat_template, src.bos_token, src.eos_token);
+  std::tie(t.before_user, t.after_user) = wm::llm::user_message_frame(tmpl);
+  t.stop = tmpl.eos_token();
+}
 
 PlanTexts plan_texts(const std::string& layout) {
   const bool long_layout = layout == "long";
@@ -256,10 +284,13 @@ struct Episode {
   lt::World world;
   lt::Goal goal;
   std::vector<std::string> solution;  // the oracle's plan from the start
+  lt::ProseNotes notes;               // --memory-text prose: the handbook's paragraphs in the memory
   int64_t memory_tokens = 0;
 };
 
-Episode make_episode(int index, const Options& o, const wm::llm::Tokenizer& tok) {
+// The episode of held-out index `index`. Its memory is filled up to --memory-tokens by distractor
+// objects, or under --memory-text prose by notes from `prose` (null otherwise).
+Episode make_episode(int index, const Options& o, const wm::llm::Tokenizer& tok, const lt::ProseCorpus* prose) {
   Episode ep;
   ep.seed = lt::heldout_seed(static_cast<uint64_t>(index));
   lt::WorldSpec spec;
@@ -276,7 +307,9 @@ Episode make_episode(int index, const Options& o, const wm::llm::Tokenizer& tok)
   // Distractor lines fill the memory: the house with n of them is the one with n - 1 plus a line.
   lt::World base = lt::World::generate(ep.seed, spec, &ep.goal);
   int64_t n = tokens_of(base);
-  if (n < o.memory_tokens) {
+  const auto count = [&](const std::string& text) { return static_cast<int64_t>(tok.encode(text).size()); };
+  if (prose != nullptr) ep.notes = lt::make_prose_notes(ep.seed, o.memory_tokens - n, count, *prose);
+  if (prose == nullptr && n < o.memory_tokens) {
     lt::WorldSpec wide = spec;
     wide.distractors = static_cast<int>((o.memory_tokens - n) / 8) + 16;
     const lt::World big = lt::World::generate(ep.seed, wide);
@@ -287,23 +320,25 @@ Episode make_episode(int index, const Options& o, const wm::llm::Tokenizer& tok)
     }
   }
   ep.world = lt::World::generate(ep.seed, spec, &ep.goal);
-  ep.memory_tokens = tokens_of(ep.world);
+  ep.memory_tokens = tokens_of(ep.world) + ep.notes.tokens;
   ep.solution = ep.world.solve(ep.goal, 500);
   return ep;
 }
 
-// The prompt of step `step` (1-based): the plan task's layout, segment by segment.
-std::vector<PromptSegment> make_prompt(const PlanTexts& t, const lt::World& w, const lt::Goal& goal,
+// The prompt of step `step` (1-based): the plan task's layout, segment by segment, the episode's
+// notes (if any) between the memory's lines, in the chat template's frame under --chat.
+std::vector<PromptSegment> make_prompt(const PlanTexts& t, const lt::World& w, const Episode& ep,
                                        const std::vector<std::string>& past, const wm::llm::Tokenizer& tok) {
+  const lt::Goal& goal = ep.goal;
   std::vector<PromptSegment> p;
-  p.push_back({"rules", tok.encode(t.rules), true});
+  p.push_back({"rules", tok.encode(t.before_user + t.rules), true});
   if (!t.example.empty()) p.push_back({"example", tok.encode(t.example), true});
   p.push_back({"memory", tok.encode(t.memory_header), true});
-  for (const auto& m : w.memory_lines()) p.push_back({m.id, tok.encode(m.text), true});
+  for (const auto& m : lt::memory_with_notes(w.memory_lines(), ep.notes)) p.push_back({m.id, tok.encode(m.text), true});
   p.push_back({"goal", tok.encode("Goal: " + goal.text() + ".\n"), false});
   for (size_t i = 0; i < past.size(); ++i)
     p.push_back({wm::str_cat("step:", i + 1), tok.encode(wm::str_cat("Step ", i + 1, ": ", past[i], "\n")), false});
-  p.push_back({"cue", tok.encode(wm::str_cat("Step ", past.size() + 1, ":")), false});
+  p.push_back({"cue", tok.encode(wm::str_cat(t.after_user, "Step ", past.size() + 1, ":")), false});
   return p;
 }
 
@@ -313,9 +348,10 @@ at::Tensor log_probs(const at::Tensor& logits, int64_t vocab) {
 }
 
 // Greedy decoding of an action after the prompt: the first token from the prompt's logits, the
-// rest one step at a time over the window, until a newline. Returns the action's text.
+// rest one step at a time over the window, until a newline or `stop` (when not empty: the chat
+// template's end of a turn). Returns the action's text.
 std::string decode_action(wm::llm::LlmModelImpl& model, const wm::llm::Tokenizer& tok, wm::KvWindow& window,
-                          at::Tensor logits, int64_t next_pos, int64_t max_new) {
+                          at::Tensor logits, int64_t next_pos, int64_t max_new, const std::string& stop) {
   const int64_t vocab = std::min<int64_t>(tok.vocab_size(), logits.size(0));
   std::vector<int64_t> out;
   std::string text;
@@ -326,6 +362,11 @@ std::string decode_action(wm::llm::LlmModelImpl& model, const wm::llm::Tokenizer
     const int64_t t = logits.narrow(0, 0, vocab).argmax().item<int64_t>();
     out.push_back(t);
     text = tok.decode(out);
+    const size_t end = stop.empty() ? std::string::npos : text.find(stop);
+    if (end != std::string::npos) {
+      text.resize(end);
+      break;
+    }
     if (text.find('\n') != std::string::npos || i + 1 == max_new) break;
     logits = model.step(at::full({1}, t, at::kLong), at::full({1}, next_pos + i, at::kLong), window, so)
                  .logits.select(0, 0)
@@ -347,6 +388,7 @@ struct StepRecord {
   std::vector<double> idle_ms, stall_ms;
   double busy_ms = 0;
   double kl = std::nan(""), agree = std::nan("");
+  double same_action = std::nan("");  // 1: the whole action is full_recompute's on the same prompt, 0: not
 };
 
 // What runs one policy: its cache, policy object, and per episode its world and past actions.
@@ -374,6 +416,10 @@ struct PolicySummary {
   double success = 0, lo = 0, hi = 0, agree_lo = 0, agree_hi = 0, ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_vs_full = std::nan("");
   double warm_mean = std::nan(""), warm_p50 = std::nan(""), warm_vs_full = std::nan("");  // steps 2..
   double recomputed = 0, prefilled = 0, kl = std::nan(""), agreement = std::nan(""), store_ms = 0, decode_ms = 0;
+  // The greedy action (all its tokens) equal to full_recompute's on the same prompt: steps compared,
+  // equal, the share and its Wilson 95% interval.
+  int64_t actions_compared = 0, actions_same = 0;
+  double action_agreement = std::nan(""), action_lo = std::nan(""), action_hi = std::nan("");
   double memory_tokens = 0, prompt_tokens = 0, idle_early_ms = 0, idle_ms = 0, stall_ms = 0, stall_late_ms = 0;
   double busy_ms = 0;
   std::array<double, 3> loaded{};
@@ -477,6 +523,7 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
       ++s.compared;
       s.agree += st.agree > 0.5;
     }
+    if (!std::isnan(st.same_action)) ++s.actions_compared, s.actions_same += st.same_action > 0.5;
     s.corrupt += st.corrupt;
   }
   std::tie(s.agree_lo, s.agree_hi) = wm::cli::wilson95(s.match, s.steps);  // oracle agreement
@@ -498,6 +545,10 @@ PolicySummary summarize(const Runner& r, int n_layers, double full_ttft, double 
   s.recomputed = mean(rec), s.prefilled = mean(pre), s.store_ms = mean(store), s.decode_ms = mean(dec);
   s.memory_tokens = mean(mem), s.prompt_tokens = mean(prompt);
   if (!kl.empty()) s.kl = mean(kl), s.agreement = static_cast<double>(s.agree) / s.compared;
+  if (s.actions_compared > 0) {
+    s.action_agreement = static_cast<double>(s.actions_same) / s.actions_compared;
+    std::tie(s.action_lo, s.action_hi) = wm::cli::wilson95(s.actions_same, s.actions_compared);
+  }
   for (int t = 0; t < 3; ++t) s.cache_bytes[t] = r.peak_bytes[t];
   s.window_bytes = r.window_bytes;
   return s;
@@ -544,6 +595,9 @@ nlohmann::json to_json(const PolicySummary& s, bool model_driven) {
           {"compared_with_full", s.compared},
           {"kl_from_full", num_or_null(s.kl)},
           {"top1_agreement_with_full", num_or_null(s.agreement)},
+          {"action_agreement_with_full", num_or_null(s.action_agreement)},
+          {"action_agreement_with_full_wilson95",
+           s.actions_compared ? nlohmann::json({s.action_lo, s.action_hi}) : nlohmann::json(nullptr)},
           {"corrupt_entries", s.corrupt}};
 }
 
@@ -570,7 +624,9 @@ nlohmann::json to_json(const StepRecord& r) {
           {"loader_stall_ms", r.stall_ms},
           {"loader_busy_ms", r.busy_ms},
           {"kl_from_full", num_or_null(r.kl)},
-          {"top1_agrees_with_full", std::isnan(r.agree) ? nlohmann::json(nullptr) : nlohmann::json(r.agree > 0.5)}};
+          {"top1_agrees_with_full", std::isnan(r.agree) ? nlohmann::json(nullptr) : nlohmann::json(r.agree > 0.5)},
+          {"action_same_as_full",
+           std::isnan(r.same_action) ? nlohmann::json(nullptr) : nlohmann::json(r.same_action > 0.5)}};
 }
 
 std::string fmt(double v, const char* f = "%.2f") {
@@ -582,25 +638,27 @@ std::string fmt(double v, const char* f = "%.2f") {
 
 void print_table(const std::vector<PolicySummary>& rows, bool model_driven, int n_layers,
                  const std::vector<std::string>& pair_with) {
-  std::printf("\n%-17s %8s %16s %6s %9s %9s %9s %8s %9s %8s %7s %9s %9s %8s %9s %8s %7s\n", "policy",
+  std::printf("\n%-17s %8s %16s %6s %9s %9s %9s %8s %9s %8s %7s %9s %9s %8s %9s %8s %8s %7s\n", "policy",
               model_driven ? "success" : "oracle", "Wilson 95%", "steps",
               "TTFT ms", "p50", "p90", "vs full", "warm ms", "vs full", "recomp", "host tok", "disk tok", "prefill",
-              "KL full", "top-1", "KV MiB");
+              "KL full", "top-1", "same act", "KV MiB");
   for (const auto& s : rows) {
     const double kv_mib = (s.cache_bytes[0] + s.cache_bytes[1] + s.cache_bytes[2]) / 1048576.0;
     const std::string ok = model_driven ? fmt(100 * s.success, "%.1f%%")
                                         : fmt(s.steps ? 100.0 * s.match / s.steps : 0.0, "%.1f%%");
     const std::string ci = model_driven ? fmt(100 * s.lo, "%.1f") + " - " + fmt(100 * s.hi, "%.1f%%")
                                         : fmt(100 * s.agree_lo, "%.1f") + " - " + fmt(100 * s.agree_hi, "%.1f%%");
-    std::printf("%-17s %8s %16s %6lld %9.1f %9.1f %9.1f %8s %9s %8s %6.1f%% %9.0f %9.0f %8.1f %9s %8s %7.1f\n",
+    std::printf("%-17s %8s %16s %6lld %9.1f %9.1f %9.1f %8s %9s %8s %6.1f%% %9.0f %9.0f %8.1f %9s %8s %8s %7.1f\n",
                 s.policy.c_str(), ok.c_str(), ci.c_str(), static_cast<long long>(s.steps), s.ttft_mean, s.ttft_p50,
                 s.ttft_p90, fmt(s.ttft_vs_full, "%.3fx").c_str(), fmt(s.warm_mean, "%.1f").c_str(),
                 fmt(s.warm_vs_full, "%.3fx").c_str(), 100 * s.recomputed, s.loaded[1], s.loaded[2],
-                s.prefilled, fmt(s.kl, "%.4f").c_str(), fmt(100 * s.agreement, "%.1f%%").c_str(), kv_mib);
+                s.prefilled, fmt(s.kl, "%.4f").c_str(), fmt(100 * s.agreement, "%.1f%%").c_str(),
+                fmt(100 * s.action_agreement, "%.1f%%").c_str(), kv_mib);
   }
   std::printf("\n(warm: steps after each episode's first, whose cache starts empty; tokens loaded per step: token-layers over the layers; prefill: tokens of missing entries "
               "prefilled alone per step; KL and top-1: the first action token's distribution against "
-              "full_recompute's on the same prompt; KV MiB: the cache's entries at the end, all tiers)\n");
+              "full_recompute's on the same prompt; same act: the whole greedy action equal to full_recompute's "
+              "on the same prompt; KV MiB: the cache's entries at the end, all tiers)\n");
   bool paired = false;
   for (const auto& s : rows) paired = paired || (s.lost >= 0 && s.policy != "full_recompute");
   if (paired) {
@@ -643,7 +701,7 @@ void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool mod
        "loaded_disk,loader_idle_early_ms,loader_idle_ms,loader_stall_ms,loader_stall_late_ms,loader_busy_ms,"
        "cache_bytes_device,"
        "cache_bytes_host,cache_bytes_disk,prompt_kv_bytes,kl_from_full,top1_agreement_with_full,memory_tokens,"
-       "prompt_tokens,lost_vs_full,won_vs_full,mcnemar_p\n";
+       "prompt_tokens,lost_vs_full,won_vs_full,mcnemar_p,action_agreement_with_full\n";
   auto num = [](double v) { return std::isnan(v) ? std::string() : wm::str_cat(v); };
   for (const auto& s : rows) {
     o << s.policy << "," << s.episodes << "," << s.successes << ","
@@ -655,7 +713,7 @@ void write_csv(std::ostream& o, const std::vector<PolicySummary>& rows, bool mod
       << s.stall_late_ms << "," << s.busy_ms << "," << s.cache_bytes[0] << "," << s.cache_bytes[1] << "," << s.cache_bytes[2] << ","
       << s.window_bytes << "," << num(s.kl) << "," << num(s.agreement) << "," << s.memory_tokens << ","
       << s.prompt_tokens << "," << (s.lost < 0 ? "" : wm::str_cat(s.lost)) << ","
-      << (s.won < 0 ? "" : wm::str_cat(s.won)) << "," << num(s.mcnemar_p) << "\n";
+      << (s.won < 0 ? "" : wm::str_cat(s.won)) << "," << num(s.mcnemar_p) << "," << num(s.action_agreement) << "\n";
   }
 }
 
@@ -713,14 +771,17 @@ void write_plots(const std::string& dir, const std::vector<PolicySummary>& rows,
   }
 }
 
-// A random-weight model from a config, or a model folder.
-wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name) {
+// A random-weight model from a config, or a model folder or GGUF file; under --chat, its chat
+// template's frame into *texts.
+wm::llm::LlmModel load_model(const Options& o, at::Device dev, std::string* name, PlanTexts* texts) {
   if (fs::is_directory(o.model) || wm::llm::is_gguf_file(o.model)) {
     if (o.layers > 0) throw wm::Error("--layers applies to a config.json (random weights), not a model folder or GGUF file");
     wm::llm::LlmSource src = wm::llm::open_llm(o.model, dev, at::kFloat);
     *name = src.name;
+    if (o.chat) add_chat_frame(*texts, src);
     return src.model;
   }
+  if (o.chat) throw wm::Error("--chat needs a model with a chat template: a GGUF file or a model folder, not a config.json");
   wm::llm::LlmConfig cfg = wm::llm::LlmConfig::load(o.model);
   if (o.layers > 0) cfg.num_hidden_layers = o.layers;
   wm::llm::check_fits_in_memory(static_cast<uint64_t>(wm::llm::llm_parameter_count(cfg)) * 4,
@@ -866,6 +927,7 @@ struct Bench {
   bool model_driven = true;
   std::string model_name;
   int threads = 0;
+  std::shared_ptr<const lt::ProseCorpus> prose;  // --memory-text prose; else null
 };
 
 // The progress line and the counts it shows.
@@ -880,6 +942,7 @@ struct Progress {
 struct Reference {
   at::Tensor lp;
   std::vector<int64_t> ids;
+  std::string action;  // its greedy action
 };
 
 // The order in which the policies take step `step`: full_recompute first when present (its answer
@@ -923,7 +986,7 @@ void take_turn(const Bench& b, Runner& r, const Episode& ep, int episode, int st
                const std::vector<std::string>& course_past, Reference& full) {
   const lt::World& state = b.model_driven ? r.world : course;
   const std::vector<std::string>& past = b.model_driven ? r.past : course_past;
-  const std::vector<PromptSegment> prompt = make_prompt(b.texts, state, ep.goal, past, b.tok);
+  const std::vector<PromptSegment> prompt = make_prompt(b.texts, state, ep, past, b.tok);
   std::vector<int64_t> ids;
   for (const auto& s : prompt) ids.insert(ids.end(), s.ids.begin(), s.ids.end());
   const wm::llm::ReuseResult res = wm::llm::prefill_with_reuse(*r.cache, *r.policy, prompt, *r.window, b.reuse);
@@ -932,17 +995,21 @@ void take_turn(const Bench& b, Runner& r, const Episode& ep, int episode, int st
   rec.step = step;
   rec.policy = r.name;
   const at::Tensor lp = log_probs(res.logits, b.tok.vocab_size());
-  if (r.name == "full_recompute") {
+  const bool is_full = r.name == "full_recompute", vs_full = !is_full && full.lp.defined() && full.ids == ids;
+  if (is_full) {
     full.lp = lp;
     full.ids = ids;
-  } else if (full.lp.defined() && full.ids == ids) {
+  } else if (vs_full) {
     rec.kl = (full.lp.exp() * (full.lp - lp)).sum().item<double>();
     rec.agree = full.lp.argmax().item<int64_t>() == lp.argmax().item<int64_t>() ? 1.0 : 0.0;
   }
   r.window_bytes = std::max(r.window_bytes, r.window->bytes_used());
   const auto t_dec = Clock::now();
-  rec.action = decode_action(b.model, b.tok, *r.window, res.logits, res.stats.prompt_tokens, b.o.max_new_tokens);
+  rec.action = decode_action(b.model, b.tok, *r.window, res.logits, res.stats.prompt_tokens, b.o.max_new_tokens,
+                             b.texts.stop);
   rec.decode_ms = 1000 * since(t_dec);
+  if (is_full) full.action = rec.action;
+  if (vs_full) rec.same_action = rec.action == full.action ? 1.0 : 0.0;
   rec.oracle = state.oracle_next_action(ep.goal);
   rec.match = rec.action == rec.oracle;
   lt::World probe = state;
@@ -962,13 +1029,18 @@ void take_turn(const Bench& b, Runner& r, const Episode& ep, int episode, int st
 // description for the JSON.
 nlohmann::json run_episode(const Bench& b, std::vector<Runner>& runners, int e, Progress& progress) {
   const Options& o = b.o;
-  const Episode ep = make_episode(o.first_episode + e, o, b.tok);
-  const nlohmann::json description = {{"index", o.first_episode + e},
-                                      {"seed", ep.seed},
-                                      {"goal", ep.goal.text()},
-                                      {"oracle_steps", ep.solution.size()},
-                                      {"memory_lines", ep.world.names().size()},
-                                      {"memory_tokens", ep.memory_tokens}};
+  const Episode ep = make_episode(o.first_episode + e, o, b.tok, b.prose.get());
+  nlohmann::json description = {{"index", o.first_episode + e},
+                                {"seed", ep.seed},
+                                {"goal", ep.goal.text()},
+                                {"oracle_steps", ep.solution.size()},
+                                {"memory_lines", ep.world.names().size()},
+                                {"memory_tokens", ep.memory_tokens}};
+  if (b.prose)
+    description["notes"] = {{"split", lt::prose_split_name(ep.notes.split)},
+                            {"first_paragraph", ep.notes.first},
+                            {"paragraphs", ep.notes.paragraphs.size()},
+                            {"tokens", ep.notes.tokens}};
   lt::World course = ep.world;  // the oracle's course (driver oracle)
   std::vector<std::string> course_past;
   for (auto& r : runners) {
@@ -1042,6 +1114,12 @@ void print_report(const Bench& b, const std::vector<PolicySummary>& rows, const 
               lt::heldout_split(static_cast<uint64_t>(o.first_episode), static_cast<uint64_t>(o.episodes)),
               o.driver.c_str(),
               rows.empty() ? 0.0 : rows[0].memory_tokens, o.bank_tier.c_str(), o.cold_disk ? " (cold)" : "");
+  if (b.prose)
+    std::printf("memory: the house's lines and paragraphs of %s (%s files) between them%s\n", b.prose->source().c_str(),
+                lt::prose_split_name(lt::prose_split_of(lt::heldout_seed(static_cast<uint64_t>(o.first_episode)))),
+                o.chat ? "; prompts in the model's chat template" : "");
+  else if (o.chat)
+    std::printf("prompts in the model's chat template\n");
   print_table(rows, b.model_driven, b.n_layers, o.pair_with);
   for (const auto& r : runners)
     for (const auto& msg : r.cache->corrupt_reports())
@@ -1074,6 +1152,9 @@ nlohmann::json config_json(const Bench& b) {
           {"split", lt::heldout_split(static_cast<uint64_t>(o.first_episode), static_cast<uint64_t>(o.episodes))},
           {"max_steps", o.max_steps},
           {"memory_tokens", o.memory_tokens},
+          {"memory_text", o.memory_text},
+          {"prose_source", b.prose ? nlohmann::json(b.prose->source()) : nlohmann::json(nullptr)},
+          {"chat", o.chat},
           {"layout", o.layout},
           {"rooms", o.rooms},
           {"locks", o.locks},
@@ -1149,10 +1230,13 @@ int main(int argc, char** argv) {
     if (!model_given) o.model = shipped_model();
     Outputs out = open_outputs(o);
     validate_options(o);
+    const std::shared_ptr<const lt::ProseCorpus> prose =
+        o.memory_text == "prose" ? lt::default_prose_corpus() : nullptr;  // a missing handbook fails first
     const int threads = wm::init_threads(o.threads);
     const at::Device dev = wm::parse_device(o.device);
     std::string model_name;
-    wm::llm::LlmModel model = load_model(o, dev, &model_name);
+    PlanTexts texts = plan_texts(o.layout);
+    wm::llm::LlmModel model = load_model(o, dev, &model_name, &texts);
     model->eval();
     const wm::llm::Tokenizer tok = load_tokenizer(o, *model);
     torch::NoGradGuard ng;
@@ -1164,7 +1248,7 @@ int main(int argc, char** argv) {
     add_runners(runners, o, model, model_key, dev, *spill, remote);
     wm::llm::ReuseOptions reuse;
     reuse.load_bytes_per_s = o.load_mib_per_s * 1048576.0;
-    const Bench b{o, *model, tok, plan_texts(o.layout), reuse, L, o.driver == "model", model_name, threads};
+    const Bench b{o, *model, tok, std::move(texts), reuse, L, o.driver == "model", model_name, threads, prose};
 
     std::fprintf(stderr, "wm_plan_bench: %s on %s, %d threads; %zu policies, %d episodes (driver %s), memory ~%lld "
                  "tokens, bank %s%s\n",
