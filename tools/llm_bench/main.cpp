@@ -30,6 +30,7 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/distinct_outputs.h"
 #include "tools/cli/error_text.h"
@@ -244,6 +245,7 @@ void write_plots(const std::string& dir, const nlohmann::json& results) {
 
 struct Options {
   std::string model_dir = kEmbeddedModel, json_out, csv_out, plot_dir, device = "auto";
+  std::vector<std::string> replot;  // --replot: earlier --json files drawn into --plots, nothing run
   std::string weights = "float", kv_dtype = "float32";  // --weights, --kv-dtype
   std::vector<std::string> tasks, policies = {"full"}, budgets = {"25%"};
   std::vector<int64_t> contexts = {128, 256};  // the embedded model's training range (its model card)
@@ -425,6 +427,10 @@ void add_output_options(CLI::App& app, Options& o) {
   app.add_option("--plots", o.plot_dir,
                  "write PNG charts to this folder: accuracy against KV budget per policy (one per task and "
                  "context), decode speed against context length (one per task)");
+  app.add_option("--replot", o.replot,
+                 "draw --plots from the results of earlier --json files (several runs' results merged), "
+                 "running nothing")
+      ->check(CLI::ExistingFile);
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--weights", o.weights,
@@ -834,6 +840,26 @@ void write_results(const Options& o, const nlohmann::json& results, const char* 
   }
 }
 
+// --replot: the results of earlier --json files, merged, drawn into --plots.
+void replot(const Options& o) {
+  if (o.plot_dir.empty()) throw wm::Error("--replot needs --plots (the folder to draw into)");
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& path : o.replot) {
+    const nlohmann::json j = wm::read_json_file(path);
+    if (!j.is_object() || !j.contains("results") || !j["results"].is_array())
+      throw wm::CorruptData(wm::str_cat(path, ": not a wm_llm_bench --json file (no \"results\" array)"));
+    for (const auto& r : j["results"]) results.push_back(r);
+  }
+  wm::cli::OutputFolder plots(o.plot_dir);
+  try {
+    write_plots(plots.staging(), results);
+  } catch (const nlohmann::json::exception& e) {
+    throw wm::CorruptData(wm::str_cat("--replot: a result lacks a field or has one of the wrong type: ", e.what()));
+  }
+  plots.commit();
+  std::printf("wm_llm_bench: %zu results drawn into %s\n", results.size(), o.plot_dir.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -846,6 +872,10 @@ int main(int argc, char** argv) {
   const bool model_given = app.count("--model") > 0;
 
   try {
+    if (!o.replot.empty()) {
+      replot(o);
+      return 0;
+    }
     if (model_given && o.model_dir.empty()) throw wm::Error("--model is empty");
     if (!model_given) {
       std::string tried;

@@ -157,9 +157,18 @@ ProseCorpus ProseCorpus::load_html_dir(const std::string& dir) {
       if (e.is_regular_file() && e.path().extension() == ".html") names.push_back(e.path().filename().string());
   if (names.empty()) throw Error(str_cat("prose corpus: no .html files in ", dir));
   std::sort(names.begin(), names.end());
+  // Bounded: the folder is outside the project (a package's, or $WM_PROSE_DIR).
+  constexpr size_t kMaxFiles = 20000;
+  constexpr uintmax_t kMaxFileBytes = uintmax_t{16} << 20;
+  if (names.size() > kMaxFiles)
+    throw Error(str_cat("prose corpus: ", dir, " holds ", names.size(), " .html files, more than ", kMaxFiles));
   std::vector<Document> docs;
   for (const std::string& n : names) {
-    std::ifstream in(fs::path(dir) / n, std::ios::binary);
+    const fs::path path = fs::path(dir) / n;
+    const uintmax_t bytes = fs::file_size(path, ec);
+    if (ec || bytes > kMaxFileBytes)
+      throw Error(str_cat("prose corpus: ", path.string(), ec ? " cannot be sized" : " is larger than 16 MiB"));
+    std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(str_cat("prose corpus: cannot read ", dir, "/", n));
     std::ostringstream page;
     page << in.rdbuf();

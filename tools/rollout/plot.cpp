@@ -12,8 +12,11 @@
 namespace wm::rollout {
 namespace {
 
-const cv::Scalar kPalette[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44},  {40, 39, 214},
-                               {189, 103, 148}, {75, 86, 140},  {194, 119, 227}, {127, 127, 127}};
+// Twelve distinct colours (BGR): a chart of every memory policy has ten series or more.
+const cv::Scalar kPalette[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44},   {40, 39, 214},
+                               {189, 103, 148}, {75, 86, 140},  {194, 119, 227}, {127, 127, 127},
+                               {34, 189, 188},  {207, 190, 23}, {0, 0, 0},       {0, 215, 255}};
+constexpr size_t kColours = sizeof(kPalette) / sizeof(kPalette[0]);
 constexpr int W = 900, H = 540, L = 90, R = 40, T = 60, B = 80;
 
 void text(cv::Mat& m, const std::string& s, int x, int y, double scale = 0.5, cv::Scalar c = {30, 30, 30},
@@ -182,10 +185,10 @@ void draw_series(cv::Mat& m, const std::vector<Series>& series, const Axes& ax) 
     for (size_t i = 1; i < s.points.size(); ++i)
       if (std::isfinite(s.points[i].second) && std::isfinite(s.points[i - 1].second))
         cv::line(m, {ax.px(s.points[i - 1].first), ax.py(s.points[i - 1].second)},
-                 {ax.px(s.points[i].first), ax.py(s.points[i].second)}, kPalette[si % 8], 2, cv::LINE_AA);
+                 {ax.px(s.points[i].first), ax.py(s.points[i].second)}, kPalette[si % kColours], 2, cv::LINE_AA);
     if (s.points.size() <= 32)
       for (const auto& [x, y] : s.points)
-        if (std::isfinite(y)) cv::circle(m, {ax.px(x), ax.py(y)}, 4, kPalette[si % 8], cv::FILLED, cv::LINE_AA);
+        if (std::isfinite(y)) cv::circle(m, {ax.px(x), ax.py(y)}, 4, kPalette[si % kColours], cv::FILLED, cv::LINE_AA);
   }
 }
 
@@ -195,7 +198,7 @@ void draw_legend(cv::Mat& m, const std::vector<Series>& series, const cv::Rect& 
   cv::rectangle(m, legend, {200, 200, 200}, 1);
   for (size_t si = 0; si < series.size(); ++si) {
     const int y = legend.y + 12 + 20 * static_cast<int>(si);
-    cv::line(m, {legend.x + 10, y}, {legend.x + 35, y}, kPalette[si % 8], 3);
+    cv::line(m, {legend.x + 10, y}, {legend.x + 35, y}, kPalette[si % kColours], 3);
     text(m, series[si].name, legend.x + 42, y + 5, 0.45);
   }
 }
