@@ -24,9 +24,17 @@ void check_lingbot_options(const ViewerOptions& o) {
   if (o.image.empty()) throw Error("LingBot-World-Fast starts from an image: give --image FILE");
   if (!o.latents.empty() || !o.clip.empty() || !o.mode.empty())
     throw Error("--latents, --clip and --mode are Matrix-Game-2.0's; LingBot-World-Fast takes --image and "
-                "--text-context");
+                "--prompt or --text-context");
   if (o.dtype != "f32" && o.dtype != "bf16") throw Error(str_cat("--dtype must be f32 or bf16, got '", o.dtype, "'"));
   worldkv::SessionConfig().set_policy(o.policy);
+}
+
+// At most `bytes` of UTF-8 text, cut before a whole character, "..." when cut.
+std::string short_text(const std::string& s, size_t bytes) {
+  if (s.size() <= bytes) return s;
+  size_t n = bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n) + "...";
 }
 
 }  // namespace
@@ -47,6 +55,10 @@ std::unique_ptr<worldkv::WorldSession> LingbotView::load() {
   const at::Device device = choose_device(o_, setup_.device);
   const at::ScalarType dt = o_.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   at::NoGradGuard no_grad;
+  // The prompt first: the umT5 encoder is freed before the DiT is loaded; the adapter keeps the
+  // context's K/V for the session.
+  const at::Tensor text =
+      rollout::lingbot_text_context({o_.text_context, o_.prompt}, o_.model_path, device, dt, "wm_viewer");
   dit::LingbotDit model = dit::load_lingbot_dit(o_.model_path, device, dt);
   const Image image = media::read_image(o_.image);
   const rollout::LingbotVideoSize size =
@@ -59,7 +71,6 @@ std::unique_ptr<worldkv::WorldSession> LingbotView::load() {
   setup_.model = fs::absolute(o_.model_path).lexically_normal().filename().string();
   setup_.title = str_cat("lingbot-world-fast (", setup_.model, ")");
   const at::Tensor latents = rollout::lingbot_image_latents(image, *vae, std::max(1, o_.cond_latents), device);
-  const at::Tensor text = o_.text_context.empty() ? at::Tensor() : rollout::load_lingbot_text_context(o_.text_context);
   worldkv::LingbotOptions lo;
   // The longest step between latent frames (4 video frames apart) that the keys make: W and D held.
   lo.translation_scale = 4.0 * std::sqrt(2.0) * kLingbotStep;
@@ -125,6 +136,7 @@ bool LingbotView::reference(const worldkv::Pose& pose, Image& out) {
 }
 
 std::vector<HudLine> LingbotView::model_lines() const {
+  if (o_.prompt) return {{"text", str_cat("\"", short_text(*o_.prompt, 40), "\""), palette::kAccent}};
   if (o_.text_context.empty()) return {{"text", "none (zero rows)", palette::kDim}};
   return {{"text", fs::path(o_.text_context).filename().string(), palette::kAccent}};
 }

@@ -5,7 +5,8 @@
 // along the yaw, the mouse's pitch and yaw in radians), which is the model's control and its
 // retrieval pose; 9 frames for the first chunk, 12 for each later one. The rollout starts from
 // --image (resized and encoded with the Wan VAE as upstream does, at the video size --size gives)
-// with --text-context (or zero rows); the camera is the live path (worldkv/lingbot_adapter.h):
+// with --prompt through umT5 (encoded once, before the DiT loads) or --text-context (or zero
+// rows); the camera is the live path (worldkv/lingbot_adapter.h):
 // translations divided by the longest step the keys can make between latent frames, so a walk at
 // full speed is upstream's input exactly. N and the policy keys restart from the image; the panel
 // is the pose's track from above (viewer/mg2_hud.h).

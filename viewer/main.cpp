@@ -42,9 +42,14 @@ void add_model_options(CLI::App& app, wm::viewer::ViewerOptions& o) {
   auto* lingbot = app.add_option_group("LingBot-World-Fast",
                                        "when --model names a LingBot-World-Fast folder (also --image, --vae, --dtype, "
                                        "--cond-latents above)");
-  lingbot->add_option("--text-context", o.text_context,
-                      "safetensors with `context` [L, 4096], umT5's output for the prompt (default: zero rows)")
-      ->check(CLI::ExistingFile);
+  CLI::Option* file = lingbot->add_option("--text-context", o.text_context,
+                                          "safetensors with `context` [L, 4096], umT5's output for the prompt "
+                                          "(without it or --prompt: zero rows)")
+                          ->check(CLI::ExistingFile);
+  lingbot->add_option("--prompt", o.prompt,
+                      "the prompt, through the umT5 encoder and tokenizer beside the model folder "
+                      "(models_t5_umt5-xxl-enc-bf16.pth, google/umt5-xxl/), once at the start, in --dtype")
+      ->excludes(file);
   lingbot->add_option("--size", o.size, "the video's largest area, as upstream's --size")->capture_default_str();
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace wm::viewer {
@@ -39,7 +40,8 @@ struct ViewerOptions {
   std::string dtype = "f32";     // the DiT's precision: f32 or bf16
   int cond_latents = 8;          // latent frames of the image condition encoded (later ones reuse the last)
   // LingBot-World-Fast (viewer/lingbot_view.h), with image, vae, dtype and cond_latents above.
-  std::string text_context;      // safetensors with `context` [L, 4096] (empty: zero rows)
+  std::string text_context;      // safetensors with `context` [L, 4096]
+  std::optional<std::string> prompt;  // text through umT5 instead (neither: zero rows)
   std::string size = "480*832";  // the video's largest area, as upstream's --size
 };
 

@@ -1,12 +1,15 @@
 // LingBot-World-Fast end to end through the programs: wm_bench_dit --lingbot tiny --lingbot-hub
 // writes a random model folder as the hub lays it out (config.json, diffusion_pytorch_model
-// shards + index) beside a random Wan VAE, and wm_render runs it from an image, a text context and
+// shards + index) beside a random Wan VAE and a random umT5 encoder, with the tokenizer fixture as
+// google/umt5-xxl/, and wm_render runs it from an image, a text context or a prompt, and
 // upstream's poses.npy / intrinsics.npy (or a generated trajectory) under WorldKV's memory to a
 // valid MP4 and the latents; a missing shard is one line naming it; wm_revisit_bench runs it on an
 // episode of the procedural world. A few seconds at this size.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <filesystem>
@@ -16,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "dit/umt5.h"
+#include "dit/umt5_tokenizer.h"
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
 #include "tools/cli/npy.h"
@@ -35,9 +40,13 @@ class LingbotRender : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("wm_lingbot_render_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    const RunResult r = run_program({bench_, "--lingbot", "tiny", "--lingbot-hub", (dir_ / "hub").string(),
-                                     "--vae-dim", "1", "--shard-mib", "0.1", "--threads", "1"},
-                                    dir_, dir_, 60);
+    std::vector<std::string> hub{bench_, "--lingbot", "tiny", "--lingbot-hub", (dir_ / "hub").string(),
+                                 "--vae-dim", "1", "--shard-mib", "0.1", "--threads", "1"};
+    // The umT5 tokenizer --prompt needs: the tokenizer tests' SentencePiece model.
+    if (dit::umt5_tokenizer_available())
+      hub.insert(hub.end(),
+                 {"--umt5-spiece", std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/lingbot/umt5_spiece.model"});
+    const RunResult r = run_program(hub, dir_, dir_, 60);
     ASSERT_TRUE(r.exited && r.code == 0) << r.err;
     model_ = (dir_ / "hub" / "lingbot_world_fast").string();
     // A 96 x 64 picture with structure (bands and a gradient).
@@ -120,7 +129,7 @@ TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
                                    mp4.string()},
                                   dir_, dir_, 120);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err;
-  EXPECT_NE(r.err.find("no --text-context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no --prompt or --text-context"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("policy native"), std::string::npos) << r.err;
   EXPECT_EQ(media::VideoReader(mp4.string()).read_all().size(), 21u);
   // A missing shard: one line naming it and a key the index puts there; nothing written.
@@ -138,6 +147,59 @@ TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
   EXPECT_FALSE(fs::exists(none));
 }
 
+// --prompt through the folder's umT5 (a random encoder as wide as the DiT's text_dim, 32, and the
+// tokenizer fixture, as the hub lays them out: beside lingbot_world_fast/): the latents equal those
+// of --text-context holding the prompt's context as the library's tokenizer and encoder give it
+// directly (tokenized to the DiT's text_len, the encoder's rows for the real tokens), and differ
+// from those of no text. Both options at once, and a folder without the tokenizer, are refused.
+TEST_F(LingbotRender, PromptIsTheContextTheLibraryEncodes) {
+  if (!dit::umt5_tokenizer_available()) GTEST_SKIP() << "built without libsentencepiece-dev (no umT5 tokenizer)";
+  const std::string prompt = "A stone corridor lit by torches, the camera walking forward.";
+  const fs::path hub = dir_ / "hub";
+  {
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);  // as the program runs (--threads 1): the same sums in the same order
+    const dit::Umt5Tokenizer tok((hub / "google" / "umt5-xxl" / "spiece.model").string());
+    dit::Umt5Encoder enc =
+        dit::load_umt5_encoder((hub / "models_t5_umt5-xxl-enc-bf16.safetensors").string(), at::kCPU, at::kFloat);
+    const dit::Umt5Tokenizer::Batch b = tok({prompt}, 16);  // the tiny DiT's text_len
+    at::NoGradGuard ng;
+    const at::Tensor ctx = dit::umt5_context(*enc, b.ids, b.mask)[0].narrow(0, 0, b.mask.sum().item<int64_t>());
+    at::set_num_threads(threads);
+    save_safetensors((dir_ / "ctx.safetensors").string(), {{"context", ctx.contiguous()}});
+  }
+  auto render = [&](const std::vector<std::string>& text, const std::string& latents) {
+    std::vector<std::string> argv{render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
+                                  "32*48", "--trajectory", "forward", "--chunks", "2", "--threads", "1",
+                                  "--latents-out", (dir_ / latents).string()};
+    argv.insert(argv.end(), text.begin(), text.end());
+    return run_program(argv, dir_, dir_, 120);
+  };
+  const RunResult p = render({"--prompt", prompt}, "prompt.safetensors");
+  ASSERT_TRUE(p.exited && p.code == 0) << p.err;
+  EXPECT_NE(p.err.find("wm_render: prompt: "), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find(" umT5 tokens of 16"), std::string::npos) << p.err;
+  const RunResult f = render({"--text-context", (dir_ / "ctx.safetensors").string()}, "file.safetensors");
+  ASSERT_TRUE(f.exited && f.code == 0) << f.err;
+  const RunResult z = render({}, "none.safetensors");
+  ASSERT_TRUE(z.exited && z.code == 0) << z.err;
+  auto latents = [&](const std::string& name) { return SafeTensors::open((dir_ / name).string()).get("latents"); };
+  EXPECT_TRUE(at::equal(latents("prompt.safetensors"), latents("file.safetensors")));
+  // The tiny DiT's random weights (N(0, 0.02^2)) make the text's part small, not zero.
+  EXPECT_GT((latents("prompt.safetensors") - latents("none.safetensors")).abs().max().item<double>(), 1e-5);
+
+  const RunResult both = render({"--prompt", prompt, "--text-context", (dir_ / "ctx.safetensors").string()}, "x");
+  EXPECT_TRUE(both.exited && both.code != 0) << both.err;
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+  fs::remove_all(hub / "google");
+  const RunResult no_tok = render({"--prompt", prompt}, "y");
+  EXPECT_TRUE(no_tok.exited && no_tok.code == 1) << no_tok.err;
+  EXPECT_NE(no_tok.err.find(hub.filename().string() + ": no umT5 tokenizer (google/umt5-xxl/spiece.model), which "
+                            "--prompt needs"),
+            std::string::npos)
+      << no_tok.err;
+}
+
 // wm_revisit_bench on the same folder: an episode of a generated suite, its frame 0 as the
 // model's first image, its poses as the camera, two policies; the results name both with their
 // speed and window.
@@ -145,11 +207,14 @@ TEST_F(LingbotRender, RevisitBenchRunsOnTheHubFolder) {
   const std::string bench = program_path("wm_revisit_bench");
   if (bench.empty()) GTEST_SKIP() << "wm_revisit_bench is not built";
   const fs::path out = dir_ / "bench";
-  const RunResult r = run_program({bench, "--model", model_, "--suite", "gen:3:1", "--max-seconds", "4",
-                                   "--video-size", "32x48", "--policies", "sink_recent", "worldkv", "--threads", "1",
-                                   "--out-dir", out.string()},
-                                  dir_, dir_, 120);
+  std::vector<std::string> argv{bench, "--model", model_, "--suite", "gen:3:1", "--max-seconds", "4",
+                                "--video-size", "32x48", "--policies", "sink_recent", "worldkv", "--threads", "1",
+                                "--out-dir", out.string()};
+  if (dit::umt5_tokenizer_available()) argv.insert(argv.end(), {"--prompt", "a maze of corridors"});
+  const RunResult r = run_program(argv, dir_, dir_, 120);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err << r.out;
+  if (dit::umt5_tokenizer_available())
+    EXPECT_NE(r.err.find("wm_revisit_bench: prompt: "), std::string::npos) << r.err;
   std::ifstream f(out / "results.json");
   const nlohmann::json j = nlohmann::json::parse(f);
   ASSERT_EQ(j["policies"].size(), 2u);

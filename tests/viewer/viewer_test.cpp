@@ -41,12 +41,14 @@ TEST(Viewer, NotConfigured) {
 #include "dit/config.h"
 #include "dit/lingbot_weights.h"
 #include "dit/model.h"
+#include "dit/umt5_tokenizer.h"
 #include "dit/wan_vae.h"
 #include "dit/weights.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/media/png.h"
 #include "tests/worldkv/synthetic.h"
+#include "tools/bench_dit/random_umt5.h"
 #include "tools/world/scene.h"
 #include "tools/rollout/mg2_start.h"
 #include "viewer/app.h"
@@ -838,8 +840,8 @@ TEST_F(ViewerProgram, Mg2ErrorsComeBeforeTheWindow) {
 
 
 // LingBot-World-Fast in the viewer: a random folder of the tiny size as the hub lays it out
-// (sharded, with its index) beside a 1-wide random Wan VAE, started from an image at a 32 x 48
-// video. W held and the mouse 200 px right for both chunks: the camera pose integrates them as
+// (sharded, with its index) beside a 1-wide random Wan VAE and a random umT5 with the tokenizer
+// fixture, started from an image at a 32 x 48 video and a --prompt. W held and the mouse 200 px right for both chunks: the camera pose integrates them as
 // Matrix-Game-2.0's retrieval pose does, and it is the pose the session records.
 namespace viewer_lingbot_test {
 
@@ -863,6 +865,13 @@ fs::path lingbot_folder(const fs::path& dir) {
   }
   wm::dit::save_lingbot_dit(*m, model.string(), 64 << 10);
   write_random_wan_vae((dir / "lingbot" / "Wan2.1_VAE.safetensors").string(), 1, 4);
+  // umT5 as the hub lays it out beside the model folder: an encoder as wide as text_dim, one row a
+  // piece of the tokenizer fixture (300), and that tokenizer.
+  wm::save_safetensors((dir / "lingbot" / "models_t5_umt5-xxl-enc-bf16.safetensors").string(),
+                       wm::bench::random_umt5(wm::bench::small_umt5_config(32, 300), 12));
+  fs::create_directories(dir / "lingbot" / "google" / "umt5-xxl");
+  fs::copy_file(std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/lingbot/umt5_spiece.model",
+                dir / "lingbot" / "google" / "umt5-xxl" / "spiece.model");
   wm::Image img(96, 64);
   for (int y = 0; y < 64; ++y)
     for (int x = 0; x < 96; ++x) img.pixel(x, y)[0] = uint8_t(2 * x), img.pixel(x, y)[1] = uint8_t(3 * y);
@@ -875,13 +884,17 @@ fs::path lingbot_folder(const fs::path& dir) {
 TEST_F(ViewerProgram, LingbotRunsTwoChunksFromHeldKeysAsCameraPoses) {
   const fs::path model = viewer_lingbot_test::lingbot_folder(dir_);
   const fs::path summary = dir_ / "lingbot.json";
-  const std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model.string(), "--image",
-                                      (model.parent_path() / "start.png").string(), "--size", "32*48", "--device",
-                                      "cpu", "--threads", "2", "--software", "--fps", "0", "--timeout", "100",
-                                      "--summary-json", summary.string(), "--chunks", "2", "--inject",
-                                      "down W; mouse 200 0; wait 2c; up W"};
+  std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model.string(), "--image",
+                                (model.parent_path() / "start.png").string(), "--size", "32*48", "--device",
+                                "cpu", "--threads", "2", "--software", "--fps", "0", "--timeout", "100",
+                                "--summary-json", summary.string(), "--chunks", "2", "--inject",
+                                "down W; mouse 200 0; wait 2c; up W"};
+  // The text through the folder's umT5 (when the build has the tokenizer).
+  const bool prompt = wm::dit::umt5_tokenizer_available();
+  if (prompt) argv.insert(argv.end(), {"--prompt", "a walk through a village"});
   const RunResult r = run_program(argv, x_->display, dir_, 110);
   ASSERT_EQ(r.rc, 0) << r.output;
+  if (prompt) EXPECT_NE(r.output.find("wm_viewer: prompt: "), std::string::npos) << r.output;
   std::ifstream in(summary);
   ASSERT_TRUE(in) << r.output;
   const nlohmann::json s = nlohmann::json::parse(in);

@@ -14,8 +14,11 @@
 
 #include "dit/lingbot_sampler.h"
 #include "dit/lingbot_weights.h"
+#include "dit/umt5_prompt.h"
+#include "dit/umt5_tokenizer.h"
 #include "dit/wan_layers.h"
 #include "dit/wan_vae.h"
+#include "tools/bench_dit/random_umt5.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
@@ -65,6 +68,25 @@ std::vector<std::pair<std::string, at::Tensor>> random_wan_vae(int64_t dim, uint
       sd.emplace_back(k, at::randn(w.sizes(), g).div_(std::sqrt(double(w[0].numel()))));
   }
   return sd;
+}
+
+// The umT5 files of a hub folder: the random encoder, and the tokenizer copied in when given.
+void write_hub_umt5(const LingbotHubOptions& o, const LingbotConfig& c) {
+  const std::filesystem::path dir(o.dir);
+  int64_t vocab = 0;
+  if (!o.spiece.empty()) {
+    vocab = wm::dit::Umt5Tokenizer(o.spiece).vocab_size();
+    const std::filesystem::path tok = dir / wm::dit::kUmt5TokenizerDir / wm::dit::kUmt5SpieceModel;
+    std::filesystem::create_directories(tok.parent_path());
+    std::filesystem::copy_file(o.spiece, tok, std::filesystem::copy_options::overwrite_existing);
+  }
+  const wm::dit::Umt5Config uc = lingbot_hub_umt5_config(c, o.layers, vocab);
+  save_safetensors((dir / wm::dit::kUmt5ConvertedCheckpoint).string(), random_umt5(uc, o.seed + 2));
+  std::printf("wrote %s (umT5 encoder, dim %lld, %lld blocks, vocabulary %lld, random)%s%s\n",
+              (dir / wm::dit::kUmt5ConvertedCheckpoint).string().c_str(), static_cast<long long>(uc.dim),
+              static_cast<long long>(uc.num_layers), static_cast<long long>(uc.vocab),
+              o.spiece.empty() ? "; no tokenizer (--umt5-spiece)" : " and its tokenizer ",
+              o.spiece.empty() ? "" : (dir / wm::dit::kUmt5TokenizerDir).string().c_str());
 }
 
 // A window of `frames` latent frames ending just before first_frame: random K/V of the shapes
@@ -163,6 +185,17 @@ void randomize_lingbot(dit::LingbotDitImpl& m, uint64_t seed) {
   }
 }
 
+wm::dit::Umt5Config lingbot_hub_umt5_config(const LingbotConfig& c, int layers, int64_t vocab) {
+  wm::dit::Umt5Config u = wm::dit::umt5_xxl_config();
+  if (c.text_dim == u.dim) {
+    if (layers > 0) u.num_layers = std::min<int64_t>(u.num_layers, layers);
+  } else {
+    u = small_umt5_config(c.text_dim, 512);
+  }
+  if (vocab > 0) u.vocab = vocab;
+  return u;
+}
+
 int run_lingbot_hub(const LingbotHubOptions& o) {
   at::NoGradGuard ng;
   const LingbotConfig c = lingbot_bench_config(o.size, o.layers);
@@ -176,6 +209,7 @@ int run_lingbot_hub(const LingbotHubOptions& o) {
   save_safetensors(vae, random_wan_vae(o.vae_dim, o.seed + 1));
   std::printf("wrote %s (dim %d, %d blocks, %.1f MB %s) and %s (Wan VAE, base width %d, random)\n", dit_dir.c_str(),
               c.dim, c.num_layers, param_bytes(*m) / 1e6, o.dtype.c_str(), vae.c_str(), o.vae_dim);
+  write_hub_umt5(o, c);
   return 0;
 }
 

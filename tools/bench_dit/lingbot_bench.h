@@ -16,7 +16,10 @@
 //
 // Hub folder (--lingbot-hub DIR): random weights of SIZE written as the hub lays them out
 // (DIR/lingbot_world_fast/: config.json, diffusion_pytorch_model shards + index) beside a random
-// Wan VAE (DIR/Wan2.1_VAE.safetensors, base width --vae-dim), the folder wm_render runs end to end.
+// Wan VAE (DIR/Wan2.1_VAE.safetensors, base width --vae-dim) and a random umT5 encoder as wide as
+// the DiT's text_dim (DIR/models_t5_umt5-xxl-enc-bf16.safetensors), and, given --umt5-spiece, that
+// SentencePiece model as the tokenizer (DIR/google/umt5-xxl/spiece.model): the folder wm_render
+// runs end to end, with --prompt when the tokenizer is there.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 
 #include "dit/lingbot_config.h"
 #include "dit/lingbot_model.h"
+#include "dit/umt5.h"
 
 namespace wm::bench {
 
@@ -45,8 +49,14 @@ struct LingbotHubOptions {
   int vae_dim = 96;
   double shard_mib = 5120;
   std::string dtype = "bf16";  // of the written DiT (the hub's is bfloat16)
+  std::string spiece;          // a SentencePiece model to copy in as the umT5 tokenizer (empty: none)
   uint64_t seed = 0;
 };
+
+// The random umT5 encoder of a hub folder: umT5-XXL's shape (24 blocks, or `layers` when > 0) when
+// text_dim is its 4096, else 2 heads, 2 blocks, FFN 2 x text_dim; `vocab` rows (0: 256384 for
+// umT5-XXL's shape, 512 otherwise).
+wm::dit::Umt5Config lingbot_hub_umt5_config(const wm::dit::LingbotConfig& c, int layers, int64_t vocab);
 
 // The config SIZE names: "14b" (the release: i2v, camera control, dim 5120, 40 heads, FFN 13824,
 // 40 blocks, text_dim 4096, text_len 512; upstream's full cache, no sink), "tiny" (the same

@@ -278,6 +278,10 @@ void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
       ->capture_default_str()->check(CLI::Range(1, 1024))->needs(m.lingbot_hub);
   app.add_option("--shard-mib", o.hub.shard_mib, "--lingbot-hub: the largest shard (MiB)")
       ->capture_default_str()->check(wm::cli::FiniteRange(1e-6, 1e9))->needs(m.lingbot_hub);
+  app.add_option("--umt5-spiece", o.hub.spiece,
+                 "--lingbot-hub: a SentencePiece model copied in as DIR/google/umt5-xxl/spiece.model, the tokenizer "
+                 "--prompt needs (the random umT5 encoder then has one row per piece)")
+      ->check(CLI::ExistingFile)->needs(m.lingbot_hub);
 }
 
 // --lingbot (and --lingbot-hub).

@@ -22,9 +22,13 @@ namespace wm::render {
 namespace fs = std::filesystem;
 
 void LingbotRenderOptions::add_to(CLI::App& app) {
-  app.add_option("--text-context", text_context,
-                 "LingBot-World-Fast: safetensors with `context` [L, 4096], umT5's output for the prompt (without "
-                 "it the DiT attends to zero rows, not to an encoded prompt)");
+  CLI::Option* file = app.add_option("--text-context", text_context,
+                                     "LingBot-World-Fast: safetensors with `context` [L, 4096], umT5's output for the "
+                                     "prompt (without it or --prompt the DiT attends to zero rows, not to a prompt)");
+  app.add_option("--prompt", prompt,
+                 "LingBot-World-Fast: the prompt, through the umT5 encoder (models_t5_umt5-xxl-enc-bf16.pth) and "
+                 "tokenizer (google/umt5-xxl/) beside the model folder, once at the start, on --device in --dtype")
+      ->excludes(file);
   app.add_option("--poses", poses,
                  "LingBot-World-Fast: camera-to-world poses, upstream's poses.npy [N,4,4] (OpenCV) or its folder; "
                  "intrinsics.npy beside it is read (default: a generated --trajectory)");
@@ -73,22 +77,6 @@ worldkv::SessionConfig session_config(const Mg2RenderOptions& c) {
   return sc;
 }
 
-// The text context, or none with a note saying what that means.
-at::Tensor text_context(const LingbotRenderOptions& o, const dit::LingbotConfig& cfg) {
-  if (!o.text_context.empty()) {
-    at::Tensor t = rollout::load_lingbot_text_context(o.text_context);
-    if (t.size(1) != cfg.text_dim || t.size(0) > cfg.text_len)
-      throw Error(str_cat(o.text_context, ": context ", t.sizes(), ", the model takes [L <= ", cfg.text_len, ", ",
-                          cfg.text_dim, "]"));
-    return t;
-  }
-  std::fprintf(stderr,
-               "wm_render: no --text-context: the DiT attends to %d zero rows, which no prompt encodes to (give "
-               "umT5's output for a prompt)\n",
-               cfg.text_len);
-  return at::Tensor();
-}
-
 struct Rolled {
   std::vector<at::Tensor> latents;
   double dit_ms = 0, total_ms = 0;
@@ -129,14 +117,19 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
   if (c.image.empty()) throw Error("LingBot-World-Fast starts from an image: give --image FILE");
   if (!c.latents_in.empty() || !c.actions.empty() || !c.mode.empty() || !c.clip.empty())
     throw Error("--latents, --actions, --mode and --clip are Matrix-Game-2.0's; LingBot-World-Fast takes --image, "
-                "--text-context and --poses or --trajectory");
+                "--prompt or --text-context, and --poses or --trajectory");
   worldkv::SessionConfig().set_policy(c.policy);
   const PlannedCamera planned = plan_camera(c, o);
   const Image image = media::read_image(c.image);
   const rollout::LingbotVideoSize size = rollout::lingbot_video_size(image.height, image.width, rollout::lingbot_max_area(o.size));
 
+  // The text before the DiT: umT5's encoder is freed first.
+  const at::Tensor text = rollout::lingbot_text_context({o.text_context, o.prompt}, c.model, dev, dt, "wm_render");
   std::fprintf(stderr, "wm_render: loading %s (%s)\n", c.model.c_str(), c.dtype.c_str());
   dit::LingbotDit model = dit::load_lingbot_dit(c.model, dev, dt);
+  if (!text.defined())
+    std::fprintf(stderr, "wm_render: no --prompt or --text-context: the DiT attends to %d zero rows, which no prompt "
+                         "encodes to\n", int(model->config().text_len));
   std::unique_ptr<dit::WanVaeCodec> vae =
       rollout::load_lingbot_vae(c.model, c.vae, size, dev, dt, at::kFloat, "the image condition needs it");
   const int n_latents = 3 * planned.chunks;
@@ -150,8 +143,7 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
   if (planned.trajectory.intrinsics) lo.intrinsics = *planned.trajectory.intrinsics;
   std::unique_ptr<dit::Codec> codec;
   if (!c.out.empty()) codec = std::move(vae);
-  worldkv::WorldSession session(std::make_unique<worldkv::LingbotAdapter>(model, std::move(codec),
-                                                                          text_context(o, model->config()),
+  worldkv::WorldSession session(std::make_unique<worldkv::LingbotAdapter>(model, std::move(codec), text,
                                                                           image_latents, lo, dev),
                                 session_config(c));
   std::unique_ptr<media::Mp4Writer> writer;

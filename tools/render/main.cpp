@@ -73,7 +73,8 @@ const char* const kDescription =
     "wm_render: roll the world model out along a trajectory and write an MP4. With --model naming a "
     "Matrix-Game-2.0 folder (config.json + safetensors, as the hub has it), the MG2 path: --image or --latents, "
     "--actions or --trajectory, --policy native or a memory policy; with a LingBot-World-Fast folder (config.json, "
-    "diffusion_pytorch_model shards + index), its path: --image, --text-context, --poses or --trajectory";
+    "diffusion_pytorch_model shards + index), its path: --image, --prompt or --text-context, --poses or "
+    "--trajectory";
 
 // Registers every option (in --help order).
 void add_options(CLI::App& app, Options& o) {
@@ -128,8 +129,8 @@ int run_mg2(const Options& o, const CLI::App& app) {
                                 name));
   if (app.count("--tile") || app.count("--png-dir"))
     throw wm::Error(wm::str_cat("--tile and --png-dir are for the embedded model's path, not ", name));
-  if (!lingbot && (app.count("--text-context") || app.count("--poses") || app.count("--size")))
-    throw wm::Error("--text-context, --poses and --size are for a LingBot-World-Fast model folder");
+  if (!lingbot && (app.count("--text-context") || app.count("--prompt") || app.count("--poses") || app.count("--size")))
+    throw wm::Error("--prompt, --text-context, --poses and --size are for a LingBot-World-Fast model folder");
   wm::render::Mg2RenderOptions mg2 = o.mg2;
   mg2.model = o.model_path;
   mg2.out = app.count("--out") ? o.out : "";
@@ -378,6 +379,8 @@ int main(int argc, char** argv) {
   try {
     wm::init_threads(o.threads);
     if (is_mg2_run(o)) return run_mg2(o, app);
+    if (app.count("--text-context") || app.count("--prompt") || app.count("--poses") || app.count("--size"))
+      throw wm::Error("--prompt, --text-context, --poses and --size are for a LingBot-World-Fast model folder");
     render_episode(o);
   } catch (const std::exception& e) {
     std::cerr << "wm_render: error: " << wm::cli::error_text(e) << "\n";

@@ -15,14 +15,16 @@ namespace wm::rollout {
 namespace fs = std::filesystem;
 
 LingbotRollouts::LingbotRollouts(LingbotBenchModel m, at::Device device)
-    : m_(std::move(m)), device_(device), model_(dit::load_lingbot_dit(m_.dir, device, m_.dtype)) {
+    : m_(std::move(m)),
+      device_(device),
+      text_(lingbot_text_context({m_.text_context, m_.prompt}, m_.dir, device, m_.dtype, "wm_revisit_bench")),
+      model_(dit::load_lingbot_dit(m_.dir, device, m_.dtype)) {
   const LingbotVideoSize size = lingbot_video_size(m_.height, m_.width, int64_t(m_.height) * m_.width);
   if (size.height != m_.height || size.width != m_.width)
     throw Error(str_cat("the video size ", m_.width, "x", m_.height, " must be multiples of 16 (upstream's rounding "
                         "makes ", size.width, "x", size.height, ")"));
   vae_path_ = lingbot_vae_path(m_.dir, m_.vae);
   if (!fs::exists(vae_path_)) throw Error(str_cat("no VAE at '", vae_path_, "' (pass --vae)"));
-  if (!m_.text_context.empty()) text_ = load_lingbot_text_context(m_.text_context);
 }
 
 world::RenderSpec LingbotRollouts::render_spec() const {

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dit/lingbot_model.h"
@@ -20,7 +21,8 @@ namespace wm::rollout {
 struct LingbotBenchModel {
   std::string dir;           // the model folder (as the hub's)
   std::string vae;           // Wan VAE (empty: Wan2.1_VAE.pth, else .safetensors, beside the folder)
-  std::string text_context;  // safetensors with `context` (empty: zero rows)
+  std::string text_context;  // safetensors with `context`
+  std::optional<std::string> prompt;  // text through umT5 instead (neither: zero rows)
   int height = 480, width = 832;  // the video (and ground-truth) size, multiples of 16
   int cond_latents = 0;      // latent frames of the image condition to encode (0: all the episode's)
   at::ScalarType dtype = at::kFloat;
@@ -29,7 +31,8 @@ struct LingbotBenchModel {
 // A LingBot model loaded once, making one adapter per rollout.
 class LingbotRollouts {
  public:
-  // Loads the DiT, checks the VAE and text files. Throws wm::Error naming a bad one.
+  // Encodes the prompt (or reads the text context), then loads the DiT and checks the VAE. Throws
+  // wm::Error naming a bad file.
   LingbotRollouts(LingbotBenchModel m, at::Device device);
   // The ground truth's render settings: the video size and the intrinsics' field of view.
   world::RenderSpec render_spec() const;
@@ -40,8 +43,8 @@ class LingbotRollouts {
  private:
   LingbotBenchModel m_;
   at::Device device_;
+  at::Tensor text_;  // made before the DiT is loaded (the umT5 encoder freed first)
   dit::LingbotDit model_;
-  at::Tensor text_;
   std::string vae_path_;
 };
 

@@ -76,8 +76,13 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto, cpu, cuda, cuda:N");
   app.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--vae", o.lingbot.vae, "LingBot-World-Fast: the Wan VAE (default: beside the model folder)");
-  app.add_option("--text-context", o.lingbot.text_context,
-                 "LingBot-World-Fast: safetensors with `context` [L, 4096] (umT5's output; default: zero rows)");
+  CLI::Option* file = app.add_option("--text-context", o.lingbot.text_context,
+                                     "LingBot-World-Fast: safetensors with `context` [L, 4096] (umT5's output; "
+                                     "without it or --prompt: zero rows)");
+  app.add_option("--prompt", o.lingbot.prompt,
+                 "LingBot-World-Fast: the prompt, through the umT5 encoder and tokenizer beside the model folder "
+                 "(models_t5_umt5-xxl-enc-bf16.pth, google/umt5-xxl/), once at the start, in --dtype")
+      ->excludes(file);
   app.add_option("--video-size", o.lingbot_size, "LingBot-World-Fast: video and ground-truth size HxW (multiples of 16)");
   app.add_option("--cond-latents", o.lingbot.cond_latents,
                  "LingBot-World-Fast: latent frames of the image condition to encode (0: all; later ones reuse the last)")
@@ -450,6 +455,8 @@ void write_results(const Options& o, const wm::world::Suite& suite, int total_fr
 Rollouts make_rollouts(const Options& o, at::Device dev) {
   Rollouts r;
   if (!fs::is_directory(o.model_path)) {
+    if (o.lingbot.prompt || !o.lingbot.text_context.empty())
+      throw wm::Error("--prompt and --text-context are for a LingBot-World-Fast model folder");
     wm::dit::CausalDit model = wm::worldkv::load_world_model(o.model_path, dev);
     const wm::dit::SamplerConfig sampler = o.ro.sampler();
     r.make_model = [model, sampler, dev](const EpisodeTruth&) {

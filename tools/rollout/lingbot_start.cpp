@@ -2,11 +2,15 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dit/lingbot_weights.h"
+#include "dit/umt5_prompt.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/cli/npy.h"
@@ -100,6 +104,52 @@ at::Tensor load_lingbot_text_context(const std::string& path) {
   if (c.dim() == 3 && c.size(0) == 1) c = c[0];
   if (c.dim() != 2) throw Error(str_cat(path, ": 'context' must be [L, text_dim] or [1, L, text_dim], got ", c.sizes()));
   return c;
+}
+
+std::string lingbot_checkpoint_dir(const std::string& model_dir) {
+  fs::path p = fs::absolute(fs::path(model_dir)).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "DIR/"
+  return p.parent_path().string();
+}
+
+namespace {
+
+// The prompt through umT5, the encoder checked against the DiT before its weights are read.
+at::Tensor encode_lingbot_prompt(const std::string& prompt, const std::string& model_dir,
+                                 const dit::LingbotConfig& cfg, at::Device device, at::ScalarType dtype,
+                                 const std::string& program) {
+  const dit::Umt5Files files = dit::find_umt5_files(lingbot_checkpoint_dir(model_dir));
+  const int64_t dim = dit::umt5_config_from_checkpoint(files.encoder).dim;
+  if (dim != cfg.text_dim)
+    throw Error(str_cat(files.encoder, ": the umT5 encoder is ", dim, " wide, the DiT in ", model_dir, " takes ",
+                        cfg.text_dim));
+  std::fprintf(stderr, "%s: encoding the prompt with %s\n", program.c_str(), files.encoder.c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  const dit::Umt5Prompt p = dit::encode_umt5_prompt(prompt, files, cfg.text_len, device, dtype);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "%s: prompt: %lld umT5 tokens of %d (EOS included), encoded in %.2f s\n", program.c_str(),
+               static_cast<long long>(p.tokens), int(cfg.text_len), s);
+  if (p.prompt_tokens > p.tokens)
+    std::fprintf(stderr, "%s: the prompt's %lld tokens were cut to %lld, as upstream cuts them\n", program.c_str(),
+                 static_cast<long long>(p.prompt_tokens), static_cast<long long>(p.tokens));
+  return p.context;
+}
+
+}  // namespace
+
+at::Tensor lingbot_text_context(const LingbotTextSource& source, const std::string& model_dir, at::Device device,
+                                at::ScalarType dtype, const std::string& program) {
+  if (source.prompt && !source.context_file.empty())
+    throw Error("--prompt and --text-context both give the text context: give one");
+  if (!source.prompt && source.context_file.empty()) return at::Tensor();
+  at::NoGradGuard ng;
+  const dit::LingbotConfig cfg = dit::load_lingbot_config(dit::find_lingbot_files(model_dir).config);
+  if (source.prompt) return encode_lingbot_prompt(*source.prompt, model_dir, cfg, device, dtype, program);
+  const at::Tensor t = load_lingbot_text_context(source.context_file);
+  if (t.size(1) != cfg.text_dim || t.size(0) > cfg.text_len)
+    throw Error(str_cat(source.context_file, ": context ", t.sizes(), ", the model takes [L <= ", cfg.text_len, ", ",
+                        cfg.text_dim, "]"));
+  return t;
 }
 
 LingbotTrajectory load_lingbot_poses(const std::string& path) {

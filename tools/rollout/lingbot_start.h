@@ -1,9 +1,9 @@
 #pragma once
 // What a LingBot-World-Fast rollout starts from, read from the files a user names (wm_render,
-// benchmarks): the video size upstream derives from the image and a maximum area, the image
-// condition through the Wan VAE, the text context, and the camera trajectory (upstream's
-// poses.npy / intrinsics.npy, or one generated from the trajectories Matrix-Game-2.0's programs
-// use).
+// wm_revisit_bench, the viewer): the video size upstream derives from the image and a maximum
+// area, the image condition through the Wan VAE, the text context (a file, or a prompt through
+// umT5), and the camera trajectory (upstream's poses.npy / intrinsics.npy, or one generated from
+// the trajectories Matrix-Game-2.0's programs use).
 #include <ATen/ATen.h>
 
 #include <array>
@@ -57,6 +57,29 @@ at::Tensor lingbot_image_latents(const Image& image, const dit::WanVaeCodec& vae
 // A text context file: safetensors holding `context` [L, text_dim] or [1, L, text_dim] (umT5's
 // output for the prompt). Throws wm::Error naming the file.
 at::Tensor load_lingbot_text_context(const std::string& path);
+
+// The checkpoint folder of a model folder as the hub lays it out: the folder above
+// (lingbot-world-base-cam/ holding lingbot_world_fast/, Wan2.1_VAE.pth, the umT5 encoder and
+// google/umt5-xxl/).
+std::string lingbot_checkpoint_dir(const std::string& model_dir);
+
+// Where a rollout's text context comes from (the programs' --text-context and --prompt): at most
+// one of the two.
+struct LingbotTextSource {
+  std::string context_file;           // safetensors with `context` [L, text_dim]
+  std::optional<std::string> prompt;  // text through umT5 (empty text included: EOS alone)
+};
+
+// The text context of a rollout of the model folder `model_dir` (its config.json read for text_dim
+// and text_len): the file's, or the prompt through umT5 as upstream encodes it
+// (dit::encode_umt5_prompt: the encoder and tokenizer found in lingbot_checkpoint_dir(model_dir),
+// run once on `device` in `dtype` and freed before returning; one line on stderr prefixed by
+// `program` saying the tokens and the time, and one more when the prompt was cut to text_len).
+// [L, text_dim], L <= text_len (the DiT zero-pads it). Undefined when neither is given: the
+// adapter then attends to text_len zero rows. Throws wm::Error when both are given, when the
+// encoder's width is not the DiT's text_dim, or naming the file at fault.
+at::Tensor lingbot_text_context(const LingbotTextSource& source, const std::string& model_dir, at::Device device,
+                                at::ScalarType dtype, const std::string& program);
 
 // A camera trajectory, one entry a video frame.
 struct LingbotTrajectory {
