@@ -65,6 +65,9 @@ TEST(ProseTasks, HtmlParagraphsToText) {
                          "<code>apt-get</code>&nbsp;x &#x41;.\n  "),
             "APT is a \u201Cvast\u201D project & more\u2014apt-get x A.");
   EXPECT_EQ(html_to_text("a &unknown; b"), "a &unknown; b");
+  // A surrogate or out-of-range code point is no character: kept as the text it was, never as
+  // invalid UTF-8.
+  EXPECT_EQ(html_to_text("x &#xD800; &#55296; &#x110000; y"), "x &#xD800; &#55296; &#x110000; y");
   const std::string dir = testing::TempDir() + "prose_html";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/a.html") << "<div class=\"para\">One two three four five six seven eight.</div>"

@@ -51,7 +51,7 @@ size_t decode_entity(const std::string& s, size_t i, std::string& out) {
     if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos)
       return 0;
     const unsigned long cp = std::stoul(digits, nullptr, hex ? 16 : 10);
-    if (cp == 0 || cp > 0x10FFFF) return 0;
+    if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;  // no surrogate as UTF-8
     append_utf8(out, cp == 0xA0 ? 0x20 : static_cast<uint32_t>(cp));
     return semi - i + 1;
   }
