@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/utf8.h"
+
 namespace wm::llm::jinja::text {
 
 // The code point starting at s[i] and its length in bytes (1 for a byte that starts no valid
@@ -19,8 +21,8 @@ struct CodePoint {
 };
 CodePoint decode_at(std::string_view s, size_t i);
 
-// Appends cp as UTF-8 (cp <= 0x10FFFF).
-void append_utf8(std::string& out, uint32_t cp);
+// Appends cp as UTF-8 (cp <= 0x10FFFF): runtime/utf8.h.
+using wm::append_utf8;
 
 // Byte offsets where each code point of s starts, plus s.size() at the end ([n + 1] entries).
 std::vector<size_t> code_point_offsets(std::string_view s);
