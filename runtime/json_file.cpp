@@ -1,6 +1,10 @@
 #include "runtime/json_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -47,19 +51,26 @@ void check_index_file_name(const std::string& name, const std::string& index) {
 
 void write_text_atomically(const std::string& path, const std::string& text, const std::string& who) {
   const std::string tmp = str_cat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(str_cat(who, ": cannot write '", tmp, "'"));
-    f << text;
-    f.flush();
-    if (!f) {
-      f.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(str_cat(who, ": write to '", tmp, "' failed"));
-    }
+  // Created here and only here (O_EXCL, no link followed): what is removed on failure is this
+  // process's own file, never one that was there before.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(str_cat(who, ": cannot create '", tmp, "': ", std::strerror(errno),
+                        errno == EEXIST ? " (left there by something else: remove it to go on)" : ""));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
   }
+  const bool written = done == text.size() && ::close(fd) == 0;
+  if (done != text.size()) ::close(fd);
   std::error_code ec;
+  if (!written) {
+    fs::remove(tmp, ec);
+    throw Error(str_cat(who, ": write to '", tmp, "' failed"));
+  }
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);

@@ -17,8 +17,9 @@ nlohmann::json read_json_file(const std::string& path);
 void check_index_file_name(const std::string& name, const std::string& index);
 
 // Writes text to path whole: a temporary file beside it (its name and this process's id), then
-// a rename over path; the temporary is removed on failure. Throws wm::Error naming `who` and the
-// file.
+// a rename over path; the temporary is created exclusively (an existing file or link of that
+// name is an error, never written through or removed) and removed on failure. Throws wm::Error
+// naming `who` and the file.
 void write_text_atomically(const std::string& path, const std::string& text, const std::string& who);
 
 }  // namespace wm
