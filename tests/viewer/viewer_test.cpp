@@ -42,13 +42,13 @@ TEST(Viewer, NotConfigured) {
 #include "dit/lingbot_weights.h"
 #include "dit/model.h"
 #include "dit/umt5_tokenizer.h"
-#include "dit/wan_vae.h"
 #include "dit/weights.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/media/png.h"
 #include "tests/worldkv/synthetic.h"
 #include "tools/bench_dit/random_umt5.h"
+#include "tools/bench_dit/random_wan_vae.h"
 #include "tools/world/scene.h"
 #include "tools/rollout/mg2_start.h"
 #include "viewer/app.h"
@@ -668,25 +668,6 @@ TEST_F(ViewerProgram, ExitsAfterChunksAndReportsErrors) {
   EXPECT_NE(bad.output.find("not found"), std::string::npos) << bad.output;
 }
 
-// A Wan VAE state dict of base width `dim` with random weights (conv weights N(0, 1 / fan_in),
-// biases 0.05 N(0, 1), RMS gammas in [0.5, 1.5]), written as safetensors.
-void write_random_wan_vae(const std::string& path, int64_t dim, uint64_t seed) {
-  wm::dit::WanVaeConfig cfg;
-  cfg.dim = dim;
-  wm::dit::WanVae vae(cfg, wm::dit::WanVaeParts::Full);
-  at::Generator g = at::detail::createCPUGenerator(seed);
-  std::vector<std::pair<std::string, at::Tensor>> sd;
-  for (const auto& p : vae->named_parameters(true)) {
-    const std::string& k = p.key();
-    const at::Tensor& w = p.value();
-    auto ends = [&](const std::string& t) { return k.size() >= t.size() && k.compare(k.size() - t.size(), t.size(), t) == 0; };
-    if (ends("gamma")) sd.emplace_back(k, at::rand(w.sizes(), g).add_(0.5));
-    else if (ends("bias")) sd.emplace_back(k, at::randn(w.sizes(), g).mul_(0.05));
-    else sd.emplace_back(k, at::randn(w.sizes(), g).div_(std::sqrt(double(w[0].numel()))));
-  }
-  wm::save_safetensors(path, sd);
-}
-
 // Matrix-Game-2.0 on the reduced universal model (tests/dit/fixtures/mg2), from random image
 // latents and CLIP tokens, decoded by a 1-wide Wan VAE with random weights: the fixture's 4-wide
 // one (wan_vae_tiny.pth, same code) costs about 1 s of CPU a 640x352 frame, this one a third of
@@ -707,7 +688,7 @@ Mg2Files mg2_files(const fs::path& dir) {
     at::Generator g = at::detail::createCPUGenerator(3);
     wm::save_safetensors(f.latents.string(), {{"image_latents", at::randn({2, 16, 44, 80}, g)},
                                               {"clip_tokens", at::randn({257, 1280}, g)}});
-    write_random_wan_vae(f.vae.string(), 1, 4);
+    wm::save_safetensors(f.vae.string(), wm::bench::random_wan_vae(1, 4));
   }
   return f;
 }
@@ -864,7 +845,7 @@ fs::path lingbot_folder(const fs::path& dir) {
     for (auto& p : m->parameters()) p.normal_(0.0, 0.05, g);
   }
   wm::dit::save_lingbot_dit(*m, model.string(), 64 << 10);
-  write_random_wan_vae((dir / "lingbot" / "Wan2.1_VAE.safetensors").string(), 1, 4);
+  wm::save_safetensors((dir / "lingbot" / "Wan2.1_VAE.safetensors").string(), wm::bench::random_wan_vae(1, 4));
   // umT5 as the hub lays it out beside the model folder: an encoder as wide as text_dim, one row a
   // piece of the tokenizer fixture (300), and that tokenizer.
   wm::save_safetensors((dir / "lingbot" / "models_t5_umt5-xxl-enc-bf16.safetensors").string(),

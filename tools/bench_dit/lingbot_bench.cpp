@@ -17,8 +17,8 @@
 #include "dit/umt5_prompt.h"
 #include "dit/umt5_tokenizer.h"
 #include "dit/wan_layers.h"
-#include "dit/wan_vae.h"
 #include "tools/bench_dit/random_umt5.h"
+#include "tools/bench_dit/random_wan_vae.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
@@ -46,28 +46,6 @@ double param_bytes(torch::nn::Module& m) {
   double n = 0;
   for (const auto& p : m.parameters()) n += double(p.nbytes());
   return n;
-}
-
-// A Wan VAE state dict of base width `dim`, random: conv weights N(0, 1 / fan_in), biases
-// 0.05 N(0, 1), RMS gammas in [0.5, 1.5] (decoded frames vary across the picture).
-std::vector<std::pair<std::string, at::Tensor>> random_wan_vae(int64_t dim, uint64_t seed) {
-  wm::dit::WanVaeConfig cfg;
-  cfg.dim = dim;
-  wm::dit::WanVae vae(cfg, wm::dit::WanVaeParts::Full);
-  at::Generator g = at::detail::createCPUGenerator(seed);
-  std::vector<std::pair<std::string, at::Tensor>> sd;
-  for (const auto& p : vae->named_parameters(true)) {
-    const std::string& k = p.key();
-    const at::Tensor& w = p.value();
-    auto ends = [&](const std::string& t) { return k.size() >= t.size() && k.compare(k.size() - t.size(), t.size(), t) == 0; };
-    if (ends("gamma"))
-      sd.emplace_back(k, at::rand(w.sizes(), g).add_(0.5));
-    else if (ends("bias"))
-      sd.emplace_back(k, at::randn(w.sizes(), g).mul_(0.05));
-    else
-      sd.emplace_back(k, at::randn(w.sizes(), g).div_(std::sqrt(double(w[0].numel()))));
-  }
-  return sd;
 }
 
 // The umT5 files of a hub folder: the random encoder, and the tokenizer copied in when given.
