@@ -96,14 +96,7 @@ LingbotDitImpl::LingbotDitImpl(LingbotConfig cfg) : cfg_(std::move(cfg)) {
 }
 
 KvSpec LingbotDitImpl::kv_spec(at::Device device, at::ScalarType dtype) const {
-  KvSpec s;
-  s.n_layers = cfg_.num_layers;
-  s.n_kv_heads = cfg_.num_heads;
-  s.head_dim = cfg_.head_dim();
-  s.dtype = dtype;
-  s.device = device;
-  s.rope = rope_;
-  return s;
+  return wan_kv_spec(cfg_, rope_, device, dtype);
 }
 
 LingbotText LingbotDitImpl::encode_text(const at::Tensor& context) {
@@ -144,16 +137,7 @@ at::Tensor LingbotDitImpl::forward_chunk(const at::Tensor& x_in, const at::Tenso
   const auto dt = dtype();
   const auto dev = device();
   const int64_t F = x_in.size(0), D = c.dim, gh = x_in.size(2) / c.patch_h, gw = x_in.size(3) / c.patch_w;
-  WanTokens tok;
-  tok.F = F;
-  tok.P = gh * gw;
-  tok.n = F * tok.P;
-  tok.dim = D;
-  tok.heads = c.num_heads;
-  tok.head_dim = c.head_dim();
-  tok.eps = c.eps;
-  tok.pos = wan_positions(first_frame, F, gh, gw);
-  tok.rope = &rope_;
+  const WanTokens tok = wan_tokens(c, F, gh, gw, wan_positions(first_frame, F, gh, gw), rope_);
   at::Tensor t = t_in.to(dev).reshape({-1});
   WM_CHECK(t.numel() == 1 || t.numel() == F || t.numel() == tok.n, "timesteps must be a scalar, [", F, "] or [",
            tok.n, "], got ", t_in.sizes());

@@ -89,14 +89,7 @@ Mg2DitImpl::Mg2DitImpl(Mg2Config cfg) : cfg_(std::move(cfg)) {
 }
 
 KvSpec Mg2DitImpl::kv_spec(at::Device device, at::ScalarType dtype) const {
-  KvSpec s;
-  s.n_layers = cfg_.num_layers;
-  s.n_kv_heads = cfg_.num_heads;
-  s.head_dim = cfg_.head_dim();
-  s.dtype = dtype;
-  s.device = device;
-  s.rope = rope_;
-  return s;
+  return wan_kv_spec(cfg_, rope_, device, dtype);
 }
 
 at::Tensor Mg2DitImpl::positions(int64_t first_frame, int64_t F) const {
@@ -142,16 +135,7 @@ at::Tensor Mg2DitImpl::forward_chunk(const at::Tensor& x_in, const at::Tensor& t
                                  c.patch_w);  // [1, n, D]
   at::Tensor e = time_embedding->forward(wan_sinusoid(t, c.freq_dim).to(dt));  // [F, D]
   at::Tensor e0 = time_projection->forward(e).view({F, 6, D});
-  WanTokens tok;
-  tok.F = F;
-  tok.P = gh * gw;
-  tok.n = F * tok.P;
-  tok.dim = D;
-  tok.heads = c.num_heads;
-  tok.head_dim = c.head_dim();
-  tok.eps = c.eps;
-  tok.pos = positions(first_frame, F);
-  tok.rope = &rope_;
+  const WanTokens tok = wan_tokens(c, F, gh, gw, positions(first_frame, F), rope_);
   const WanKvContext wctx{ctx.window, ctx.main};
 
   if (kv_out) {

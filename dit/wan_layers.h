@@ -71,6 +71,38 @@ struct WanTokens {
   const RopeSpec* rope = nullptr;
 };
 
+// The layout of a chunk of F latent frames of gh x gw patches at positions pos [F * gh * gw, 3]
+// (wan_positions) for a Wan config `c` (its dim, num_heads, head_dim(), eps) and its RoPE, which
+// must outlive the result.
+template <class WanConfig>
+WanTokens wan_tokens(const WanConfig& c, int64_t F, int64_t gh, int64_t gw, at::Tensor pos, const RopeSpec& rope) {
+  WanTokens tok;
+  tok.F = F;
+  tok.P = gh * gw;
+  tok.n = F * tok.P;
+  tok.dim = c.dim;
+  tok.heads = c.num_heads;
+  tok.head_dim = c.head_dim();
+  tok.eps = c.eps;
+  tok.pos = std::move(pos);
+  tok.rope = &rope;
+  return tok;
+}
+
+// The self-attention K/V a Wan DiT of config `c` caches: num_layers layers of num_heads heads of
+// head_dim(), rotated by `rope`, in dtype on device.
+template <class WanConfig>
+KvSpec wan_kv_spec(const WanConfig& c, const RopeSpec& rope, at::Device device, at::ScalarType dtype) {
+  KvSpec s;
+  s.n_layers = c.num_layers;
+  s.n_kv_heads = c.num_heads;
+  s.head_dim = c.head_dim();
+  s.dtype = dtype;
+  s.device = device;
+  s.rope = rope;
+  return s;
+}
+
 // LayerNorm without affine parameters: statistics in float32, result in x's dtype.
 at::Tensor wan_plain_layer_norm(const at::Tensor& x, double eps);
 // An affine LayerNorm module applied with float32 statistics, result in x's dtype.
