@@ -9,8 +9,6 @@
 #include "tools/media/png.h"
 #include "tools/rollout/lingbot_start.h"
 #include "tools/rollout/mg2_start.h"
-#include "viewer/mg2_hud.h"
-#include "viewer/mg2_view.h"
 #include "viewer/palette.h"
 #include "worldkv/lingbot_adapter.h"
 #include "worldkv/mg2_adapter.h"
@@ -39,12 +37,9 @@ std::string short_text(const std::string& s, size_t bytes) {
 
 }  // namespace
 
-LingbotView::LingbotView(const ViewerOptions& o) : o_(o) {
+LingbotView::LingbotView(const ViewerOptions& o) : Mg2KeysView(o, "universal") {
   setup_.header = "LINGBOT-WORLD-FAST";
   setup_.free_clock_fps = 16;
-  setup_.reference = false;
-  setup_.mouse = true;
-  setup_.keys = input_.keyboard_names();
   setup_.new_start = "restart from the image";
   setup_.policy_switch = "restart from the image";
   setup_.state_label = "";
@@ -85,80 +80,22 @@ std::unique_ptr<worldkv::WorldSession> LingbotView::load() {
       std::make_unique<worldkv::LingbotAdapter>(model, std::move(vae), text, latents, lo, device), sc);
 }
 
-void LingbotView::open(SDL_Renderer* r, uint64_t seed) {
-  (void)r;
-  (void)seed;  // the image is all a rollout starts from
-}
-
-bool LingbotView::press(SDL_Scancode key) {
-  const auto k = mg2_key(key, "universal");
-  if (k) input_.press(*k, key);
-  return k.has_value();
-}
-
-bool LingbotView::release(SDL_Scancode key) {
-  const auto k = mg2_key(key, "universal");
-  if (k) input_.release(*k, key);
-  return k.has_value();
-}
-
 worldkv::FrameControl LingbotView::sample() {
-  worldkv::FrameControl c;
-  c.mg2 = input_.sample();
+  worldkv::FrameControl c = Mg2KeysView::sample();
   pose_ = worldkv::mg2_integrate_pose(pose_, c.mg2, "universal", kLingbotStep, 1.0);
   c.pose = pose_;
   return c;
 }
 
-std::vector<Image> LingbotView::prompt(const std::vector<worldkv::FrameControl>& first) {
-  (void)first;
-  return {};  // the rollout starts from its image condition
-}
-
-bool LingbotView::accepts_policy(const std::string& policy) const { return policy != "worldkv_attn"; }
-
-std::string LingbotView::new_start(uint64_t& seed) {
-  (void)seed;
-  return "restart from the image";
-}
-
 bool LingbotView::restart(bool new_start, const worldkv::Pose* last) {
-  (void)new_start;
-  (void)last;
   pose_ = worldkv::Pose{};
-  return false;  // every rollout starts from the image
-}
-
-bool LingbotView::reference(const worldkv::Pose& pose, Image& out) {
-  (void)pose;
-  (void)out;
-  return false;
+  return Mg2KeysView::restart(new_start, last);  // every rollout starts from the image
 }
 
 std::vector<HudLine> LingbotView::model_lines() const {
   if (o_.prompt) return {{"text", str_cat("\"", short_text(*o_.prompt, 40), "\""), palette::kAccent}};
   if (o_.text_context.empty()) return {{"text", "none (zero rows)", palette::kDim}};
   return {{"text", fs::path(o_.text_context).filename().string(), palette::kAccent}};
-}
-
-std::vector<HudLine> LingbotView::input_lines(const worldkv::FrameControl* shown) const {
-  if (!shown) return {{"input", "-", palette::kDim}};
-  return {{"input", format_mg2_keys(shown->mg2, input_.keyboard_names()) + fmt("  p %+.2f", shown->mg2.pitch) +
-                        fmt("  y %+.2f", shown->mg2.yaw)}};
-}
-
-void LingbotView::draw_panel(SDL_Renderer* r, const Font& font, const SDL_Rect& area,
-                             const std::vector<worldkv::Pose>& track, const MemorySnapshot* mem,
-                             const worldkv::Pose& pose) const {
-  draw_mg2_track(r, font, area, track, mem, pose);
-}
-
-std::string LingbotView::help_keys() const { return mg2_help_keys("universal"); }
-
-std::vector<bool> LingbotView::keys_on(const worldkv::FrameControl& c) const {
-  std::vector<bool> on(setup_.keys.size(), false);
-  for (size_t j = 0; j < on.size() && j < c.mg2.keyboard.size(); ++j) on[j] = c.mg2.keyboard[j] > 0.5f;
-  return on;
 }
 
 }  // namespace wm::viewer

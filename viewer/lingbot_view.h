@@ -11,12 +11,11 @@
 // full speed is upstream's input exactly. N and the policy keys restart from the image; the panel
 // is the pose's track from above (viewer/mg2_hud.h).
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "viewer/mg2_input.h"
-#include "viewer/model_view.h"
+#include "viewer/mg2_keys_view.h"
 #include "viewer/options.h"
+#include "worldkv/pose.h"
 
 namespace wm::viewer {
 
@@ -24,35 +23,18 @@ namespace wm::viewer {
 // the ratio of steps matters).
 inline constexpr double kLingbotStep = 1.0;
 
-class LingbotView final : public ModelView {
+class LingbotView final : public Mg2KeysView {
  public:
   explicit LingbotView(const ViewerOptions& o);
 
   std::unique_ptr<worldkv::WorldSession> load() override;
-  const ViewSetup& setup() const override { return setup_; }
-  void open(SDL_Renderer* r, uint64_t seed) override;
-  bool press(SDL_Scancode key) override;
-  bool release(SDL_Scancode key) override;
-  void mouse_motion(double dx, double dy) override { input_.mouse_motion(dx, dy); }
-  void clear_input() override { input_.clear(); }
+  // The held input, and the camera pose it moves to as the control's `pose`.
   worldkv::FrameControl sample() override;
-  std::vector<Image> prompt(const std::vector<worldkv::FrameControl>& first) override;
-  bool accepts_policy(const std::string& policy) const override;
-  std::string new_start(uint64_t& seed) override;
+  // Back to the image, the camera at the origin.
   bool restart(bool new_start, const worldkv::Pose* last) override;
-  worldkv::Pose start_pose() const override { return worldkv::Pose{}; }
-  bool reference(const worldkv::Pose& pose, Image& out) override;
   std::vector<HudLine> model_lines() const override;
-  std::vector<HudLine> input_lines(const worldkv::FrameControl* shown) const override;
-  void draw_panel(SDL_Renderer* r, const Font& font, const SDL_Rect& area, const std::vector<worldkv::Pose>& track,
-                  const MemorySnapshot* mem, const worldkv::Pose& pose) const override;
-  std::string help_keys() const override;
-  std::vector<bool> keys_on(const worldkv::FrameControl& control) const override;
 
  private:
-  ViewerOptions o_;
-  ViewSetup setup_;
-  Mg2InputState input_{"universal"};
   worldkv::Pose pose_;  // the camera after the last frame sampled
 };
 

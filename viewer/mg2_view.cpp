@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +10,6 @@
 #include "dit/mg2_weights.h"
 #include "runtime/error.h"
 #include "tools/rollout/mg2_start.h"
-#include "viewer/mg2_hud.h"
 #include "worldkv/mg2_adapter.h"
 
 namespace wm::viewer {
@@ -39,24 +37,6 @@ std::string model_name(const std::string& model_path) {
 
 }  // namespace
 
-std::optional<Mg2Key> mg2_key(SDL_Scancode sc, const std::string& mode) {
-  const bool tr = mode == "templerun";
-  switch (sc) {
-    case SDL_SCANCODE_W: return Mg2Key::W;
-    case SDL_SCANCODE_S: return Mg2Key::S;
-    case SDL_SCANCODE_A: return Mg2Key::A;
-    case SDL_SCANCODE_D: return Mg2Key::D;
-    case SDL_SCANCODE_UP: return Mg2Key::Up;
-    case SDL_SCANCODE_DOWN: return Mg2Key::Down;
-    case SDL_SCANCODE_LEFT: return Mg2Key::Left;
-    case SDL_SCANCODE_RIGHT: return Mg2Key::Right;
-    case SDL_SCANCODE_SPACE: return tr ? std::optional<Mg2Key>(Mg2Key::Space) : std::nullopt;
-    case SDL_SCANCODE_Q: return tr ? std::optional<Mg2Key>(Mg2Key::Q) : std::nullopt;
-    case SDL_SCANCODE_E: return tr ? std::optional<Mg2Key>(Mg2Key::E) : std::nullopt;
-    default: return std::nullopt;
-  }
-}
-
 bool is_mg2_model(const std::string& model_path, const std::string& mode) {
   if (!mode.empty()) return true;
   if (model_path.empty()) return false;
@@ -70,21 +50,12 @@ bool is_mg2_model(const std::string& model_path, const std::string& mode) {
          j["_class_name"].get<std::string>() == "CausalWanModel";
 }
 
-Mg2View::Mg2View(const ViewerOptions& o) : o_(o) {
+Mg2View::Mg2View(const ViewerOptions& o) : Mg2KeysView(o, o.mode.empty() ? "universal" : o.mode) {
   setup_.header = "MATRIX-GAME-2.0";
   setup_.free_clock_fps = 12;
-  setup_.reference = false;
   setup_.new_start = "restart from frame 1";
   setup_.policy_switch = "restart from frame 1";
   setup_.state_label = "act K/V";
-  set_mode(o.mode.empty() ? "universal" : o.mode);
-}
-
-void Mg2View::set_mode(const std::string& mode) {
-  input_ = std::make_unique<Mg2InputState>(mode);  // throws for a mode the viewer cannot drive
-  mode_ = mode;
-  setup_.mouse = mode == "universal";
-  setup_.keys = input_->keyboard_names();
 }
 
 std::unique_ptr<worldkv::WorldSession> Mg2View::load() {
@@ -129,73 +100,6 @@ std::unique_ptr<worldkv::WorldSession> Mg2View::load() {
   }
 }
 
-void Mg2View::open(SDL_Renderer* r, uint64_t seed) {
-  (void)r;
-  (void)seed;  // the first frame's condition is all a rollout starts from
-}
-
-bool Mg2View::press(SDL_Scancode key) {
-  const auto k = mg2_key(key, mode_);
-  if (k) input_->press(*k, key);
-  return k.has_value();
-}
-
-bool Mg2View::release(SDL_Scancode key) {
-  const auto k = mg2_key(key, mode_);
-  if (k) input_->release(*k, key);
-  return k.has_value();
-}
-
-worldkv::FrameControl Mg2View::sample() {
-  worldkv::FrameControl c;
-  c.mg2 = input_->sample();
-  return c;
-}
-
-std::vector<Image> Mg2View::prompt(const std::vector<worldkv::FrameControl>& first) {
-  (void)first;
-  return {};  // the rollout starts from its image condition
-}
-
-bool Mg2View::accepts_policy(const std::string& policy) const { return policy != "worldkv_attn"; }
-
-std::string Mg2View::new_start(uint64_t& seed) {
-  (void)seed;
-  return "restart from frame 1";
-}
-
-bool Mg2View::restart(bool new_start, const worldkv::Pose* last) {
-  (void)new_start;
-  (void)last;
-  return false;  // every rollout starts from the first frame
-}
-
-bool Mg2View::reference(const worldkv::Pose& pose, Image& out) {
-  (void)pose;
-  (void)out;
-  return false;
-}
-
 std::vector<HudLine> Mg2View::model_lines() const { return {{"mode", mode_, palette::kAccent}}; }
-
-std::vector<HudLine> Mg2View::input_lines(const worldkv::FrameControl* shown) const {
-  if (!shown) return {{"input", "-", palette::kDim}};
-  std::string v = format_mg2_keys(shown->mg2, input_->keyboard_names());
-  if (mode_ != "templerun") v += fmt("  p %+.2f", shown->mg2.pitch) + fmt("  y %+.2f", shown->mg2.yaw);
-  return {{"input", v}};
-}
-
-void Mg2View::draw_panel(SDL_Renderer* r, const Font& font, const SDL_Rect& area, const std::vector<worldkv::Pose>& track,
-                         const MemorySnapshot* mem, const worldkv::Pose& pose) const {
-  draw_mg2_track(r, font, area, track, mem, pose);
-}
-
-std::string Mg2View::help_keys() const { return mg2_help_keys(mode_); }
-
-std::vector<bool> Mg2View::keys_on(const worldkv::FrameControl& c) const {
-  std::vector<bool> on(setup_.keys.size(), false);
-  for (size_t j = 0; j < on.size() && j < c.mg2.keyboard.size(); ++j) on[j] = c.mg2.keyboard[j] > 0.5f;
-  return on;
-}
 
 }  // namespace wm::viewer

@@ -5,7 +5,7 @@
 // builds the session, turns the keys and the mouse into each video frame's control, says what a
 // new start (N) is and which policies the digit keys may pick, and draws its own HUD lines and the
 // panel under the HUD. Views: TinyView (viewer/tiny_view.h), Mg2View (viewer/mg2_view.h),
-// LingbotView (viewer/lingbot_view.h).
+// LingbotView (viewer/lingbot_view.h); the last two share Mg2KeysView (viewer/mg2_keys_view.h).
 #include <SDL.h>
 
 #include <memory>
