@@ -9,10 +9,10 @@
 #include "dit/lingbot_weights.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/safetensors.h"
 #include "tools/cli/progress.h"
 #include "tools/media/mp4_writer.h"
 #include "tools/media/png.h"
+#include "tools/render/session_render.h"
 #include "tools/rollout/lingbot_start.h"
 #include "tools/rollout/mg2_start.h"
 #include "worldkv/lingbot_adapter.h"
@@ -66,47 +66,6 @@ PlannedCamera plan_camera(const Mg2RenderOptions& c, const LingbotRenderOptions&
   return p;
 }
 
-worldkv::SessionConfig session_config(const Mg2RenderOptions& c) {
-  worldkv::SessionConfig sc;
-  sc.set_policy(c.policy);
-  sc.seed = c.seed;
-  sc.memory.sink_frames = c.sink_frames;
-  sc.memory.retrieved_frames = c.retrieved_frames;
-  sc.memory.recent_frames = c.recent_frames;
-  sc.memory.placement = worldkv::parse_placement(c.placement);
-  return sc;
-}
-
-struct Rolled {
-  std::vector<at::Tensor> latents;
-  double dit_ms = 0, total_ms = 0;
-  int frames = 0;
-};
-
-Rolled roll_out(worldkv::WorldSession& session, const PlannedCamera& p, media::Mp4Writer* writer) {
-  Rolled r;
-  cli::ProgressLine progress(5);
-  size_t used = 0;
-  for (int c = 0; c < p.chunks; ++c) {
-    const size_t n = size_t(session.controls_for_next_chunk());
-    std::vector<worldkv::FrameControl> controls(n);
-    for (size_t i = 0; i < n; ++i) controls[i].pose = p.trajectory.poses.at(used + i);
-    used += n;
-    worldkv::ChunkOutput out = session.next(controls);
-    r.dit_ms += out.model_ms;
-    r.total_ms += out.ms;
-    r.latents.push_back(out.latents);
-    r.frames += int(out.frames.size());
-    if (writer)
-      for (const auto& f : out.frames) writer->write(f);
-    progress.show(c + 1 == p.chunks, "  chunk %d/%d  %.0f ms (DiT %.0f, decode %.0f)  window %zu KiB%s", c + 1,
-                  p.chunks, out.ms, out.model_ms, out.decode_ms, out.window_bytes >> 10,
-                  out.retrieved.empty() ? "" : "  retrieved");
-  }
-  progress.finish();
-  return r;
-}
-
 }  // namespace
 
 int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o) {
@@ -152,14 +111,18 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
   std::fprintf(stderr, "wm_render: LingBot-World-Fast %s, %d chunks (%d video frames), policy %s, %s\n",
                model->config().model_type.c_str(), planned.chunks, video_frames, c.policy.c_str(),
                describe_device(dev).c_str());
-  const Rolled r = roll_out(session, planned, writer.get());
-  if (writer) writer->finish();
-  if (!c.latents_out.empty()) save_safetensors(c.latents_out, {{"latents", at::cat(r.latents, 0)}});
-  if (writer) writer->close();
-  std::fprintf(stderr, "wm_render: %d chunks, mean %.0f ms a chunk (DiT %.0f ms), %.2f video frames/s%s%s\n",
-               planned.chunks, r.total_ms / planned.chunks, r.dit_ms / planned.chunks,
-               1000.0 * video_frames / r.total_ms, c.out.empty() ? "" : ("; wrote " + c.out).c_str(),
-               c.latents_out.empty() ? "" : ("; latents " + c.latents_out).c_str());
+  render_session(
+      session, c, planned.chunks,
+      [&](size_t used, size_t n) {
+        std::vector<worldkv::FrameControl> controls(n);
+        for (size_t i = 0; i < n; ++i) controls[i].pose = planned.trajectory.poses.at(used + i);
+        return controls;
+      },
+      [](cli::ProgressLine& progress, bool last, int chunk, int chunks, const worldkv::ChunkOutput& out) {
+        progress.show(last, "  chunk %d/%d  %.0f ms (DiT %.0f, decode %.0f)  window %zu KiB%s", chunk, chunks, out.ms,
+                      out.model_ms, out.decode_ms, out.window_bytes >> 10, out.retrieved.empty() ? "" : "  retrieved");
+      },
+      5, writer.get());
   return 0;
 }
 

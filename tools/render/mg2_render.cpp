@@ -9,9 +9,9 @@
 #include "dit/mg2_weights.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/safetensors.h"
 #include "tools/cli/progress.h"
 #include "tools/media/mp4_writer.h"
+#include "tools/render/session_render.h"
 #include "tools/rollout/mg2_actions.h"
 #include "tools/rollout/mg2_start.h"
 #include "worldkv/mg2_adapter.h"
@@ -85,45 +85,6 @@ PlannedInputs plan_inputs(const Mg2RenderOptions& o, const std::string& mode) {
   return p;
 }
 
-worldkv::SessionConfig session_config(const Mg2RenderOptions& o) {
-  worldkv::SessionConfig sc;
-  sc.set_policy(o.policy);
-  sc.seed = o.seed;
-  sc.memory.sink_frames = o.sink_frames;
-  sc.memory.retrieved_frames = o.retrieved_frames;
-  sc.memory.recent_frames = o.recent_frames;
-  sc.memory.placement = worldkv::parse_placement(o.placement);
-  return sc;
-}
-
-// Runs the chunks, writing each one's frames to `writer` (if any); their latents and times.
-struct Rolled {
-  std::vector<at::Tensor> latents;
-  double dit_ms = 0, total_ms = 0;
-};
-
-Rolled roll_out(worldkv::WorldSession& session, const PlannedInputs& p, media::Mp4Writer* writer) {
-  Rolled r;
-  cli::ProgressLine progress;
-  size_t used = 0;
-  for (int c = 0; c < p.chunks; ++c) {
-    const int n = session.controls_for_next_chunk();
-    std::vector<worldkv::Mg2Input> in(p.inputs.begin() + used, p.inputs.begin() + used + n);
-    used += n;
-    worldkv::ChunkOutput out = session.next(worldkv::mg2_controls(in));
-    r.dit_ms += out.model_ms;
-    r.total_ms += out.ms;
-    r.latents.push_back(out.latents);
-    if (writer)
-      for (const auto& f : out.frames) writer->write(f);
-    progress.show(c + 1 == p.chunks, "  chunk %d/%d  %.0f ms (DiT %.0f)  window %zu MiB  action K/V %zu MiB%s", c + 1,
-                  p.chunks, out.ms, out.model_ms, out.window_bytes >> 20, out.state_bytes >> 20,
-                  out.retrieved.empty() ? "" : "  retrieved");
-  }
-  progress.finish();
-  return r;
-}
-
 }  // namespace
 
 int run_mg2_render(const Mg2RenderOptions& o) {
@@ -161,15 +122,18 @@ int run_mg2_render(const Mg2RenderOptions& o) {
   if (!o.out.empty()) writer = std::make_unique<media::Mp4Writer>(o.out, 640, 352, o.fps, 1);
   std::fprintf(stderr, "wm_render: %s model, %d chunks (%d video frames), policy %s, %s\n", mode.c_str(), planned.chunks,
                9 + 12 * (planned.chunks - 1), o.policy.c_str(), describe_device(dev).c_str());
-  const Rolled r = roll_out(session, planned, writer.get());
-  if (writer) writer->finish();
-  if (!o.latents_out.empty()) save_safetensors(o.latents_out, {{"latents", at::cat(r.latents, 0)}});
-  if (writer) writer->close();
-  const int chunks = planned.chunks;
-  std::fprintf(stderr, "wm_render: %d chunks, mean %.0f ms a chunk (DiT %.0f ms), %.2f video frames/s%s%s\n", chunks,
-               r.total_ms / chunks, r.dit_ms / chunks, 1000.0 * (9 + 12 * (chunks - 1)) / r.total_ms,
-               o.out.empty() ? "" : ("; wrote " + o.out).c_str(),
-               o.latents_out.empty() ? "" : ("; latents " + o.latents_out).c_str());
+  render_session(
+      session, o, planned.chunks,
+      [&](size_t used, size_t n) {
+        return worldkv::mg2_controls(std::vector<worldkv::Mg2Input>(planned.inputs.begin() + used,
+                                                                    planned.inputs.begin() + used + n));
+      },
+      [](cli::ProgressLine& progress, bool last, int c, int chunks, const worldkv::ChunkOutput& out) {
+        progress.show(last, "  chunk %d/%d  %.0f ms (DiT %.0f)  window %zu MiB  action K/V %zu MiB%s", c, chunks,
+                      out.ms, out.model_ms, out.window_bytes >> 20, out.state_bytes >> 20,
+                      out.retrieved.empty() ? "" : "  retrieved");
+      },
+      15, writer.get());
   return 0;
 }
 
