@@ -704,6 +704,22 @@ std::set<std::string> key_paths(const nlohmann::json& j, const std::string& pref
   return out;
 }
 
+// The summary's end pose after W held and the mouse 200 px right over the 9 + 12 frames of two
+// chunks: yaw 0.2, 0.4, ... 1.0 then 1.0 (the turn first, then a step of 1 along it); the model's
+// input is float32.
+void expect_end_after_w_and_mouse_right(const nlohmann::json& s) {
+  double x = 0, y = 0, yaw = 0;
+  for (int i = 0; i < 21; ++i) {
+    if (i < 5) yaw += double(0.2f);
+    x += std::cos(yaw);
+    y += std::sin(yaw);
+  }
+  const nlohmann::json& end = s.at("end");
+  EXPECT_NEAR(end.at("x").get<double>(), x, 1e-4);
+  EXPECT_NEAR(end.at("y").get<double>(), y, 1e-4);
+  EXPECT_NEAR(end.at("yaw_deg").get<double>(), yaw * 180.0 / M_PI, 1e-6);
+}
+
 // Runs the viewer on the reduced model's files on the CPU (2 threads), software-rendered, the
 // frame clock free, with `extra`, and reads the summary it wrote to `summary` (empty object when
 // none). timeout_s is the viewer's own --timeout, stretched by WM_TEST_TIME_SCALE.
@@ -746,17 +762,7 @@ TEST_F(ViewerProgram, Mg2RunsTwoChunksOfTheReducedModelFromHeldKeys) {
   EXPECT_GT(s["window_bytes"].get<double>(), 0);
   EXPECT_GT(s["state_bytes"].get<double>(), 0);  // the action K/V in upstream's rolling cache
   EXPECT_GT(s["decode_ms_mean"].get<double>(), 0);
-  // The pose: yaw 0.2, 0.4, ... 1.0 then 1.0 (the turn first, then a step of 1 along it); the
-  // model's input is float32.
-  double x = 0, y = 0, yaw = 0;
-  for (int i = 0; i < 21; ++i) {
-    if (i < 5) yaw += double(0.2f);
-    x += std::cos(yaw);
-    y += std::sin(yaw);
-  }
-  EXPECT_NEAR(s["end"]["x"].get<double>(), x, 1e-4);
-  EXPECT_NEAR(s["end"]["y"].get<double>(), y, 1e-4);
-  EXPECT_NEAR(s["end"]["yaw_deg"].get<double>(), yaw * 180.0 / M_PI, 1e-6);
+  expect_end_after_w_and_mouse_right(s);
 
   ASSERT_TRUE(fs::exists(shot)) << r.output;
   const wm::Image img = wm::media::read_image(shot.string());
@@ -885,15 +891,7 @@ TEST_F(ViewerProgram, LingbotRunsTwoChunksFromHeldKeysAsCameraPoses) {
   EXPECT_EQ(s["frames"], 21);  // 9 + 12 decoded frames
   EXPECT_EQ(s["controls"], 21);
   EXPECT_EQ(s["keys"], (nlohmann::json{{"W", 21}, {"S", 0}, {"A", 0}, {"D", 0}}));
-  double x = 0, y = 0, yaw = 0;
-  for (int i = 0; i < 21; ++i) {
-    if (i < 5) yaw += double(0.2f);
-    x += std::cos(yaw);
-    y += std::sin(yaw);
-  }
-  EXPECT_NEAR(s["end"]["x"].get<double>(), x, 1e-4);
-  EXPECT_NEAR(s["end"]["y"].get<double>(), y, 1e-4);
-  EXPECT_NEAR(s["end"]["yaw_deg"].get<double>(), yaw * 180.0 / M_PI, 1e-6);
+  expect_end_after_w_and_mouse_right(s);
   EXPECT_GT(s["window_bytes"].get<double>(), 0);
 }
 
