@@ -108,13 +108,7 @@ Mg2Visual Mg2DitImpl::encode_visual(const at::Tensor& clip_tokens) {
   x = at::gelu(x);
   x = p.ptr<nn::LinearImpl>(3)->forward(x);
   x = wan_affine_layer_norm(*p.ptr<nn::LayerNormImpl>(4), x);
-  Mg2Visual vis;
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    auto [k, v] = wan_cross_kv(*blocks->ptr(l)->as<Mg2BlockImpl>()->cross_attn, x, cfg_.num_heads);
-    vis.k.push_back(k);
-    vis.v.push_back(v);
-  }
-  return vis;
+  return wan_context_kv<Mg2BlockImpl>(*blocks, cfg_.num_layers, x, cfg_.num_heads);
 }
 
 at::Tensor Mg2DitImpl::forward_chunk(const at::Tensor& x_in, const at::Tensor& t_in, const at::Tensor& cond,

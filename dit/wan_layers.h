@@ -10,6 +10,7 @@
 // token, as LingBot-World-Fast does; G = 1: the whole chunk).
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -142,6 +143,19 @@ at::Tensor wan_cross_attention(WanAttentionImpl& ca, const at::Tensor& x, const 
 // A context's cross-attention K/V through one block's k (with norm_k) and v: ctx [1, L, D] ->
 // k, v [1, H, L, d].
 std::pair<at::Tensor, at::Tensor> wan_cross_kv(WanAttentionImpl& ca, const at::Tensor& ctx, int64_t heads);
+
+// The same through the cross_attn of each of the first `layers` blocks (modules of type Block):
+// per layer k, v [1, H, L, d].
+template <class Block>
+WanCrossKv wan_context_kv(torch::nn::ModuleListImpl& blocks, int layers, const at::Tensor& ctx, int64_t heads) {
+  WanCrossKv kv;
+  for (int l = 0; l < layers; ++l) {
+    auto [k, v] = wan_cross_kv(*blocks.ptr(l)->as<Block>()->cross_attn, ctx, heads);
+    kv.k.push_back(k);
+    kv.v.push_back(v);
+  }
+  return kv;
+}
 
 // The head: LN(h) * (1 + scale) + shift with (shift, scale) = head.modulation + e (e [G, D]), the
 // linear to the patch, then unpatchify to [F, C, gh * ph, gw * pw].
