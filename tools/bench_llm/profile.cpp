@@ -68,7 +68,8 @@ WeightBytes weight_bytes(const llm::LlmModelImpl& model) {
   for (const auto& m : model.named_modules()) {
     const auto* lin = dynamic_cast<const llm::LlmLinearImpl*>(m.value().get());
     if (!lin || m.key() == "lm_head") continue;
-    w.proj += static_cast<double>(lin->weight.nbytes() + lin->q8.bytes());  // int8 weights are not parameters
+    // int8 weights and GGUF blocks are not parameters
+    w.proj += static_cast<double>(lin->weight.nbytes() + lin->q8.bytes() + (lin->qw.defined() ? lin->qw.bytes() : 0));
     if (lin->bias.defined()) w.proj += static_cast<double>(lin->bias.nbytes());
   }
   for (const auto& p : model.named_parameters())
