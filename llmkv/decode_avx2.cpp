@@ -12,6 +12,7 @@ namespace {
 #include "llmkv/decode_kernels.inl"
 
 struct V256 {
+  static constexpr bool kDotBf16 = false;
   using reg = __m256;
   static constexpr int L = 8;
   static reg zero() { return _mm256_setzero_ps(); }

@@ -12,6 +12,7 @@ namespace {
 #include "llmkv/decode_kernels.inl"
 
 struct V512 {
+  static constexpr bool kDotBf16 = false;
   using reg = __m512;
   static constexpr int L = 16;
   static reg zero() { return _mm512_setzero_ps(); }
@@ -157,9 +158,41 @@ struct IVnni {
 #pragma GCC pop_options
 #endif
 
+// bfloat16 weights against bfloat16 x by vdpbf16ps (AVX-512 BF16): the kernels' body again,
+// with AVX-512 BF16 enabled for its functions alone (gemv picks them only on a CPU that has it).
+// vdpbf16ps forms each product exactly and adds it in float32, flushing subnormal inputs and
+// results to zero (products under 2^-126, which float32 weights and activations of a model do
+// not come near).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+#endif
+
+namespace bf16dot {
+
+#include "llmkv/decode_kernels.inl"
+
+struct V512Bf16 : V512 {
+  static constexpr bool kDotBf16 = true;
+  static reg dot_bf16(reg acc, const uint16_t* w, const uint16_t* x) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w), (__m512bh)_mm512_loadu_si512(x));
+  }
+};
+
+}  // namespace bf16dot
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
 }  // namespace
 
 RowsFn rows_avx512() { return &rows_impl<V512>; }
+RowsFn rows_avx512_bf16() { return &bf16dot::rows_impl<bf16dot::V512Bf16>; }
 AttnFn attn_avx512() { return &attn_task<V512>; }
 QuantFns quant_avx512() { return {&qrows_impl<IVnni, V512>, &quantize_row<IVnni>}; }
 
@@ -167,6 +200,7 @@ QuantFns quant_avx512() { return {&qrows_impl<IVnni, V512>, &quantize_row<IVnni>
 #else
 namespace wm::llm::gemv {
 RowsFn rows_avx512() { return nullptr; }
+RowsFn rows_avx512_bf16() { return nullptr; }
 AttnFn attn_avx512() { return nullptr; }
 QuantFns quant_avx512() { return {}; }
 }  // namespace wm::llm::gemv

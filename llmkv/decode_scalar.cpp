@@ -9,6 +9,7 @@ namespace {
 #include "llmkv/decode_kernels.inl"
 
 struct V1 {
+  static constexpr bool kDotBf16 = false;
   using reg = float;
   static constexpr int L = 1;
   static reg zero() { return 0.f; }

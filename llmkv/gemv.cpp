@@ -24,6 +24,16 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_has_avx512bf16() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_bf16_dot{true};
+
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -39,8 +49,10 @@ gemv::RowsFn rows_for(GemvPath p, const char** name = nullptr) {
     return f;
   };
   if (p == GemvPath::Libtorch) return pick(nullptr, "libtorch");
-  if ((p == GemvPath::Auto || p == GemvPath::Avx512) && cpu_has_avx512() && gemv::rows_avx512())
-    return pick(gemv::rows_avx512(), "avx512");
+  if ((p == GemvPath::Auto || p == GemvPath::Avx512) && cpu_has_avx512() && gemv::rows_avx512()) {
+    static const bool bf16 = cpu_has_avx512bf16() && gemv::rows_avx512_bf16();
+    return pick(bf16 && g_bf16_dot.load() ? gemv::rows_avx512_bf16() : gemv::rows_avx512(), "avx512");
+  }
   if (p != GemvPath::Scalar && cpu_has_avx2() && gemv::rows_avx2()) return pick(gemv::rows_avx2(), "avx2");
   return pick(gemv::rows_scalar(), "scalar");
 }
@@ -106,7 +118,10 @@ at::Tensor run(gemv::RowsFn fn, const at::Tensor& x, gemv::WeightKind kind, cons
     for (int64_t i = 0; i < m * in; ++i) s.x[i] = element(src, xt, i);
     p.x = s.x.data();
   }
-  if (kind == gemv::WeightKind::BF16 && in % 2 == 0) {  // x split into even and odd elements
+  // bfloat16 weights and x: the kernels with a bfloat16 dot multiply them as they are.
+  if (kind == gemv::WeightKind::BF16 && xt == at::kBFloat16) p.xb = static_cast<const uint16_t*>(xc.data_ptr());
+  if (kind == gemv::WeightKind::BF16 && in % 2 == 0 && !(p.xb && fn == gemv::rows_avx512_bf16())) {
+    // x split into even and odd elements
     s.xe.resize(static_cast<size_t>(m * in / 2));
     s.xo.resize(static_cast<size_t>(m * in / 2));
     for (int64_t i = 0; i < m * in / 2; ++i) {
@@ -165,6 +180,9 @@ const char* gemv_path_name(GemvPath p) {
 }
 
 void set_gemv_path(GemvPath p) { g_path.store(p); }
+void set_gemv_bf16_dot(bool on) { g_bf16_dot.store(on); }
+bool gemv_bf16_dot() { return g_bf16_dot.load(); }
+bool gemv_bf16_dot_active() { return rows_for(gemv_path()) == gemv::rows_avx512_bf16() && gemv::rows_avx512_bf16(); }
 GemvPath gemv_path() { return g_path.load(); }
 
 const char* gemv_active_name() {

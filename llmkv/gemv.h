@@ -25,6 +25,13 @@ void set_gemv_path(GemvPath p);  // process-wide; for benchmarks and tests
 GemvPath gemv_path();
 // The kernels in use after fallback: "avx512", "avx2", "scalar" or "libtorch".
 const char* gemv_active_name();
+// bfloat16 weights times bfloat16 x (a bfloat16 model's products) by AVX-512 BF16's vdpbf16ps
+// where the CPU has it and the path is avx512 or auto (on by default; off: the same products
+// by converting the weights to float32, as on CPUs without it). Process-wide; for benchmarks
+// and tests. gemv_bf16_dot_active: whether the current path and CPU take it.
+void set_gemv_bf16_dot(bool on);
+bool gemv_bf16_dot();
+bool gemv_bf16_dot_active();
 
 // Int8 weights: w ~= q * scale, q in [-127, 127], one float32 scale per block of 32 consecutive
 // inputs of a row (the last block may be shorter), chosen as the block's max |w| / 127.
