@@ -85,6 +85,9 @@ RowsFn rows_scalar();  // any CPU
 // All rows of p on up to `threads` threads (fewer for small outputs), the team of
 // decode_threads.cpp.
 void run_rows(RowsFn fn, const Problem& p, int threads);
+// Several products (ps[0, n), any shapes) as one job of the team: one hand-over for all of them,
+// their rows shared out as run_rows shares one product's.
+void run_rows_many(RowsFn fn, const Problem* ps, int64_t n, int threads);
 
 
 }  // namespace wm::llm::gemv

@@ -151,23 +151,56 @@ class Team {
 
 }  // namespace
 
-void run_rows(RowsFn fn, const Problem& p, int threads) {
+namespace {
+
+// Several products' output rows as one job: problem i's rows in units of unit[i] rows, the units
+// of all of them numbered in turn (problem 0's first) and taken from one counter (Team::run),
+// so that products of the same x (Q, K and V; gate and up) cost one hand-over.
+struct Units {
+  int64_t n = 0;
+  std::vector<int64_t> first, unit;  // per problem: its first unit's number, rows a unit
+  // The problem of unit u and its rows [*r0, *r1).
+  template <class P>
+  int64_t rows(const P* ps, int64_t u, int64_t* r0, int64_t* r1) const {
+    int64_t i = 0;
+    while (i + 1 < static_cast<int64_t>(first.size()) && first[i + 1] <= u) ++i;
+    *r0 = (u - first[i]) * unit[i];
+    *r1 = std::min(ps[i].out, *r0 + unit[i]);
+    return i;
+  }
+  void add(int64_t out, int64_t rows_a_unit) {
+    first.push_back(n);
+    unit.push_back(rows_a_unit);
+    n += (out + rows_a_unit - 1) / rows_a_unit;
+  }
+};
+
+}  // namespace
+
+void run_rows(RowsFn fn, const Problem& p, int threads) { run_rows_many(fn, &p, 1, threads); }
+
+void run_rows_many(RowsFn fn, const Problem* ps, int64_t n, int threads) {
   // Fewer rows than this a thread cost more in the hand-over than they save.
   constexpr int64_t kMinRowsPerThread = 64;
-  const int64_t most = p.out / kMinRowsPerThread;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) total += ps[i].out;
+  const int64_t most = total / kMinRowsPerThread;
   if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
-  // Units of rows (a multiple of 8), about 8 a thread, taken in turn (Team::run).
-  const int64_t unit = std::max<int64_t>(8, (p.out / (8 * threads) + 7) / 8 * 8);
+  // Units of rows (a multiple of 8), about 8 a thread for each problem, taken in turn.
+  Units units;
+  for (int64_t i = 0; i < n; ++i) units.add(ps[i].out, std::max<int64_t>(8, (ps[i].out / (8 * threads) + 7) / 8 * 8));
   struct Ctx {
     RowsFn fn;
-    const Problem* p;
-    int64_t unit, units;
+    const Problem* ps;
+    const Units* units;
     mutable std::atomic<int64_t> next{0};
-  } ctx{fn, &p, unit, (p.out + unit - 1) / unit};
+  } ctx{fn, ps, &units};
   Team::get().run(threads, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    for (int64_t u; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units;)
-      x.fn(*x.p, u * x.unit, std::min(x.p->out, (u + 1) * x.unit));
+    for (int64_t u, r0, r1; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units->n;) {
+      const int64_t i = x.units->rows(x.ps, u, &r0, &r1);
+      x.fn(x.ps[i], r0, r1);
+    }
   }, &ctx);
 }
 
@@ -192,11 +225,15 @@ QProblem q_rows(const QProblem& p, int64_t m0, int64_t m) {
 
 }  // namespace
 
-void run_qrows(QRowsFn fn, const QProblem& p, int threads) {
+void run_qrows(QRowsFn fn, const QProblem& p, int threads) { run_qrows_many(fn, &p, 1, threads); }
+
+void run_qrows_many(QRowsFn fn, const QProblem* ps, int64_t n, int threads) {
   // Output rows a thread at least (per tile of activation rows).
   constexpr int64_t kMinRowsPerThread = 64;
-  const int64_t tiles = (p.m + kMaxRows - 1) / kMaxRows;
-  const int64_t most = p.out * tiles / kMinRowsPerThread;
+  const int64_t tiles = (ps[0].m + kMaxRows - 1) / kMaxRows;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) total += ps[i].out;
+  const int64_t most = total * tiles / kMinRowsPerThread;
   if (most < threads) threads = most > 1 ? static_cast<int>(most) : 1;
   // Units of work: output rows (a multiple of 8, the kernels' widest row block) against every
   // tile, taken in turn: a thread that starts late or runs slower leaves its share to the
@@ -204,31 +241,36 @@ void run_qrows(QRowsFn fn, const QProblem& p, int threads) {
   // starts cold, its first rows not prefetched: small products in 2 units a thread, SmolLM2's
   // 576 x 576 Q4_1 in 9 us against 14 in 8). Several tiles: 8 units a thread, their weight rows
   // 16 KiB at most, so that they stay in L1 while the tiles (from L2) pass.
-  int64_t unit;
-  if (tiles == 1) {
-    const int64_t units = std::clamp<int64_t>(p.out * p.row_bytes / 65536, 2 * threads, 8 * threads);
-    unit = (p.out + units - 1) / units;
-  } else {
-    unit = std::min(p.out / (8 * threads), 16384 / std::max<int64_t>(p.row_bytes, 1));
+  Units units;
+  for (int64_t i = 0; i < n; ++i) {
+    const QProblem& p = ps[i];
+    int64_t unit;
+    if (tiles == 1) {
+      const int64_t k = std::clamp<int64_t>(p.out * p.row_bytes / 65536, 2 * threads, 8 * threads);
+      unit = (p.out + k - 1) / k;
+    } else {
+      unit = std::min(p.out / (8 * threads), 16384 / std::max<int64_t>(p.row_bytes, 1));
+    }
+    units.add(p.out, std::max<int64_t>((unit + 7) / 8 * 8, 8));
   }
-  unit = std::max<int64_t>((unit + 7) / 8 * 8, 8);
   struct Ctx {
     QRowsFn fn;
-    const QProblem* p;
-    int64_t tiles, unit, units;
+    const QProblem* ps;
+    const Units* units;
+    int64_t tiles;
     mutable std::atomic<int64_t> next{0};
-  } ctx{fn, &p, tiles, unit, (p.out + unit - 1) / unit};
+  } ctx{fn, ps, &units, tiles};
   Team::get().run(threads, [](const void* c) {
     const Ctx& x = *static_cast<const Ctx*>(c);
-    for (int64_t u; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units;) {
-      const int64_t r0 = u * x.unit, r1 = std::min(x.p->out, r0 + x.unit);
+    for (int64_t u, r0, r1; (u = x.next.fetch_add(1, std::memory_order_relaxed)) < x.units->n;) {
+      const QProblem& p = x.ps[x.units->rows(x.ps, u, &r0, &r1)];
       if (x.tiles == 1) {
-        x.fn(*x.p, r0, r1);
+        x.fn(p, r0, r1);
         continue;
       }
       for (int64_t i = 0; i < x.tiles; ++i) {
         const int64_t m0 = i * kMaxRows;
-        x.fn(q_rows(*x.p, m0, std::min<int64_t>(kMaxRows, x.p->m - m0)), r0, r1);
+        x.fn(q_rows(p, m0, std::min<int64_t>(kMaxRows, p.m - m0)), r0, r1);
       }
     }
   }, &ctx);

@@ -96,20 +96,20 @@ Scratch& scratch() {
   return s;
 }
 
-// x [..., in] (m rows) times W^T, plus the bias, into a new tensor [..., out] of x's dtype.
-at::Tensor run(gemv::RowsFn fn, const at::Tensor& x, gemv::WeightKind kind, const void* w, const float* scales,
-               int64_t out, const at::Tensor& bias) {
-  const int64_t in = x.size(-1), m = rows_of(x);
-  const at::ScalarType xt = x.scalar_type();
-  Scratch& s = scratch();
-  gemv::Problem p;
-  p.kind = kind;
-  p.w = w;
-  p.scales = scales;
-  p.m = m;
-  p.in = in;
-  p.out = out;
-  const at::Tensor xc = x.contiguous();
+// One weight of a product: its kind, elements, int8 scales (or null), rows, bias (or undefined).
+struct Weight {
+  gemv::WeightKind kind;
+  const void* w;
+  const float* scales;
+  int64_t out;
+  const at::Tensor* bias;
+};
+
+// x's float32 rows (and its even/odd split for bfloat16 weights, or its bfloat16 bits for the
+// kernels with a bfloat16 dot) in p, from x's contiguous copy xc.
+void prepare_x(gemv::RowsFn fn, const at::Tensor& xc, gemv::WeightKind kind, Scratch& s, gemv::Problem& p) {
+  const int64_t in = p.in, m = p.m;
+  const at::ScalarType xt = xc.scalar_type();
   if (xt == at::kFloat) {
     p.x = xc.data_ptr<float>();
   } else {
@@ -131,31 +131,66 @@ at::Tensor run(gemv::RowsFn fn, const at::Tensor& x, gemv::WeightKind kind, cons
     p.xe = s.xe.data();
     p.xo = s.xo.data();
   }
-  auto shape = x.sizes().vec();
-  shape.back() = out;
-  at::Tensor y = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
-  s.y.resize(static_cast<size_t>(m * out));
-  p.y = xt == at::kFloat ? y.data_ptr<float>() : s.y.data();
-  gemv::run_rows(fn, p, at::get_num_threads());
-  // The bias in float32, then the rounding to x's dtype (as at::linear rounds once, at the end).
+}
+
+// The bias in float32 on p.y's rows, then the rounding to y's dtype where it is not float32 (as
+// at::linear rounds once, at the end).
+void finish_y(const gemv::Problem& p, const at::Tensor& bias, at::Tensor& y) {
+  const at::ScalarType yt = y.scalar_type();
   const at::Tensor bc = bias.defined() ? bias.contiguous() : bias;
   const void* bp = bias.defined() ? bc.data_ptr() : nullptr;
   const at::ScalarType bt = bias.defined() ? bias.scalar_type() : at::kFloat;
-  for (int64_t r = 0; r < m; ++r) {
+  const int64_t out = p.out;
+  for (int64_t r = 0; r < p.m; ++r) {
     float* yr = p.y + r * out;
     if (bp)
       for (int64_t o = 0; o < out; ++o) yr[o] += element(bp, bt, o);
-    if (xt == at::kBFloat16) {
+    if (yt == at::kBFloat16) {
       auto* dst = static_cast<c10::BFloat16*>(y.data_ptr()) + r * out;
       for (int64_t o = 0; o < out; ++o) dst[o] = c10::BFloat16(yr[o]);
-    } else if (xt == at::kHalf) {
+    } else if (yt == at::kHalf) {
       auto* dst = static_cast<c10::Half*>(y.data_ptr()) + r * out;
       for (int64_t o = 0; o < out; ++o) dst[o] = c10::Half(yr[o]);
     }
   }
-  return y;
 }
 
+// x [..., in] (m rows) times each weight's W^T, plus its bias, into new tensors [..., out] of x's
+// dtype: the products as one job of the decode team (weights of one kind).
+std::vector<at::Tensor> run(gemv::RowsFn fn, const at::Tensor& x, const std::vector<Weight>& ws) {
+  const int64_t in = x.size(-1), m = rows_of(x), n = static_cast<int64_t>(ws.size());
+  const at::ScalarType xt = x.scalar_type();
+  Scratch& s = scratch();
+  gemv::Problem base;
+  base.kind = ws[0].kind;
+  base.m = m;
+  base.in = in;
+  const at::Tensor xc = x.contiguous();
+  prepare_x(fn, xc, base.kind, s, base);
+  std::vector<gemv::Problem> ps(ws.size(), base);
+  std::vector<at::Tensor> ys;
+  int64_t floats = 0;
+  for (const Weight& w : ws) floats += m * w.out;
+  s.y.resize(static_cast<size_t>(xt == at::kFloat ? 0 : floats));
+  for (int64_t i = 0, off = 0; i < n; ++i) {
+    auto shape = x.sizes().vec();
+    shape.back() = ws[i].out;
+    ys.push_back(at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous)));
+    ps[i].w = ws[i].w;
+    ps[i].scales = ws[i].scales;
+    ps[i].out = ws[i].out;
+    ps[i].y = xt == at::kFloat ? ys[i].data_ptr<float>() : s.y.data() + off;
+    off += m * ws[i].out;
+  }
+  gemv::run_rows_many(fn, ps.data(), n, at::get_num_threads());
+  for (int64_t i = 0; i < n; ++i) finish_y(ps[i], ws[i].bias ? *ws[i].bias : at::Tensor(), ys[i]);
+  return ys;
+}
+
+at::Tensor run(gemv::RowsFn fn, const at::Tensor& x, gemv::WeightKind kind, const void* w, const float* scales,
+               int64_t out, const at::Tensor& bias) {
+  return run(fn, x, {Weight{kind, w, scales, out, &bias}})[0];
+}
 
 }  // namespace
 
@@ -248,6 +283,41 @@ at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bi
   if (m > gemv::kMaxRows || m == 0) return at::linear(x, w.dequantize(x.scalar_type()), bias);
   gemv::RowsFn fn = rows_for(gemv_path() == GemvPath::Libtorch ? GemvPath::Auto : gemv_path());
   return run(fn, x, gemv::WeightKind::I8, w.q.data_ptr(), w.scale.data_ptr<float>(), out, bias);
+}
+
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<at::Tensor>& ws,
+                                    const std::vector<at::Tensor>& biases) {
+  WM_CHECK(ws.size() == biases.size() && !ws.empty(), "linear_many: ", ws.size(), " weights and ", biases.size(),
+           " biases");
+  bool together = true;
+  for (const at::Tensor& w : ws) together = together && gemv_applies(x, w) && w.scalar_type() == ws[0].scalar_type();
+  std::vector<at::Tensor> ys;
+  if (!together) {
+    for (size_t i = 0; i < ws.size(); ++i) ys.push_back(linear(x, ws[i], biases[i]));
+    return ys;
+  }
+  std::vector<Weight> group;
+  for (size_t i = 0; i < ws.size(); ++i)
+    group.push_back({kind_of(ws[i].scalar_type()), ws[i].data_ptr(), nullptr, ws[i].size(0), &biases[i]});
+  return run(rows_for(gemv_path()), x, group);
+}
+
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<Int8Weight>& ws,
+                                    const std::vector<at::Tensor>& biases) {
+  WM_CHECK(ws.size() == biases.size() && !ws.empty(), "linear_many: ", ws.size(), " weights and ", biases.size(),
+           " biases");
+  const int64_t m = rows_of(x);
+  bool together = m >= 1 && m <= gemv::kMaxRows && x.device().is_cpu();
+  for (const Int8Weight& w : ws) together = together && w.defined() && x.dim() >= 1 && x.size(-1) == w.in();
+  std::vector<at::Tensor> ys;
+  if (!together) {
+    for (size_t i = 0; i < ws.size(); ++i) ys.push_back(linear(x, ws[i], biases[i]));
+    return ys;
+  }
+  std::vector<Weight> group;
+  for (size_t i = 0; i < ws.size(); ++i)
+    group.push_back({gemv::WeightKind::I8, ws[i].q.data_ptr(), ws[i].scale.data_ptr<float>(), ws[i].out(), &biases[i]});
+  return run(rows_for(gemv_path() == GemvPath::Libtorch ? GemvPath::Auto : gemv_path()), x, group);
 }
 
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

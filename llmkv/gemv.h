@@ -59,6 +59,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 // such product), a dequantised copy of the weights and at::linear for more (prefill).
 at::Tensor linear(const at::Tensor& x, const Int8Weight& w, const at::Tensor& bias);
 
+// Several products of the same x ([..., in]): ys[i] = linear(x, ws[i], biases[i]) (biases[i]
+// may be undefined), as one job of the decode kernels' threads (one hand-over, x converted once)
+// where the kernels take every one (float weights: all of one dtype); else one by one. The same
+// values as the separate calls. Throws wm::Error when the lists' lengths differ or are 0.
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<at::Tensor>& ws,
+                                    const std::vector<at::Tensor>& biases);
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<Int8Weight>& ws,
+                                    const std::vector<at::Tensor>& biases);
+
 // One decoding step's attention on the CPU with the decode kernels: q [H, 1, d] (one query a
 // head, any float dtype), k and v [KH, nk, d] float32/bfloat16/float16 with contiguous rows (as
 // KvWindow::stage returns them: the heads may lie apart), logw [nk] or [KH, nk] (a row per kv head:

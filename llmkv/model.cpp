@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <tuple>
+#include <vector>
 
 #include "runtime/error.h"
 #include "runtime/rope.h"
@@ -50,6 +52,36 @@ at::Tensor split_heads(const at::Tensor& y, int64_t heads, int64_t d) {
   shape.back() = heads;
   shape.push_back(d);
   return y.view(shape);
+}
+
+// Products of one x by several projections (Q, K and V; gate and up), as linear_many gives them:
+// one job of the decode kernels' threads (one hand-over, x converted or quantized once) where the
+// projections keep their weights alike (float of one dtype, int8, or GGUF blocks); else each
+// projection's forward(). The values are the separate products'.
+std::vector<at::Tensor> project_many(const at::Tensor& x, std::initializer_list<LlmLinearImpl*> ps) {
+  RECORD_USER_SCOPE("wm.llm.proj");
+  bool int8 = true, blocks = true, plain = true;
+  std::vector<at::Tensor> biases;
+  for (const LlmLinearImpl* p : ps) {
+    int8 = int8 && p->q8.defined();
+    blocks = blocks && p->qw.defined();
+    plain = plain && !p->q8.defined() && !p->qw.defined();
+    biases.push_back(p->bias);
+  }
+  if (int8 || blocks || plain) {
+    std::vector<Int8Weight> q8;
+    std::vector<QuantWeight> qw;
+    std::vector<at::Tensor> w;
+    for (const LlmLinearImpl* p : ps) {
+      if (int8) q8.push_back(p->q8);
+      if (blocks) qw.push_back(p->qw);
+      if (plain) w.push_back(p->weight);
+    }
+    return int8 ? linear_many(x, q8, biases) : blocks ? linear_many(x, qw, biases) : linear_many(x, w, biases);
+  }
+  std::vector<at::Tensor> ys;
+  for (LlmLinearImpl* p : ps) ys.push_back(p->forward(x));
+  return ys;
 }
 
 bool same_rope(const RopeSpec& a, const RopeSpec& b) {
@@ -131,7 +163,8 @@ LlmMlpImpl::LlmMlpImpl(const LlmConfig& c, ParamAlloc a) {
 }
 
 at::Tensor LlmMlpImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  const std::vector<at::Tensor> gu = project_many(x, {gate_proj.get(), up_proj.get()});
+  return down_proj->forward(at::silu(gu[0]) * gu[1]);
 }
 
 LlmLayerImpl::LlmLayerImpl(const LlmConfig& c, ParamAlloc a) {
@@ -248,9 +281,10 @@ Qkv LlmModelImpl::project(int l, const at::Tensor& x, const at::Tensor& cos, con
   auto& a = *L.self_attn;
   // RoPE on the token-major projections [..., n, H, d] (contiguous results), then a view puts
   // the heads first.
-  at::Tensor q = rope_half(split_heads(a.q_proj->forward(h), cfg_.num_attention_heads, d), cos, sin);
-  at::Tensor k = rope_half(split_heads(a.k_proj->forward(h), cfg_.num_key_value_heads, d), cos, sin);
-  at::Tensor v = split_heads(a.v_proj->forward(h), cfg_.num_key_value_heads, d);
+  const std::vector<at::Tensor> qkv = project_many(h, {a.q_proj.get(), a.k_proj.get(), a.v_proj.get()});
+  at::Tensor q = rope_half(split_heads(qkv[0], cfg_.num_attention_heads, d), cos, sin);
+  at::Tensor k = rope_half(split_heads(qkv[1], cfg_.num_key_value_heads, d), cos, sin);
+  at::Tensor v = split_heads(qkv[2], cfg_.num_key_value_heads, d);
   return {q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2)};
 }
 

@@ -113,33 +113,42 @@ void float_tiles(const QuantWeight& w, const at::Tensor& x2, at::Tensor& y2) {
   }
 }
 
-// The kernels' product of x [m, in] (float32, contiguous) into y [m, out].
-void kernel_product(const QuantWeight& w, const float* x, int64_t m, float* y) {
+// The kernels' products of x [m, in] (float32, contiguous) by each of ws into ys[i] [m, out_i],
+// as one job of the decode team: x quantized once (for the weights' activation type: Q8_1 where
+// one of them is Q4_1, which serves Q4_0 and Q8_0 too; all Q8_K or none, the caller sees to it).
+void kernel_products(const std::vector<const QuantWeight*>& ws, const float* x, int64_t m, const std::vector<float*>& ys) {
   const gemv::QuantFns f = fns();
-  gemv::QProblem p;
-  p.kind = kind_of(w.type);
-  p.w = w.blocks.data_ptr<uint8_t>();
-  p.row_bytes = w.row_bytes();
-  p.y = y;
-  p.m = m;
-  p.in = w.in;
-  p.out = w.out;
+  const int64_t in = ws[0]->in;
+  gemv::QProblem base;
+  base.m = m;
+  base.in = in;
   if (quant_activations() == QuantActivations::Float) {
     Buffers& b = buffers();
-    p.float_x = true;
-    p.x = x;
-    const int64_t n32 = w.in / gemv::kQ32;
+    base.float_x = true;
+    base.x = x;
+    const int64_t n32 = in / gemv::kQ32;
     b.xsum.resize(static_cast<size_t>(m * n32));
     for (int64_t i = 0; i < m * n32; ++i) {
       float s = 0.f;
       for (int64_t j = 0; j < gemv::kQ32; ++j) s += x[i * gemv::kQ32 + j];
       b.xsum[i] = s;
     }
-    p.xsum = b.xsum.data();
+    base.xsum = b.xsum.data();
   } else {
-    p.a = quantize(f, p.kind, x, m, w.in);
+    gemv::QuantKind acts = kind_of(ws[0]->type);
+    for (const QuantWeight* w : ws)
+      if (w->type == GgmlType::Q4_1) acts = gemv::QuantKind::Q4_1;
+    base.a = quantize(f, acts, x, m, in);
   }
-  gemv::run_qrows(f.rows, p, at::get_num_threads());
+  std::vector<gemv::QProblem> ps(ws.size(), base);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    ps[i].kind = kind_of(ws[i]->type);
+    ps[i].w = ws[i]->blocks.data_ptr<uint8_t>();
+    ps[i].row_bytes = ws[i]->row_bytes();
+    ps[i].out = ws[i]->out;
+    ps[i].y = ys[i];
+  }
+  gemv::run_qrows_many(f.rows, ps.data(), static_cast<int64_t>(ps.size()), at::get_num_threads());
 }
 
 }  // namespace quant_detail
@@ -216,7 +225,9 @@ const char* quant_active_name() {
   return name;
 }
 
-at::Tensor linear(const at::Tensor& x, const QuantWeight& w, const at::Tensor& bias) {
+namespace {
+
+void check_product(const at::Tensor& x, const QuantWeight& w, const at::Tensor& bias) {
   WM_CHECK(w.defined(), "quantized linear with an empty weight");
   WM_CHECK(x.dim() >= 1 && x.size(-1) == w.in, ggml_type_name(w.type), " weight [", w.out, ", ", w.in,
            "] needs x [..., ", w.in, "], got ", x.sizes());
@@ -224,22 +235,62 @@ at::Tensor linear(const at::Tensor& x, const QuantWeight& w, const at::Tensor& b
   WM_CHECK(at::isFloatingType(x.scalar_type()), "x must be floating point, got ", x.scalar_type());
   WM_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.out && bias.device().is_cpu()),
            "bias must be [", w.out, "] on the CPU, got ", bias.defined() ? bias.sizes() : at::IntArrayRef{});
+}
+
+// The products of x by ws (checked) plus their biases, in x's dtype.
+std::vector<at::Tensor> products(const at::Tensor& x, const std::vector<const QuantWeight*>& ws,
+                                 const std::vector<at::Tensor>& biases) {
   at::NoGradGuard no_grad;
   const at::Tensor xf = x.to(at::kFloat).contiguous();
-  const int64_t m = xf.numel() / w.in;
-  auto shape = x.sizes().vec();
-  shape.back() = w.out;
-  at::Tensor y = at::empty(shape, xf.options());
+  const int64_t m = xf.numel() / x.size(-1);
+  std::vector<at::Tensor> ys;
+  std::vector<float*> yp;
+  for (const QuantWeight* w : ws) {
+    auto shape = x.sizes().vec();
+    shape.back() = w->out;
+    ys.push_back(at::empty(shape, xf.options()));
+    yp.push_back(ys.back().data_ptr<float>());
+  }
   if (m > 0) {
     if (quant_activations() == QuantActivations::Float && m > gemv::kMaxRows) {
-      at::Tensor y2 = y.view({m, w.out});
-      quant_detail::float_tiles(w, xf.view({m, w.in}), y2);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        at::Tensor y2 = ys[i].view({m, ws[i]->out});
+        quant_detail::float_tiles(*ws[i], xf.view({m, ws[i]->in}), y2);
+      }
     } else {
-      quant_detail::kernel_product(w, xf.data_ptr<float>(), m, y.data_ptr<float>());
+      quant_detail::kernel_products(ws, xf.data_ptr<float>(), m, yp);
     }
   }
-  if (bias.defined()) y.add_(bias.to(at::kFloat));
-  return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (biases[i].defined()) ys[i].add_(biases[i].to(at::kFloat));
+    if (x.scalar_type() != at::kFloat) ys[i] = ys[i].to(x.scalar_type());
+  }
+  return ys;
+}
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const QuantWeight& w, const at::Tensor& bias) {
+  check_product(x, w, bias);
+  return products(x, {&w}, {bias})[0];
+}
+
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<QuantWeight>& ws,
+                                    const std::vector<at::Tensor>& biases) {
+  WM_CHECK(ws.size() == biases.size() && !ws.empty(), "linear_many: ", ws.size(), " weights and ", biases.size(),
+           " biases");
+  std::vector<const QuantWeight*> group;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_product(x, ws[i], biases[i]);
+    // One quantization of x serves weights whose activations are all Q8_K or all Q8_0/Q8_1.
+    if (gemv::quant_kind_is_k(quant_detail::kind_of(ws[i].type)) != gemv::quant_kind_is_k(quant_detail::kind_of(ws[0].type))) {
+      std::vector<at::Tensor> ys;
+      for (size_t j = 0; j < ws.size(); ++j) ys.push_back(linear(x, ws[j], biases[j]));
+      return ys;
+    }
+    group.push_back(&ws[i]);
+  }
+  return products(x, group, biases);
 }
 
 }  // namespace wm::llm

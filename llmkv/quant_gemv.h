@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/gguf.h"
 
@@ -66,6 +67,12 @@ const char* quant_active_name();
 // number of rows (none too); b [out] or undefined. Returns [..., out] in x's dtype, computed in
 // float32. Throws wm::Error on an undefined weight, a mismatched x or bias, another device.
 at::Tensor linear(const at::Tensor& x, const QuantWeight& w, const at::Tensor& bias);
+// Several products of the same x: ys[i] = linear(x, ws[i], biases[i]), bit for bit, as one job of
+// the decode team (one hand-over; x quantized once where the weights' activation types allow:
+// Q8_0 and Q8_1 (Q4_0, Q4_1, Q8_0) together, Q8_K (Q4_K, Q6_K) together; else one by one).
+// Throws as linear() does, and when the lists' lengths differ or are 0.
+std::vector<at::Tensor> linear_many(const at::Tensor& x, const std::vector<QuantWeight>& ws,
+                                    const std::vector<at::Tensor>& biases);
 
 // Weight rows the float mode dequantizes at a time for more than kMaxRows rows of x.
 inline constexpr int64_t kFloatTileRows = 256;

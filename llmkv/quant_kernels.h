@@ -80,6 +80,8 @@ QuantFns quant_scalar();  // any CPU
 // up to `threads` threads of the decode team (each thread's weight rows read once per tile of
 // kMaxRows activation rows, while they sit in its caches).
 void run_qrows(QRowsFn fn, const QProblem& p, int threads);
+// Several products with the same rows of activations (ps[i].m equal) as one job of the team.
+void run_qrows_many(QRowsFn fn, const QProblem* ps, int64_t n, int threads);
 // x [m, in] quantized into a, rows split over up to `threads` threads.
 void run_quantize(QuantizeFn fn, QuantKind kind, const float* x, int64_t m, int64_t in, const QActs& a, int threads);
 

@@ -122,6 +122,39 @@ TEST(Gemv, Bf16KernelsOnBf16Activations) {
   set_gemv_bf16_dot(true);
 }
 
+// Several products of one x as one job of the team equal the separate products: float32,
+// bfloat16 (bfloat16 x) and float16 weights, int8 weights, biases or none, 1 to 8 rows, 1 and 2
+// threads; weights of mixed dtypes and prefill-sized x go one by one.
+TEST(Gemv, ProductsOfOneXTogetherEqualThemApart) {
+  PathGuard guard(GemvPath::Auto);
+  at::manual_seed(10);
+  const int saved = at::get_num_threads();
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf})
+    for (int threads : {1, 2})
+      for (int64_t m : {1, 3, 8, 12}) {
+        if (dt == at::kHalf && m > 8) continue;  // libtorch 1.13 has no float16 GEMM on the CPU
+        at::set_num_threads(threads);
+        const std::vector<at::Tensor> ws{at::randn({896, 896}).to(dt), at::randn({128, 896}).to(dt),
+                                         at::randn({72, 896}).to(dt)};
+        const std::vector<at::Tensor> bs{at::randn({896}).to(dt), at::Tensor(), at::randn({72}).to(dt)};
+        const at::Tensor x = at::randn({m, 896}).to(dt);
+        const std::vector<at::Tensor> ys = linear_many(x, ws, bs);
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_TRUE(at::equal(ys[i], linear(x, ws[i], bs[i]))) << dt << " m " << m << " threads " << threads << " i " << i;
+        std::vector<Int8Weight> q8;
+        for (const at::Tensor& w : ws) q8.push_back(Int8Weight::quantize(w));
+        const std::vector<at::Tensor> yq = linear_many(x, q8, bs);
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_TRUE(at::allclose(yq[i], linear(x, q8[i], bs[i]), 1e-5, 1e-5)) << "int8 " << dt << " m " << m << " i " << i;
+      }
+  at::set_num_threads(saved);
+  const at::Tensor x = at::randn({1, 64});
+  const std::vector<at::Tensor> mixed{at::randn({16, 64}), at::randn({8, 64}).to(at::kBFloat16)};
+  const std::vector<at::Tensor> ym = linear_many(x, mixed, {at::Tensor(), at::Tensor()});
+  EXPECT_TRUE(at::equal(ym[1], linear(x, mixed[1], at::Tensor())));
+  EXPECT_THROW(linear_many(x, mixed, {at::Tensor()}), wm::Error);
+}
+
 class GemvInt8Paths : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GemvInt8Paths, MatchesItsDequantisedWeights) {

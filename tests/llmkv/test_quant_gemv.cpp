@@ -317,6 +317,49 @@ TEST(QuantGemv, ManyRowsEqualOneRowAtATime) {
   }
 }
 
+// Several products of one x in one job (Q, K and V; gate and up) equal the separate products bit
+// for bit: weights of one type, Q4_1 beside Q8_0 and Q4_0 (one Q8_1 quantization serves all
+// three), Q4_K beside Q6_K, and 32-value beside 256-value types (quantized apart); biases; 1, 3
+// and 20 rows (tiles); both activation modes; one thread and two.
+TEST(QuantGemv, ProductsOfOneXTogetherEqualThemApart) {
+  at::manual_seed(23);
+  const int saved = at::get_num_threads();
+  const std::vector<std::vector<GgmlType>> groups{{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0},
+                                                  {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0},
+                                                  {GgmlType::Q4_K, GgmlType::Q6_K},
+                                                  {GgmlType::Q4_0, GgmlType::Q6_K, GgmlType::Q4_1}};
+  const int64_t in = 512;
+  for (QuantActivations mode : {QuantActivations::Q8, QuantActivations::Float})
+    for (const auto& types : groups) {
+      ActsGuard acts(mode);
+      std::vector<QuantWeight> ws;
+      std::vector<at::Tensor> biases;
+      for (size_t i = 0; i < types.size(); ++i) {
+        ws.push_back(random_weight(types[i], i == 0 ? 136 : 40 + 8 * static_cast<int64_t>(i), in));
+        biases.push_back(i == 1 ? at::Tensor() : at::randn({ws.back().out}));
+      }
+      for (int threads : {1, 2})
+        for (int64_t m : {1, 3, 20}) {
+          at::set_num_threads(threads);
+          const at::Tensor x = random_x(m, in);
+          const std::vector<at::Tensor> ys = linear_many(x, ws, biases);
+          ASSERT_EQ(ys.size(), ws.size());
+          for (size_t i = 0; i < ws.size(); ++i) {
+            const at::Tensor apart = linear(x, ws[i], biases[i]);
+            // The float mode's many-row products go through at::mm, which need not give the bits twice.
+            if (mode == QuantActivations::Float && m > 8)
+              EXPECT_TRUE(at::allclose(ys[i], apart, 1e-5, 1e-5));
+            else
+              EXPECT_TRUE(at::equal(ys[i], apart)) << quant_activations_name(mode) << " " << ggml_type_name(types[i])
+                                                   << " in group " << types.size() << " m " << m << " threads " << threads;
+          }
+        }
+    }
+  at::set_num_threads(saved);
+  EXPECT_THROW(linear_many(random_x(1, in), std::vector<QuantWeight>{}, {}), wm::Error);
+  EXPECT_THROW(linear_many(random_x(1, 64), {random_weight(GgmlType::Q8_0, 8, in)}, {at::Tensor()}), wm::Error);
+}
+
 // The team's two kinds of jobs interleaved on more threads than cores (threads start late, are
 // descheduled mid-job, jobs run alone while one has not acknowledged the last): every product
 // equals the one-thread product, quantized (units taken in turn) and float (a static split).
