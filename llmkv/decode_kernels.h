@@ -10,9 +10,10 @@
 // x in bfloat16 (Problem::xb, the same values), which CPUs with AVX-512 BF16 multiply in pairs
 // (vdpbf16ps: products exact, sums in float32).
 //
-// One activation row (a decoding step) reads each weight row front to back, one row at a time:
-// on the Zen 4 machine these were measured on, one sequential stream a core reads its weights
-// 1.2-1.7x faster than 8 rows read side by side (tools/README.md, "Against llama.cpp").
+// A thread's rows are read as R runs of consecutive rows side by side (R = 8 for one activation
+// row): R streams, each front to back, which the hardware prefetches as streams; on the Zen 4
+// machine these were measured on, that read bfloat16 weights 1.7x and float32 1.1-1.2x faster
+// than R consecutive rows side by side (decode_kernels.inl, rows_m).
 //
 // Plain pointers and no libtorch here: the ISA files are compiled with their own -m flags
 // (decode_avx512.cpp, decode_avx2.cpp) and must not share the precompiled ATen header. gemv.h is
