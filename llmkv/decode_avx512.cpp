@@ -50,6 +50,20 @@ struct V512 {
   }
   static reg set1(float s) { return _mm512_set1_ps(s); }
   static float sum(reg a) { return _mm512_reduce_add_ps(a); }
+  // out[k] = sum(a[k]), bit for bit: each folded to 8 lanes, then the 8 summed together.
+  static void sum8(const reg (&a)[8], float* out) {
+    __m256 h[8];
+    for (int k = 0; k < 8; ++k)
+      h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
+    // Each vector's 8 lanes paired as sum() pairs them: i + (i + 4), then i + (i + 2), then 0 + 1.
+    __m256 y[4];
+    for (int k = 0; k < 4; ++k)
+      y[k] = _mm256_add_ps(_mm256_permute2f128_ps(h[2 * k], h[2 * k + 1], 0x20), _mm256_permute2f128_ps(h[2 * k], h[2 * k + 1], 0x31));
+    const __m256 w0 = _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x44), _mm256_shuffle_ps(y[0], y[1], 0xEE));
+    const __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(y[2], y[3], 0x44), _mm256_shuffle_ps(y[2], y[3], 0xEE));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(w0, w1, 0x88), _mm256_shuffle_ps(w0, w1, 0xDD));
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
   template <WeightKind K>
   static reg w(const void* base, int64_t e) {
     if constexpr (K == WeightKind::F32) {

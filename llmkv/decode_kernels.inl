@@ -2,7 +2,7 @@
 //   reg; L (float lanes); zero(); loadx(const float*); fma(a, b, c); mul(a, b); set1(float);
 //   sum(reg); w<WeightKind>(const void* base, int64_t element_index) -> L floats;
 //   bf16_pairs(base, e, even, odd): 2L bfloat16 from e as float32, even and odd elements apart;
-//   add, sub, max, hmax, store, exp (the attention);
+//   add, sub, max, hmax, store, exp, sum8(a[8], out): out[k] = sum(a[k]) (the attention);
 //   kDotBf16: whether it has dot_bf16(acc, w, x): acc + the products of 2L bfloat16 pairs (lane
 //   j: w[2j] x[2j] + w[2j+1] x[2j+1], exact products summed in float32)
 // and includes this file inside an anonymous namespace of its own (internal linkage: no copy
@@ -212,49 +212,103 @@ void rows_impl(const Problem& p, int64_t r0, int64_t r1) {
 
 // ---------------------------------------------------------------- attention (one query a head)
 
+// The attention's blocked pieces for heads of C registers (d = C * V::L), GN query heads of a kv
+// head at a time: their queries (GN * C registers) or their outputs' sums (GN * C) stay in
+// registers over the keys, each key's row read once a group. Rows: scratch rows from row0, the
+// queries q0 and outputs o0 d apart.
+
+// Scores of GN query heads against keys [j0, j1) of kv head h: q.k * scale + logw, the sums of
+// 8 / GN keys formed together (V::sum8).
+template <class V, WeightKind K, int C, int GN>
+void qk_block(const AttnProblem& p, int64_t h, int64_t row0, const float* q0, int64_t j0, int64_t j1) {
+  constexpr int KB = 8 / GN;  // keys a batch
+  const int64_t d = p.d, nk = p.nk, base = h * p.head_stride;
+  typename V::reg q[GN][C];
+  for (int g = 0; g < GN; ++g)
+    for (int c = 0; c < C; ++c) q[g][c] = V::loadx(q0 + g * d + c * V::L);
+  for (int64_t j = j0; j < j1; j += KB) {
+    const int kb = j1 - j < KB ? static_cast<int>(j1 - j) : KB;
+    typename V::reg acc[8];
+    for (auto& a : acc) a = V::zero();
+    for (int k = 0; k < KB; ++k) {
+      if (k >= kb) break;
+      for (int c = 0; c < C; ++c) {
+        const typename V::reg kv = V::template w<K>(p.k, base + (j + k) * d + c * V::L);
+        for (int g = 0; g < GN; ++g) acc[k * GN + g] = V::fma(kv, q[g][c], acc[k * GN + g]);
+      }
+    }
+    float sc[8];
+    V::sum8(acc, sc);
+    for (int k = 0; k < kb; ++k) {
+      const float lw = p.logw ? p.logw[h * p.logw_head_stride + j + k] : 0.f;
+      for (int g = 0; g < GN; ++g) p.scratch[(row0 + g) * nk + j + k] = sc[k * GN + g] * p.scale + lw;
+    }
+  }
+}
+
+// o0[g] = sum_j e[g, j] v_j over keys [j0, j1) for GN query heads (e: their scratch rows).
+template <class V, WeightKind K, int C, int GN>
+void pv_block(const AttnProblem& p, int64_t h, int64_t row0, float* o0, int64_t j0, int64_t j1) {
+  const int64_t d = p.d, nk = p.nk, base = h * p.head_stride;
+  typename V::reg acc[GN][C];
+  for (int g = 0; g < GN; ++g)
+    for (int c = 0; c < C; ++c) acc[g][c] = V::zero();
+  for (int64_t j = j0; j < j1; ++j) {
+    typename V::reg v[C];
+    for (int c = 0; c < C; ++c) v[c] = V::template w<K>(p.v, base + j * d + c * V::L);
+    for (int g = 0; g < GN; ++g) {
+      const typename V::reg e = V::set1(p.scratch[(row0 + g) * nk + j]);
+      for (int c = 0; c < C; ++c) acc[g][c] = V::fma(e, v[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < GN; ++g)
+    for (int c = 0; c < C; ++c) V::store(o0 + g * d + c * V::L, acc[g][c]);
+}
+
+// The G query heads of kv head h in groups of 16 / C: scores (pass 0) or outputs (pass 1).
+template <class V, WeightKind K, int C>
+void heads_blocked(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float* o, int pass) {
+  constexpr int GQ = 16 / C < 8 ? 16 / C : 8;
+  const int64_t G = p.H / p.KH, d = p.d;
+  for (int64_t g0 = 0; g0 < G; g0 += GQ) {
+    const int64_t row0 = h * G + g0;
+    const float* q0 = p.q + row0 * d;
+    float* o0 = o + g0 * d;
+    const int64_t gn = G - g0 < GQ ? G - g0 : GQ;
+#define WM_HEADS_CASE(N)                                                              \
+  case N:                                                                             \
+    if constexpr (N <= GQ) {                                                          \
+      if (pass == 0) qk_block<V, K, C, N>(p, h, row0, q0, j0, j1);                    \
+      else pv_block<V, K, C, N>(p, h, row0, o0, j0, j1);                              \
+    }                                                                                 \
+    break;
+    switch (gn) {
+      WM_HEADS_CASE(1) WM_HEADS_CASE(2) WM_HEADS_CASE(3) WM_HEADS_CASE(4)
+      WM_HEADS_CASE(5) WM_HEADS_CASE(6) WM_HEADS_CASE(7) WM_HEADS_CASE(8)
+      default: break;
+    }
+#undef WM_HEADS_CASE
+  }
+}
+
+// Whether kv head rows of d take the blocked pieces (AVX-512's 32 registers; d of 2, 4 or 8
+// registers), and runs them.
 template <class V, WeightKind K>
-void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float* m, float* l, float* o) {
-  const int64_t G = p.H / p.KH, d = p.d, nk = p.nk, dv = d / V::L * V::L;
-  const int64_t base = h * p.head_stride;
-  constexpr int kMaxG = 16;
-  // Small heads (a group's queries and its outputs fit in registers, no tail): the queries are
-  // loaded once and the outputs accumulated in registers, key by key.
-  constexpr int kRegs = 16;
-  const bool small = dv == d && G * (d / V::L) <= kRegs;
-  if (small) {
-    const int64_t C = d / V::L;
-    typename V::reg qr[kRegs];
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t c = 0; c < C; ++c) qr[g * C + c] = V::loadx(p.q + (h * G + g) * d + c * V::L);
-    for (int64_t j = j0; j < j1; ++j) {
-      typename V::reg kr[kRegs];
-      for (int64_t c = 0; c < C; ++c) kr[c] = V::template w<K>(p.k, base + j * d + c * V::L);
-      for (int64_t g = 0; g < G; ++g) {
-        typename V::reg acc = V::mul(kr[0], qr[g * C]);
-        for (int64_t c = 1; c < C; ++c) acc = V::fma(kr[c], qr[g * C + c], acc);
-        p.scratch[(h * G + g) * nk + j] =
-            V::sum(acc) * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
-      }
-    }
+bool attn_blocked(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float* o, int pass) {
+  if constexpr (V::L != 16) return false;
+  switch (p.d == 2 * V::L ? 2 : p.d == 4 * V::L ? 4 : p.d == 8 * V::L ? 8 : 0) {
+    case 2: heads_blocked<V, K, 2>(p, h, j0, j1, o, pass); return true;
+    case 4: heads_blocked<V, K, 4>(p, h, j0, j1, o, pass); return true;
+    case 8: heads_blocked<V, K, 8>(p, h, j0, j1, o, pass); return true;
+    default: return false;
   }
-  for (int64_t g0 = 0; g0 < G && !small; g0 += kMaxG) {
-    const int64_t gn = G - g0 < kMaxG ? G - g0 : kMaxG;
-    const float* q0 = p.q + (h * G + g0) * d;
-    for (int64_t j = j0; j < j1; ++j) {
-      typename V::reg acc[kMaxG];
-      for (int64_t g = 0; g < gn; ++g) acc[g] = V::zero();
-      for (int64_t i = 0; i < dv; i += V::L) {
-        const typename V::reg kv = V::template w<K>(p.k, base + j * d + i);
-        for (int64_t g = 0; g < gn; ++g) acc[g] = V::fma(kv, V::loadx(q0 + g * d + i), acc[g]);
-      }
-      for (int64_t g = 0; g < gn; ++g) {
-        float s = V::sum(acc[g]);
-        for (int64_t i = dv; i < d; ++i) s += scalar_w<K>(p.k, base + j * d + i) * q0[g * d + i];
-        p.scratch[(h * G + g0 + g) * nk + j] = s * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
-      }
-    }
-  }
-  // Softmax pieces per query head.
+}
+
+// The softmax's pieces of kv head h's query heads over keys [j0, j1): each score row's largest
+// score m[g], its scores replaced by e^(score - m[g]), their sum l[g].
+template <class V>
+void softmax_rows(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float* m, float* l) {
+  const int64_t G = p.H / p.KH, nk = p.nk;
   const int64_t n = j1 - j0, nv = n / V::L * V::L;
   for (int64_t g = 0; g < G; ++g) {
     float* s = p.scratch + (h * G + g) * nk + j0;
@@ -278,6 +332,52 @@ void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float*
     m[g] = mx;
     l[g] = sum;
   }
+}
+
+template <class V, WeightKind K>
+void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float* m, float* l, float* o) {
+  const int64_t G = p.H / p.KH, d = p.d, nk = p.nk, dv = d / V::L * V::L;
+  const int64_t base = h * p.head_stride;
+  constexpr int kMaxG = 16;
+  // Small heads (a group's queries and its outputs fit in registers, no tail): the queries are
+  // loaded once and the outputs accumulated in registers, key by key.
+  constexpr int kRegs = 16;
+  const bool blocked = attn_blocked<V, K>(p, h, j0, j1, o, 0);
+  const bool small = !blocked && dv == d && G * (d / V::L) <= kRegs;
+  if (small) {
+    const int64_t C = d / V::L;
+    typename V::reg qr[kRegs];
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c) qr[g * C + c] = V::loadx(p.q + (h * G + g) * d + c * V::L);
+    for (int64_t j = j0; j < j1; ++j) {
+      typename V::reg kr[kRegs];
+      for (int64_t c = 0; c < C; ++c) kr[c] = V::template w<K>(p.k, base + j * d + c * V::L);
+      for (int64_t g = 0; g < G; ++g) {
+        typename V::reg acc = V::mul(kr[0], qr[g * C]);
+        for (int64_t c = 1; c < C; ++c) acc = V::fma(kr[c], qr[g * C + c], acc);
+        p.scratch[(h * G + g) * nk + j] =
+            V::sum(acc) * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
+      }
+    }
+  }
+  for (int64_t g0 = 0; g0 < G && !small && !blocked; g0 += kMaxG) {
+    const int64_t gn = G - g0 < kMaxG ? G - g0 : kMaxG;
+    const float* q0 = p.q + (h * G + g0) * d;
+    for (int64_t j = j0; j < j1; ++j) {
+      typename V::reg acc[kMaxG];
+      for (int64_t g = 0; g < gn; ++g) acc[g] = V::zero();
+      for (int64_t i = 0; i < dv; i += V::L) {
+        const typename V::reg kv = V::template w<K>(p.k, base + j * d + i);
+        for (int64_t g = 0; g < gn; ++g) acc[g] = V::fma(kv, V::loadx(q0 + g * d + i), acc[g]);
+      }
+      for (int64_t g = 0; g < gn; ++g) {
+        float s = V::sum(acc[g]);
+        for (int64_t i = dv; i < d; ++i) s += scalar_w<K>(p.k, base + j * d + i) * q0[g * d + i];
+        p.scratch[(h * G + g0 + g) * nk + j] = s * p.scale + (p.logw ? p.logw[h * p.logw_head_stride + j] : 0.f);
+      }
+    }
+  }
+  softmax_rows<V>(p, h, j0, j1, m, l);
   // Values: o[g] = sum_j e[g, j] v_j, each value row read once.
   if (small) {
     const int64_t C = d / V::L;
@@ -293,6 +393,10 @@ void attn_task_k(const AttnProblem& p, int64_t h, int64_t j0, int64_t j1, float*
     }
     for (int64_t g = 0; g < G; ++g)
       for (int64_t c = 0; c < C; ++c) V::store(o + g * d + c * V::L, acc[g * C + c]);
+    return;
+  }
+  if (blocked) {
+    attn_blocked<V, K>(p, h, j0, j1, o, 1);
     return;
   }
   for (int64_t g = 0; g < G * d; ++g) o[g] = 0.f;

@@ -28,6 +28,9 @@ struct V1 {
   }
   static reg set1(float s) { return s; }
   static float sum(reg a) { return a; }
+  static void sum8(const reg (&a)[8], float* out) {
+    for (int k = 0; k < 8; ++k) out[k] = a[k];
+  }
   template <WeightKind K>
   static reg w(const void* base, int64_t e) {
     return scalar_w<K>(base, e);

@@ -176,7 +176,9 @@ INSTANTIATE_TEST_SUITE_P(, GemvInt8Paths, ::testing::Values("avx512", "avx2", "s
 
 // The decode attention against the general one (wm::attention, a causal mask whose one query
 // sees every key): GQA, log-weights, the key mass, heads lying apart in a larger buffer, K/V in
-// each dtype, key counts that split into several ranges.
+// each dtype, key counts that split into several ranges; head sizes of 2, 4 and 8 AVX-512
+// registers (the blocked pieces, query heads in groups of 8, 4 and 2, a last group smaller, an
+// odd key count) and others.
 class DecodeAttentionPaths : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType>> {};
 
 TEST_P(DecodeAttentionPaths, MatchesTheGeneralAttention) {
@@ -185,7 +187,7 @@ TEST_P(DecodeAttentionPaths, MatchesTheGeneralAttention) {
   if (std::string(gemv_active_name()) != path_name) GTEST_SKIP() << "this CPU or build has no " << path_name;
   at::manual_seed(8);
   for (auto [H, KH, nk, d] : {std::array<int64_t, 4>{4, 2, 9, 8}, {14, 2, 1500, 64}, {8, 1, 3000, 32},
-                              {6, 3, 700, 20}}) {
+                              {6, 3, 700, 20}, {9, 3, 301, 64}, {12, 2, 333, 128}}) {
     // The window's layout: [KH, capacity, d] buffers, the first nk rows used.
     at::Tensor kbuf = at::randn({KH, nk + 37, d}).to(kvdt), vbuf = at::randn({KH, nk + 37, d}).to(kvdt);
     at::Tensor k = kbuf.narrow(1, 0, nk), v = vbuf.narrow(1, 0, nk);
