@@ -3,8 +3,9 @@
 # each for SECONDS (default 60) on a working corpus seeded from tests/fuzz/corpus/<target>,
 # with the allocation and memory caps of a hostile input: 1 GiB RSS, no single malloc over 1 GiB.
 #   bash tools/fuzz.sh [SECONDS] [TARGET...]     (targets: see tests/fuzz/CMakeLists.txt)
-# Exits non-zero on the first finding and names the reproducer file. Installs clang and its
-# runtime (libFuzzer) from Debian when missing.
+# Targets run side by side, one per core (WM_FUZZ_JOBS to change it). Exits non-zero when any
+# target finds something, naming its log. Installs clang and its runtime (libFuzzer) from Debian
+# when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -28,19 +29,38 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_
 }
 cmake --build "$build" -j "$(nproc)" --target wm_fuzz
 
-status=0
+# Each target runs single-threaded, so the machine's cores run that many targets at once
+# (WM_FUZZ_JOBS, default nproc); the results are printed in the targets' order.
 for t in "${targets[@]}"; do
-  bin="$build/tests/fuzz/fuzz_$t"
-  if [ ! -x "$bin" ]; then
+  if [ ! -x "$build/tests/fuzz/fuzz_$t" ]; then
     echo "fuzz.sh: no target '$t' (have: ${all[*]})" >&2
     exit 2
   fi
-  work="$build/corpus/$t"
-  mkdir -p "$work" "$build/findings"
-  log="$build/fuzz_$t.log"
+done
+mkdir -p "$build/findings"
+run_target() {
+  local t="$1" work="$build/corpus/$1" log="$build/fuzz_$1.log"
+  mkdir -p "$work"
   # One thread: libtorch would otherwise start a pool per process for nothing.
-  if OMP_NUM_THREADS=1 "$bin" "$work" "tests/fuzz/corpus/$t" -max_total_time="$seconds" -rss_limit_mb=1024 \
-    -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 -artifact_prefix="$build/findings/$t-" >"$log" 2>&1; then
+  local rc=0
+  OMP_NUM_THREADS=1 "$build/tests/fuzz/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$seconds" \
+    -rss_limit_mb=1024 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$build/findings/$t-" >"$log" 2>&1 || rc=$?
+  echo "$rc" >"$build/fuzz_$t.rc"
+}
+parallel="${WM_FUZZ_JOBS:-$(nproc)}"
+if ! [[ "$parallel" =~ ^[0-9]+$ ]] || [ "$parallel" -lt 1 ]; then parallel=1; fi
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  rm -f "$build/fuzz_$t.rc"
+  run_target "$t" &
+done
+wait
+
+status=0
+for t in "${targets[@]}"; do
+  log="$build/fuzz_$t.log"
+  if [ "$(cat "$build/fuzz_$t.rc" 2>/dev/null)" = "0" ]; then
     execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
     echo "fuzz $t: ${execs} executions in ${seconds} s, no finding"
   else

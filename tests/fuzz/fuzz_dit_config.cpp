@@ -5,9 +5,7 @@
 #include "runtime/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".dit.json"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(dit_config) {
   const std::string& path = wm::fuzz::write_input(data, size, ".dit.json");
   try {
     wm::dit::DitConfig c = wm::dit::load_config(path);

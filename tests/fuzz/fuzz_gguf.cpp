@@ -4,9 +4,7 @@
 #include "runtime/gguf.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".gguf"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(gguf) {
   const std::string& path = wm::fuzz::write_input(data, size, ".gguf");
   try {
     const wm::GgufFile g = wm::GgufFile::open(path);

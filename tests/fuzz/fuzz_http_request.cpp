@@ -17,8 +17,9 @@
 
 #include "tools/serve/http_server.h"
 #include "tools/serve/openai_api.h"
+#include "tests/fuzz/fuzz_input.h"
 
-namespace {
+namespace fuzz_http_request {
 
 using wm::serve::ApiError;
 
@@ -84,9 +85,7 @@ Server& server() {
   return *s;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(http_request) {
   Server& s = server();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
@@ -116,3 +115,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ::close(fd);
   return 0;
 }
+
+}  // namespace fuzz_http_request

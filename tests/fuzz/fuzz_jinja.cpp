@@ -8,8 +8,9 @@
 
 #include "llmkv/jinja.h"
 #include "runtime/error.h"
+#include "tests/fuzz/fuzz_input.h"
 
-namespace {
+namespace fuzz_jinja {
 
 const nlohmann::ordered_json& variables() {
   static const nlohmann::ordered_json vars = nlohmann::ordered_json::parse(R"({
@@ -28,9 +29,7 @@ const nlohmann::ordered_json& variables() {
   return vars;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(jinja) {
   const std::string source(reinterpret_cast<const char*>(data), size);
   wm::llm::jinja::Limits limits;
   limits.max_steps = 200000;
@@ -45,3 +44,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace fuzz_jinja

@@ -5,9 +5,7 @@
 #include "runtime/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".config.json"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(llm_config) {
   const std::string& path = wm::fuzz::write_input(data, size, ".config.json");
   try {
     wm::llm::LlmConfig c = wm::llm::LlmConfig::load(path);

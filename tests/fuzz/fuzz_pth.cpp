@@ -8,9 +8,7 @@
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/runtime/pth_test_zip.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".pth"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(pth) {
   const bool whole = size >= 2 && data[0] == 'P' && data[1] == 'K';
   std::string wrapped;
   if (!whole) {

@@ -3,9 +3,7 @@
 #include "runtime/safetensors.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".safetensors"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(safetensors) {
   const std::string& path = wm::fuzz::write_input(data, size, ".safetensors");
   try {
     wm::SafeTensors st = wm::SafeTensors::open(path);

@@ -6,10 +6,7 @@
 #include "runtime/spill_file.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".wmkv"};
-static wm::fuzz::ScratchCleanup cleanup2{".rewritten.wmkv"};
-
-namespace {
+namespace fuzz_spill_file {
 bool same(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
   if (!a.defined()) return true;
@@ -17,9 +14,8 @@ bool same(const at::Tensor& a, const at::Tensor& b) {
   const size_t n = a.numel() * a.element_size();
   return n == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), n) == 0;
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(spill_file) {
   const std::string& path = wm::fuzz::write_input(data, size, ".wmkv");
   wm::Block b;
   try {
@@ -42,3 +38,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
   return 0;
 }
+
+}  // namespace fuzz_spill_file

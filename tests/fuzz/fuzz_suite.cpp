@@ -4,9 +4,7 @@
 #include "tests/fuzz/fuzz_input.h"
 #include "tools/world/suite.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".suite.json"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(suite) {
   const std::string& path = wm::fuzz::write_input(data, size, ".suite.json");
   try {
     wm::world::Suite s = wm::world::load_suite(path);

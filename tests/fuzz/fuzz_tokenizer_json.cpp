@@ -6,9 +6,7 @@
 #include "runtime/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static wm::fuzz::ScratchCleanup cleanup{".tokenizer.json"};
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(tokenizer_json) {
   const std::string& path = wm::fuzz::write_input(data, size, ".tokenizer.json");
   static const std::string text =
       "<|im_start|>user\nHello, world! 12345 ' ''s  \t\n\xe4\xbd\xa0\xe5\xa5\xbd \xff\xfe caf\xc3\xa9<|im_end|>";

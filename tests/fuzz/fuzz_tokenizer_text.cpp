@@ -5,12 +5,13 @@
 
 #include "llmkv/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/fuzz/fuzz_input.h"
 
 #ifndef WM_SOURCE_DIR
 #error "WM_SOURCE_DIR must name the source tree (for the fixture tokenizer)"
 #endif
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+WM_FUZZ_TARGET(tokenizer_text) {
   static const wm::llm::Tokenizer tok =
       wm::llm::Tokenizer::load(std::string(WM_SOURCE_DIR) + "/tests/llmkv/fixtures/tokenizer/qwen2_style.tokenizer.json");
   const std::string_view text(reinterpret_cast<const char*>(data), size);
