@@ -7,7 +7,7 @@ namespace wm::llm {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double elapsed_s(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void count(std::vector<int64_t>& buckets, const std::vector<double>& bounds, double v) {
   for (size_t i = 0; i < bounds.size(); ++i)
@@ -452,7 +452,7 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
   r->t_last = Clock::now();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    const double ttft = since(r->t0);
+    const double ttft = elapsed_s(r->t0);
     count(counters_.ttft_buckets, ttft_bounds(), ttft);
     counters_.ttft_sum += ttft;
     ++counters_.ttft_count;

@@ -27,7 +27,7 @@
 #include "runtime/error.h"
 
 namespace wm::llm {
-namespace {
+namespace tokenizer_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -736,5 +736,5 @@ TEST(ChatTemplate, EncodeEqualsEncodingTheRenderedText) {
   EXPECT_THROW(encode_chatml(fixture("gpt2_style"), msgs, false), Error);
 }
 
-}  // namespace
+}  // namespace tokenizer_test
 }  // namespace wm::llm
