@@ -38,8 +38,40 @@ at::Tensor make_param(at::IntArrayRef shape, const ParamAlloc& alloc, Fill fill)
 // Hugging Face's rotate-half RoPE on x [..., n, H, d] (token-major, heads inside) with cos/sin
 // [n, d/2]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of the head dim.
 // Out of place (autograd-friendly); the result is contiguous [..., n, H, d].
+// The same on float32 CPU tensors without autograd, in one pass: each element's two products
+// and their difference or sum rounded as the tensor ops round them (volatile: never fused into a
+// multiply-add), so the bits are the ops'; a decode step otherwise spends some ten tensor ops a
+// call on a few hundred values.
+bool rope_half_one_pass_applies(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x.device().is_cpu() && x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+         sin.scalar_type() == at::kFloat && cos.device().is_cpu() && sin.device().is_cpu() && x.dim() >= 3 &&
+         x.is_contiguous() && cos.is_contiguous() && sin.is_contiguous() && x.size(-1) % 2 == 0 &&
+         x.size(-3) == cos.size(0) && !(at::GradMode::is_enabled() && x.requires_grad());
+}
+
+at::Tensor rope_half_one_pass(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t d = x.size(-1), h = d / 2, heads = x.size(-2), n = x.size(-3);
+  at::Tensor y = at::empty_like(x);
+  const float* xs = x.data_ptr<float>();
+  const float *cs = cos.data_ptr<float>(), *ss = sin.data_ptr<float>();
+  float* ys = y.data_ptr<float>();
+  const int64_t rows = x.numel() / d;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = (r / heads) % n;
+    const float *xr = xs + r * d, *c = cs + t * h, *s = ss + t * h;
+    float* yr = ys + r * d;
+    for (int64_t i = 0; i < h; ++i) {
+      volatile float a = xr[i] * c[i], b = xr[h + i] * s[i], e = xr[h + i] * c[i], f = xr[i] * s[i];
+      yr[i] = a - b;
+      yr[h + i] = e + f;
+    }
+  }
+  return y;
+}
+
 at::Tensor rope_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   RECORD_USER_SCOPE("wm.llm.rope");
+  if (rope_half_one_pass_applies(x, cos, sin)) return rope_half_one_pass(x, cos, sin);
   const int64_t h = x.size(-1) / 2;
   at::Tensor c = cos.unsqueeze(-2), s = sin.unsqueeze(-2);  // [n, 1, d/2]
   at::Tensor x1 = x.narrow(-1, 0, h), x2 = x.narrow(-1, h, h);
