@@ -17,6 +17,7 @@
 #include "dit/umt5_prompt.h"
 #include "dit/umt5_tokenizer.h"
 #include "dit/wan_layers.h"
+#include "tools/bench_dit/bench_util.h"
 #include "tools/bench_dit/random_umt5.h"
 #include "tools/bench_dit/random_wan_vae.h"
 #include "runtime/device.h"
@@ -30,10 +31,7 @@ using Clock = std::chrono::steady_clock;
 using wm::dit::LingbotConfig;
 using wm::dit::LingbotDit;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
 double gib(double bytes) { return bytes / double(1ull << 30); }
-std::string dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "f16" : "f32"; }
 
 // The process's peak resident set so far, bytes.
 double peak_rss() {

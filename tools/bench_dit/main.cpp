@@ -26,6 +26,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
+#include "tools/bench_dit/bench_util.h"
 #include "tools/bench_dit/lingbot_bench.h"
 #include "tools/bench_dit/mg2_bench.h"
 #include "tools/bench_dit/mg2_rollout.h"
@@ -36,11 +37,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Waits for queued device work (a host read forces it on every backend).
-void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
+using wm::bench::seconds_since;
+using wm::bench::sync;
 
 struct Args {
   std::string config = "configs/matrix-game-2.json";

@@ -17,6 +17,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "tools/bench_dit/bench_util.h"
 #include "tools/bench_dit/fixture_inputs.h"
 #include "tools/cli/output_file.h"
 
@@ -29,13 +30,6 @@ using wm::dit::Mg2ChunkKv;
 using wm::dit::Mg2Config;
 using wm::dit::Mg2Dit;
 using wm::dit::Mg2DitImpl;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Waits for queued device work (a host read forces it on every backend).
-void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
-
-std::string dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "f16" : "f32"; }
 
 // The CPU's model name from /proc/cpuinfo ("" elsewhere).
 std::string cpu_model() {
