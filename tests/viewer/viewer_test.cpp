@@ -558,7 +558,7 @@ class ViewerProgram : public ::testing::Test {
     // stretches the viewer's own timeout and the wait for it alike.
     const char* scale_env = std::getenv("WM_TEST_TIME_SCALE");
     const int scale = scale_env != nullptr ? std::max(1, std::atoi(scale_env)) : 1;
-    std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model_, "--software", "--seed", "1",
+    std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model_, "--software", "--seed", "1", "--threads", "1",
                                   "--timeout", std::to_string(50 * scale), "--summary-json", summary.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const RunResult r = run_program(argv, x_->display, dir_, 55 * scale);
@@ -720,15 +720,15 @@ void expect_end_after_w_and_mouse_right(const nlohmann::json& s) {
   EXPECT_NEAR(end.at("yaw_deg").get<double>(), yaw * 180.0 / M_PI, 1e-6);
 }
 
-// Runs the viewer on the reduced model's files on the CPU (2 threads), software-rendered, the
-// frame clock free, with `extra`, and reads the summary it wrote to `summary` (empty object when
-// none). timeout_s is the viewer's own --timeout, stretched by WM_TEST_TIME_SCALE.
+// Runs the viewer on the reduced model's files on the CPU (one thread: the suites run two at a
+// time on two cores), software-rendered, the frame clock free, with `extra`, and reads the summary
+// it wrote to `summary` (empty object when none). timeout_s is the viewer's own --timeout, stretched by WM_TEST_TIME_SCALE.
 nlohmann::json run_mg2(const Mg2Files& f, std::vector<std::string> extra, const fs::path& summary,
                        const std::string& display, const fs::path& dir, int timeout_s, RunResult& r) {
   const char* scale_env = std::getenv("WM_TEST_TIME_SCALE");
   const int scale = scale_env != nullptr ? std::max(1, std::atoi(scale_env)) : 1;
   std::vector<std::string> argv{WM_VIEWER_BIN, "--model", f.model.string(), "--latents", f.latents.string(), "--vae",
-                                f.vae.string(), "--device", "cpu", "--threads", "2", "--software", "--fps", "0",
+                                f.vae.string(), "--device", "cpu", "--threads", "1", "--software", "--fps", "0",
                                 "--timeout", std::to_string(timeout_s * scale), "--summary-json", summary.string()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   r = run_program(argv, display, dir, (timeout_s + 10) * scale);
@@ -873,7 +873,7 @@ TEST_F(ViewerProgram, LingbotRunsTwoChunksFromHeldKeysAsCameraPoses) {
   const fs::path summary = dir_ / "lingbot.json";
   std::vector<std::string> argv{WM_VIEWER_BIN, "--model", model.string(), "--image",
                                 (model.parent_path() / "start.png").string(), "--size", "32*48", "--device",
-                                "cpu", "--threads", "2", "--software", "--fps", "0", "--timeout", "100",
+                                "cpu", "--threads", "1", "--software", "--fps", "0", "--timeout", "100",
                                 "--summary-json", summary.string(), "--chunks", "2", "--inject",
                                 "down W; mouse 200 0; wait 2c; up W"};
   // The text through the folder's umT5 (when the build has the tokenizer).
