@@ -59,20 +59,14 @@ TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNoth
     const RunResult r = run_program(argv, dir, src, 300);
     EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
   };
+  // The run in pieces makes its samples ahead on two worker threads, the straight one on the
+  // main thread: one run fewer than a third, threaded one (4 steps, 4.5 s of CPU), and the
+  // threads are checked across the resume too (samples made ahead and not used when it stopped).
   run("straight", 4, {});
-  run("pieces", 2, {});
-  run("pieces", 4, {"--resume"});
-  run("threads", 4, {"--data-threads", "2"});
-  for (const char* f : {"model.safetensors", "last.safetensors"}) {
-    const std::string want = read_text(dir / "straight" / f);
-    ASSERT_FALSE(want.empty()) << f;
-    EXPECT_EQ(read_text(dir / "pieces" / f), want) << f << ": resumed differs from straight through";
-    EXPECT_EQ(read_text(dir / "threads" / f), want) << f << ": --data-threads differs";
-  }
-  const std::vector<std::string> want = losses(dir / "straight" / "log.jsonl");
-  ASSERT_EQ(want.size(), 4u);
-  EXPECT_EQ(losses(dir / "pieces" / "log.jsonl"), want);
-  EXPECT_EQ(losses(dir / "threads" / "log.jsonl"), want);
+  run("pieces", 2, {"--data-threads", "2"});
+  run("pieces", 4, {"--resume", "--data-threads", "2"});
+  SCOPED_TRACE("pieces: on --data-threads 2, stopped after step 2 and resumed");
+  expect_pieces_equal_straight(dir, {"model.safetensors", "last.safetensors"}, 4);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
