@@ -76,9 +76,12 @@ class Child {
       ::dup2(in, 0);
       ::dup2(o, 1);
       ::dup2(e, 2);
+      // The signals the tests send start at their default action, also where this test runs
+      // with them ignored (a shell's background job ignores SIGINT; the program keeps an ignored
+      // signal ignored, and a SIGINT would then be waited on for 30 s and the test fail).
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
-      ::sigaction(SIGPIPE, &dfl, nullptr);
+      for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
       if (as > 0) {
         struct rlimit rl {as, as};
         ::setrlimit(RLIMIT_AS, &rl);
@@ -321,9 +324,10 @@ TEST_F(LlmHardening, PromptsAreBoundedAndLongOnesWarned) {
                  {"--max-prompt-bytes", "big.txt"}, "a 2 MiB prompt file");
   expect_refused(run({llm, "-f", "/dev/zero", "-n", "1", "--threads", "1"}, 60, capped), {"--max-prompt-bytes"},
                  "/dev/zero");
-  // ~9k tokens against the embedded model's 4096 trained positions.
+  // ~5.4k tokens against the embedded model's 4096 trained positions (a prefill of 1.3 s of CPU;
+  // the 30,000 characters this was, 10.8k tokens, took 2.7 s).
   std::string words;
-  for (int i = 0; words.size() < 30000; ++i) words += "The key " + std::to_string(i * 7919 % 1000) + " opens it. ";
+  for (int i = 0; words.size() < 15000; ++i) words += "The key " + std::to_string(i * 7919 % 1000) + " opens it. ";
   const fs::path longer = dir_ / "long.txt";
   write(longer, words);
   const Outcome warned = run({llm, "-f", longer.string(), "-n", "1", "--threads", "1"}, 120);
