@@ -147,6 +147,7 @@ TEST_F(WholeOrAbsent, TerminationSignalRemovesRegisteredPaths) {
     const std::string fs_ = file.string(), ds = folder.string();
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::signal(sig, SIG_DFL);  // a shell's background job starts with SIGINT ignored, which stays so
       remove_temporaries_on_signal();
       register_temporary(fs_);
       register_temporary(ds, /*folder=*/true);
