@@ -331,7 +331,10 @@ def sub(args, kind, **kw):
     return json.loads(out.strip().splitlines()[-1]) if kind in ("llama.cpp", "transformers") else None
 
 
-def table(shape, figures, contexts):
+def table(shape, figures, contexts, loads=None):
+    """Medians of each run's figures and their ratios; then the median of each round's own ratio
+    (the two engines ran one after the other: on a shared machine this follows the load less)
+    and the 1-minute load average before each run."""
     med = {k: {c: {m: statistics.median(r[c][m] for r in v) for m in ("prefill_tps", "decode_tps")}
                for c in contexts} for k, v in figures.items()}
     lines = [f"\n### {shape}: medians of {len(next(iter(figures.values())))} rounds (tokens/s)\n"]
@@ -342,14 +345,25 @@ def table(shape, figures, contexts):
         if k in med:
             lines.append(f"| {k} | " + " | ".join(f"{med[k][c]['prefill_tps']:.1f} | {med[k][c]['decode_tps']:.2f}"
                                                   for c in contexts) + " |")
-    lines += ["", "| ours / llama.cpp | " + " | ".join(f"prefill {c} | decode @{c}" for c in contexts) + " |",
-              "|---" * (1 + 2 * len(contexts)) + "|"]
+    cols = " | ".join(f"prefill {c} | decode @{c}" for c in contexts)
+    rule = "|---" * (1 + 2 * len(contexts)) + "|"
+    lines += ["", f"| ours / llama.cpp | {cols} |", rule]
+    per_round = ["", f"| median of the rounds' ratios | {cols} |", rule]
     for ours, theirs in PAIRS:
         a, b = med.get(f"ours {ours}"), med.get(f"llama.cpp {theirs}")
         if a and b:
             lines.append(f"| {ours} / {theirs} | " + " | ".join(
                 f"{a[c]['prefill_tps'] / b[c]['prefill_tps']:.2f}x | {a[c]['decode_tps'] / b[c]['decode_tps']:.2f}x"
                 for c in contexts) + " |")
+            ra, rb = figures[f"ours {ours}"], figures[f"llama.cpp {theirs}"]
+            ratio = {c: {m: statistics.median(x[c][m] / y[c][m] for x, y in zip(ra, rb))
+                         for m in ("prefill_tps", "decode_tps")} for c in contexts}
+            per_round.append(f"| {ours} / {theirs} | " + " | ".join(
+                f"{ratio[c]['prefill_tps']:.2f}x | {ratio[c]['decode_tps']:.2f}x" for c in contexts) + " |")
+    lines += per_round
+    if loads:
+        lines += ["", "1-minute load average before each run (rounds in order): " + "; ".join(
+            f"{k} {', '.join(f'{v:.1f}' for v in vs)}" for k, vs in loads.items())]
     return "\n".join(lines), med
 
 
@@ -360,9 +374,11 @@ def gguf_bench(args):
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     figures, rss, info, base = {"ours stored": [], "llama.cpp": []}, {"ours stored": [], "llama.cpp": []}, "", []
+    loads = {"ours stored": [], "llama.cpp": []}
     for rnd in range(args.rounds):
         for eng in ("ours stored", "llama.cpp"):
-            log(f"{name}: round {rnd + 1}/{args.rounds}: {eng}")
+            loads[eng].append(os.getloadavg()[0])
+            log(f"{name}: round {rnd + 1}/{args.rounds}: {eng} (load {loads[eng][-1]:.1f})")
             if eng == "ours stored":
                 rows, r = run_ours(args.bench, gguf_path, "stored", args.contexts, args.decode, args.threads, work,
                                    args.streams, args.stream_context)
@@ -393,6 +409,15 @@ def gguf_bench(args):
                      f" | {statistics.median(rss[eng]):.0f} |")
     lines.append("| ours / llama.cpp | " + " | ".join(f"{med['ours stored'][c] / med['llama.cpp'][c]:.2f}x"
                                                      for c in cols) + " | |")
+
+    def value(rr, c):
+        return next(x[c[1]] for x in rr if x.get("context") == c[0]) if c[0] != "streams" else \
+            next(x["aggregate_tps"] for x in rr if x.get("streams") == c[1])
+    lines.append("| median of the rounds' ratios | " + " | ".join(
+        f"{statistics.median(value(a, c) / value(b, c) for a, b in zip(figures['ours stored'], figures['llama.cpp'])):.2f}x"
+        for c in cols) + " | |")
+    lines.append("\n1-minute load average before each run (rounds in order): " + "; ".join(
+        f"{k} {', '.join(f'{v:.1f}' for v in vs)}" for k, vs in loads.items()))
     lines.append(f"\nllama.cpp: llama-cpp-python {LLAMA_CPP_PYTHON}, its default f16 K/V; system info: {info.strip()}")
     lines.append(f"llama.cpp's RSS includes its Python interpreter and numpy: {statistics.median(base):.0f} MiB "
                  f"before the model loads. Ours: weights as stored, 8-bit activations, K/V in float16 as llama.cpp's.")
@@ -401,7 +426,8 @@ def gguf_bench(args):
     text = "\n".join(lines)
     print(text, flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rounds": figures, "rss_mib": rss}, indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"rounds": figures, "rss_mib": rss, "load_before": loads}, indent=1,
+                                              default=str))
 
 
 def main():
@@ -466,14 +492,15 @@ def main():
                     log(f"{shape}: converting to GGUF {prec}")
                     sub(args, "convert", shape=shape, model_dir=mdir, precision=prec, gguf=g, conv=conv)
                 ggufs[prec] = g
-        figures = {}
+        figures, loads = {}, {}
         for rnd in range(args.rounds):
             for eng, prec in RUNS:
                 if eng not in args.engines or (args.runs and f"{eng}:{prec}" not in args.runs):
                     continue
                 if prec == "q8_0-stored" and "q8_0" not in ggufs:
                     continue  # needs llama.cpp's q8_0 file
-                log(f"{shape}: round {rnd + 1}/{args.rounds}: {eng} {prec}")
+                loads.setdefault(f"{eng} {prec}", []).append(os.getloadavg()[0])
+                log(f"{shape}: round {rnd + 1}/{args.rounds}: {eng} {prec} (load {loads[f'{eng} {prec}'][-1]:.1f})")
                 if eng == "ours" and prec == "q8_0-stored":
                     rows, _ = run_ours(args.bench, ggufs["q8_0"], "stored", args.contexts, args.decode, args.threads,
                                        work)
@@ -487,10 +514,10 @@ def main():
         if not figures:
             log(f"{shape}: no engine ran (models and GGUF files are ready in {work})")
             continue
-        text, med = table(shape, figures, args.contexts)
+        text, med = table(shape, figures, args.contexts, loads)
         print(text, flush=True)
         report.append(text)
-        raw[shape] = {"rounds": figures, "medians": med}
+        raw[shape] = {"rounds": figures, "medians": med, "load_before": loads}
     print(f"\n{args.threads} threads, {args.decode} greedy steps after each prefill, OMP_WAIT_POLICY "
           f"{args.wait_policy}; llama-cpp-python {LLAMA_CPP_PYTHON} (its default f16 K/V); ours: K/V in the model's "
           f"dtype; int8: int8 weights, bfloat16 activations and K/V")
