@@ -688,9 +688,17 @@ ViewerSummary App::run() {
     }
     if (quit_) break;
     now = ms_since_start();
-    tick_input(now);
     take_results(now);
     advance_display(now);
+    // A script step that waited for the chunks just taken (`wait 1c; press 3`) acts before the
+    // next request goes out: otherwise, with the frame clock free, that request is made from the
+    // keys before it, and a restart's key leaves the worker a whole stale chunk to finish first.
+    if (script_) {
+      script_->update(now, chunks_total_, frames_total_, screenshot_requests_);
+      while (!quit_ && SDL_PollEvent(&e)) handle(e);
+      if (quit_) break;
+    }
+    tick_input(now);
     if (has_limit ? limit_reached() : (script_ && script_->done())) break;
     if ((dirty_ && now - last_render_ >= 15) || now - last_render_ >= 500) render(now);
   }
