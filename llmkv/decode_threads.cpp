@@ -222,8 +222,11 @@ QProblem q_rows(const QProblem& p, int64_t m0, int64_t m) {
     return q;
   }
   q.a.q = p.a.q + m0 * p.in;
-  q.a.d = p.a.d + m0;  // block-major: the tile's rows of each block
-  q.a.s = p.a.s ? p.a.s + m0 : nullptr;
+  // The tile's rows of each block: a tile of their own (QActs::tile), or else block-major.
+  const int64_t at = p.a.tile ? (m0 / kMaxRows) * p.a.tile : m0;
+  q.a.d = p.a.d + at;
+  q.a.s = p.a.s ? p.a.s + at : nullptr;
+  q.a.tile = 0;
   q.a.bsums = p.a.bsums ? p.a.bsums + m0 * (p.in / 16) : nullptr;
   return q;
 }

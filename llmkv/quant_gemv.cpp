@@ -83,17 +83,23 @@ Buffers& buffers() {
 gemv::QActs quantize(const gemv::QuantFns& f, gemv::QuantKind kind, const float* x, int64_t m, int64_t in) {
   Buffers& b = buffers();
   const bool k = gemv::quant_kind_is_k(kind);
-  // d and s are read 8 rows at a time: 7 more floats past the last row.
+  // d and s are read 8 rows at a time: 7 more floats past the last row. More rows than a tile
+  // (kMaxRows) go in tiles, each tile's scales together (QActs::tile).
+  const int64_t nb = in / (k ? gemv::kQK : gemv::kQ32);
+  const bool tiled = m > gemv::kMaxRows;
+  const int64_t tiles = (m + gemv::kMaxRows - 1) / gemv::kMaxRows;
+  const auto scales = static_cast<size_t>((tiled ? tiles * gemv::kMaxRows : m) * nb + 7);
   b.q.resize(static_cast<size_t>(m * in));
-  b.d.resize(static_cast<size_t>(m * (in / (k ? gemv::kQK : gemv::kQ32)) + 7));
-  b.s.resize(kind == gemv::QuantKind::Q4_1 ? static_cast<size_t>(m * (in / gemv::kQ32) + 7) : 0);
+  b.d.resize(scales);
+  b.s.resize(kind == gemv::QuantKind::Q4_1 ? scales : 0);
   b.bsums.resize(k ? static_cast<size_t>(m * (in / 16)) : 0);
   gemv::QActs a;
   a.q = b.q.data();
   a.d = b.d.data();
   a.s = b.s.empty() ? nullptr : b.s.data();
   a.bsums = b.bsums.empty() ? nullptr : b.bsums.data();
-  a.ld = m;
+  a.ld = tiled ? gemv::kMaxRows : m;
+  a.tile = tiled ? gemv::kMaxRows * nb : 0;
   gemv::run_quantize(f.quantize, kind, x, m, in, a, at::get_num_threads());
   return a;
 }

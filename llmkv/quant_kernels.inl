@@ -96,20 +96,24 @@ template <class I>
 void quantize_row(QuantKind kind, const float* x, int64_t in, const QActs& a, int64_t row) {
   x += row * in;
   int8_t* q = a.q + row * in;
+  int16_t* bsums = a.bsums ? a.bsums + row * (in / 16) : nullptr;
+  // This row's scales: its tile's, then its place in the tile (quant_kernels.h).
+  const int64_t at = a.tile ? (row / kMaxRows) * a.tile + row % kMaxRows : row;
+  float* d = a.d + at;
+  float* s = a.s ? a.s + at : nullptr;
   if (quant_kind_is_k(kind)) {
     const int64_t nb = in / kQK;
-    for (int64_t b = 0; b < nb; ++b)
-      quantize_q8_k_block(x + b * kQK, q + b * kQK, a.d + b * a.ld + row, a.bsums + row * (in / 16) + b * 16);
+    for (int64_t b = 0; b < nb; ++b) quantize_q8_k_block(x + b * kQK, q + b * kQK, d + b * a.ld, bsums + b * 16);
     return;
   }
   const int64_t nb = in / kQ32;
   for (int64_t b = 0; b < nb; ++b) {
     const float amax = I::amax32(x + b * kQ32);
-    const float d = amax / 127.f;
+    const float dv = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
     const int sum = I::round32(x + b * kQ32, id, q + b * kQ32);
-    a.d[b * a.ld + row] = fp16_round(d);
-    if (kind == QuantKind::Q4_1) a.s[b * a.ld + row] = fp16_round(d * static_cast<float>(sum));
+    d[b * a.ld] = fp16_round(dv);
+    if (kind == QuantKind::Q4_1) s[b * a.ld] = fp16_round(dv * static_cast<float>(sum));
   }
 }
 
