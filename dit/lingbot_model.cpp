@@ -73,7 +73,7 @@ LingbotBlockImpl::LingbotBlockImpl(const LingbotConfig& c) {
   cam_shift_layer = register_module("cam_shift_layer", nn::Linear(c.dim, c.dim));
 }
 
-LingbotDitImpl::LingbotDitImpl(LingbotConfig cfg) : cfg_(std::move(cfg)) {
+LingbotDitImpl::LingbotDitImpl(LingbotConfig cfg, bool streamed) : cfg_(std::move(cfg)), streamed_(streamed) {
   cfg_.validate();
   const auto& c = cfg_;
   patch_embedding = register_module(
@@ -90,9 +90,28 @@ LingbotDitImpl::LingbotDitImpl(LingbotConfig cfg) : cfg_(std::move(cfg)) {
       "time_embedding", nn::Sequential(nn::Linear(c.freq_dim, c.dim), nn::SiLU(), nn::Linear(c.dim, c.dim)));
   time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(c.dim, 6 * c.dim)));
   blocks = register_module("blocks", nn::ModuleList());
-  for (int l = 0; l < c.num_layers; ++l) blocks->push_back(LingbotBlock(c));
+  for (int l = 0; l < (streamed ? 1 : c.num_layers); ++l) blocks->push_back(LingbotBlock(c));
   head = register_module("head", WanHead(c.dim, int64_t(c.patch_t) * c.patch_h * c.patch_w, c.out_dim));
   rope_ = RopeSpec::video3d(c.head_dim(), 10000.0);
+}
+
+void LingbotDitImpl::stream_blocks(std::shared_ptr<LingbotBlockSource> source) {
+  WM_CHECK(streamed_, "stream_blocks: the model holds all its blocks (it was not made streamed)");
+  WM_CHECK(source != nullptr, "stream_blocks: no source");
+  source_ = std::move(source);
+  slot_layer_ = -1;
+}
+
+LingbotBlockImpl& LingbotDitImpl::block(int l) {
+  if (!streamed_) return *blocks->ptr(l)->as<LingbotBlockImpl>();
+  WM_CHECK(source_ != nullptr, "a streamed LingBot model needs its block source (stream_blocks) before it runs");
+  auto& slot = *blocks->ptr(0)->as<LingbotBlockImpl>();
+  if (slot_layer_ != l) {
+    slot_layer_ = -1;  // a load that throws leaves the slot holding no block
+    source_->load(l, slot);
+    slot_layer_ = l;
+  }
+  return slot;
 }
 
 KvSpec LingbotDitImpl::kv_spec(at::Device device, at::ScalarType dtype) const {
@@ -108,7 +127,13 @@ LingbotText LingbotDitImpl::encode_text(const at::Tensor& context) {
   at::Tensor x = ctx.to(device(), dt);
   if (x.size(1) < cfg_.text_len) x = at::cat({x, x.new_zeros({1, cfg_.text_len - x.size(1), x.size(2)})}, 1);
   x = text_embedding->forward(x);
-  return wan_context_kv<LingbotBlockImpl>(*blocks, cfg_.num_layers, x, cfg_.num_heads);
+  LingbotText kv;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    auto [k, v] = wan_cross_kv(*block(l).cross_attn, x, cfg_.num_heads);
+    kv.k.push_back(k);
+    kv.v.push_back(v);
+  }
+  return kv;
 }
 
 at::Tensor LingbotDitImpl::embed_camera(const at::Tensor& cam) {
@@ -145,7 +170,7 @@ at::Tensor LingbotDitImpl::forward_chunk(const at::Tensor& x_in, const at::Tenso
 
   if (kv_out) kv_out->main.assign(c.num_layers, LayerKv{});
   for (int l = 0; l < c.num_layers; ++l) {
-    auto& blk = *blocks->ptr(l)->as<LingbotBlockImpl>();
+    auto& blk = block(l);
     const at::Tensor m = blk.modulation.to(dt) + e0;
     at::Tensor a = wan_self_attention(*blk.self_attn, wan_modulate(h, wan_mod(m, 0), wan_mod(m, 1), c.eps), tok, l,
                                       ctx, kv_out ? &kv_out->main[l] : nullptr);

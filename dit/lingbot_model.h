@@ -32,6 +32,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
 #include <vector>
 
 #include "dit/lingbot_config.h"
@@ -60,13 +61,29 @@ struct LingbotChunkKv {
   int64_t n_tokens() const { return main.empty() ? 0 : main[0].n_tokens(); }
 };
 
+// Where a streamed model's blocks come from (LingbotDitImpl::stream_blocks): load(l, block) fills
+// `block`, shaped as every block of the model, in its dtype and on its device, with block l's
+// weights. Throws wm::Error when it cannot.
+class LingbotBlockSource {
+ public:
+  virtual ~LingbotBlockSource() = default;
+  virtual void load(int layer, LingbotBlockImpl& block) = 0;
+};
+
 // The text context's cross-attention K/V per block [1, heads, text_len, head_dim]; made once a prompt.
 using LingbotText = WanCrossKv;
 
 class LingbotDitImpl : public torch::nn::Module {
  public:
-  explicit LingbotDitImpl(LingbotConfig cfg);
+  // streamed: hold one block instead of num_layers (`blocks` then has one slot), which
+  // stream_blocks' source refills before each block runs: the release's 40 blocks are 74 GB in
+  // float32 and 37 in bfloat16, one block 1.9 / 0.9 GB.
+  explicit LingbotDitImpl(LingbotConfig cfg, bool streamed = false);
   const LingbotConfig& config() const { return cfg_; }
+  bool streamed() const { return streamed_; }
+  // A streamed model's block source (lingbot_weights.h: lingbot_file_blocks). Throws wm::Error on
+  // a model that is not streamed.
+  void stream_blocks(std::shared_ptr<LingbotBlockSource> source);
 
   // The cross-attention K/V of a text context [L, text_dim] or [1, L, text_dim] (the umT5
   // encoder's output, L <= text_len): zero-padded to text_len, text_embedding, then each block's
@@ -101,8 +118,14 @@ class LingbotDitImpl : public torch::nn::Module {
   WanHead head{nullptr};
 
  private:
+  // Block l: the model's own, or (streamed) the slot filled with block l's weights.
+  LingbotBlockImpl& block(int l);
+
   LingbotConfig cfg_;
   RopeSpec rope_;
+  bool streamed_ = false;
+  std::shared_ptr<LingbotBlockSource> source_;
+  int slot_layer_ = -1;  // the block the slot holds (-1: none yet)
 };
 TORCH_MODULE(LingbotDit);
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "runtime/error.h"
@@ -72,52 +73,125 @@ LingbotFiles find_lingbot_files(const std::string& dir) {
   return f;
 }
 
-void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files) {
-  const std::string where = files.index.empty() ? (files.keys.empty() ? "" : files.keys.begin()->second) : files.index;
-  std::map<std::string, std::shared_ptr<SafeTensors>> open;
-  auto file = [&](const std::string& path) -> SafeTensors& {
-    auto& p = open[path];
+namespace {
+
+// The keys a model's files must hold, each with the parameter giving its shape: the model's own
+// parameters, and for a streamed model every block's keys shaped as its one slot's.
+std::vector<std::pair<std::string, at::Tensor>> expected_keys(const LingbotDitImpl& model) {
+  std::vector<std::pair<std::string, at::Tensor>> keys;
+  std::vector<std::pair<std::string, at::Tensor>> slot;
+  for (const auto& p : model.named_parameters(true)) {
+    if (model.streamed() && p.key().rfind("blocks.0.", 0) == 0)
+      slot.emplace_back(p.key().substr(9), p.value());
+    else
+      keys.emplace_back(p.key(), p.value());
+  }
+  for (int l = 0; l < model.config().num_layers && model.streamed(); ++l)
+    for (const auto& [name, t] : slot) keys.emplace_back(str_cat("blocks.", l, ".", name), t);
+  return keys;
+}
+
+// The shards a model reads, opened (memory-mapped) once each.
+class Shards {
+ public:
+  explicit Shards(const LingbotFiles& files) : files_(files) {}
+  const LingbotFiles& files() const { return files_; }
+  SafeTensors& file(const std::string& path) {
+    auto& p = open_[path];
     if (!p) p = std::make_shared<SafeTensors>(SafeTensors::open(path));
     return *p;
-  };
-  auto params = model.named_parameters(true);
-  for (const auto& p : params) {
-    auto it = files.keys.find(p.key());
-    if (it == files.keys.end())
-      throw Error(str_cat(where, ": missing tensor '", p.key(), "' (expected shape ", p.value().sizes(), ")"));
-    SafeTensors& st = file(it->second);
-    if (!st.contains(p.key()))
-      throw Error(str_cat(it->second, ": tensor '", p.key(), "' is not in this shard",
-                          files.index.empty() ? "" : str_cat(" (", fs::path(files.index).filename().string(),
-                                                             " puts it there)")));
-    const auto& e = st.entry(p.key());
-    if (!at::isFloatingType(e.dtype))
-      throw Error(str_cat(it->second, ": tensor '", p.key(), "' is ", c10::toString(e.dtype),
-                          ", a weight must be a floating-point type"));
-    if (at::IntArrayRef(e.shape) != p.value().sizes())
-      throw Error(str_cat(it->second, ": tensor '", p.key(), "' has shape ", at::IntArrayRef(e.shape),
-                          ", the model expects ", p.value().sizes()));
   }
-  if (files.keys.size() != params.size()) {
-    for (const auto& kv : files.keys)
-      if (!params.contains(kv.first))
-        throw Error(str_cat(kv.second, ": unexpected tensor '", kv.first, "' (not in LingBot-World-Fast's DiT)"));
-  }
-  at::NoGradGuard ng;
-  for (const auto& p : params) {
-    const std::string& path = files.keys.at(p.key());
-    at::Tensor t = file(path).get(p.key());
+  // Tensor `key` (checked by check_keys), refused when it holds NaN or inf.
+  at::Tensor get(const std::string& key) {
+    const std::string& path = files_.keys.at(key);
+    at::Tensor t = file(path).get(key);
     if (!at::isfinite(t).all().item<bool>())
-      throw Error(str_cat(path, ": tensor '", p.key(), "' holds non-finite values (NaN or inf)"));
-    p.value().copy_(t);
+      throw Error(str_cat(path, ": tensor '", key, "' holds non-finite values (NaN or inf)"));
+    return t;
+  }
+
+ private:
+  LingbotFiles files_;
+  std::map<std::string, std::shared_ptr<SafeTensors>> open_;
+};
+
+void check_key(Shards& shards, const std::string& where, const std::string& key, const at::Tensor& want) {
+  const LingbotFiles& files = shards.files();
+  auto it = files.keys.find(key);
+  if (it == files.keys.end())
+    throw Error(str_cat(where, ": missing tensor '", key, "' (expected shape ", want.sizes(), ")"));
+  SafeTensors& st = shards.file(it->second);
+  if (!st.contains(key))
+    throw Error(str_cat(it->second, ": tensor '", key, "' is not in this shard",
+                        files.index.empty() ? "" : str_cat(" (", fs::path(files.index).filename().string(),
+                                                           " puts it there)")));
+  const auto& e = st.entry(key);
+  if (!at::isFloatingType(e.dtype))
+    throw Error(str_cat(it->second, ": tensor '", key, "' is ", c10::toString(e.dtype),
+                        ", a weight must be a floating-point type"));
+  if (at::IntArrayRef(e.shape) != want.sizes())
+    throw Error(str_cat(it->second, ": tensor '", key, "' has shape ", at::IntArrayRef(e.shape),
+                        ", the model expects ", want.sizes()));
+}
+
+// Every key the model needs present with its shape, and nothing else in the files.
+void check_keys(Shards& shards, const LingbotDitImpl& model) {
+  const LingbotFiles& files = shards.files();
+  const std::string where = files.index.empty() ? (files.keys.empty() ? "" : files.keys.begin()->second) : files.index;
+  const auto keys = expected_keys(model);
+  for (const auto& [key, t] : keys) check_key(shards, where, key, t);
+  if (files.keys.size() != keys.size()) {
+    std::set<std::string> known;
+    for (const auto& kv : keys) known.insert(kv.first);
+    for (const auto& kv : files.keys)
+      if (!known.count(kv.first))
+        throw Error(str_cat(kv.second, ": unexpected tensor '", kv.first, "' (not in LingBot-World-Fast's DiT)"));
   }
 }
 
-LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype) {
+// A streamed model's blocks read from its files one block at a time.
+class FileBlocks : public LingbotBlockSource {
+ public:
+  explicit FileBlocks(std::shared_ptr<Shards> shards) : shards_(std::move(shards)) {}
+  void load(int layer, LingbotBlockImpl& block) override {
+    at::NoGradGuard ng;
+    for (const auto& p : block.named_parameters(true)) {
+      const std::string key = str_cat("blocks.", layer, ".", p.key());
+      at::Tensor t = shards_->get(key);
+      WM_CHECK(t.sizes() == p.value().sizes(), "block ", layer, ": tensor '", key, "' has shape ", t.sizes(),
+               ", the block expects ", p.value().sizes());
+      p.value().copy_(t);
+    }
+  }
+
+ private:
+  std::shared_ptr<Shards> shards_;
+};
+
+// Checks the files against the model, copies in its resident parameters (a streamed model's slot
+// excepted) and returns the shards opened.
+std::shared_ptr<Shards> load_resident(LingbotDitImpl& model, const LingbotFiles& files) {
+  auto shards = std::make_shared<Shards>(files);
+  check_keys(*shards, model);
+  at::NoGradGuard ng;
+  for (const auto& p : model.named_parameters(true))
+    if (!model.streamed() || p.key().rfind("blocks.", 0) != 0) p.value().copy_(shards->get(p.key()));
+  return shards;
+}
+
+}  // namespace
+
+void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files) {
+  std::shared_ptr<Shards> shards = load_resident(model, files);
+  if (model.streamed()) model.stream_blocks(std::make_shared<FileBlocks>(shards));
+}
+
+LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype, bool streamed) {
   WM_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
            "dtype must be float32, bfloat16 or float16, got ", dtype);
   const LingbotFiles f = find_lingbot_files(dir);
-  LingbotDit m(load_lingbot_config(f.config));
+  LingbotDit m(load_lingbot_config(f.config), streamed);
+  if (streamed) m->to(device, dtype);  // the slot takes each block in the model's dtype as it loads
   load_lingbot_weights(*m, f);
   m->to(device, dtype);
   m->eval();

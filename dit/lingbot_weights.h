@@ -25,7 +25,9 @@ struct LingbotFiles {
 // wm::Error naming the folder, the index or the missing shard and a key it should hold.
 LingbotFiles find_lingbot_files(const std::string& dir);
 
-// Copies the checkpoint into the model by key. Every file's header is checked first: a key of the
+// Copies the checkpoint into the model by key (a streamed model, LingbotDitImpl's: its resident
+// parameters, every block's keys checked against its slot's shapes, and the model then reads each
+// block from the files as it runs, each time checked for NaN and inf). Every file's header is checked first: a key of the
 // model the index (or file) lacks, a key the index names that its shard lacks, an unexpected key,
 // a wrong shape or a non-float tensor throws wm::Error naming the file and the key, before
 // anything is copied. A tensor holding NaN or inf throws during the copy (the model is then
@@ -42,6 +44,8 @@ void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files);
 void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes = int64_t(5) << 30);
 
 // Config, weights, then the model on `device` in `dtype` (kFloat, kBFloat16 or kHalf), in eval mode.
-LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype = at::kFloat);
+// streamed: layer-wise from disk, one block held at a time (LingbotDitImpl's constructor).
+LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::ScalarType dtype = at::kFloat,
+                            bool streamed = false);
 
 }  // namespace wm::dit

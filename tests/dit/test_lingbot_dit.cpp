@@ -344,6 +344,89 @@ TEST(LingbotWeights, BadCheckpointsNameFileAndKey) {
   }
 }
 
+// Layer-wise from disk: a streamed model (one block held, refilled from the files before each
+// block runs) gives the resident model's text K/V, flows, latents and caches bit for bit over two
+// chunks, and holds one block's parameters.
+TEST(LingbotWeights, StreamedModelEqualsTheResidentOne) {
+  at::NoGradGuard ng;
+  ShardedCopy files;
+  LingbotDit resident = load_lingbot_dit(files.dir.string(), at::kCPU, at::kFloat);
+  LingbotDit streamed = load_lingbot_dit(files.dir.string(), at::kCPU, at::kFloat, /*streamed=*/true);
+  const LingbotConfig& c = resident->config();
+  ASSERT_GE(c.num_layers, 2);
+  EXPECT_TRUE(streamed->streamed());
+  int64_t rn = 0, sn = 0, block = 0;
+  for (const auto& p : resident->named_parameters()) {
+    rn += p.value().numel();
+    if (p.key().rfind("blocks.0.", 0) == 0) block += p.value().numel();
+  }
+  for (const auto& p : streamed->parameters()) sn += p.numel();
+  EXPECT_GT(block, 0);
+  EXPECT_EQ(rn - sn, (c.num_layers - 1) * block) << "the streamed model holds one block";
+
+  const at::Tensor ctx = fixture_uniform(3, {kTextTokens, c.text_dim});
+  const LingbotText ta = resident->encode_text(ctx), tb = streamed->encode_text(ctx);
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_TRUE(at::equal(ta.k[l], tb.k[l])) << l;
+    EXPECT_TRUE(at::equal(ta.v[l], tb.v[l])) << l;
+  }
+  const at::Tensor noise = fixture_uniform(11, {2 * kChunk, 16, kLatH, kLatW});
+  const at::Tensor cond = fixture_uniform(12, {2 * kChunk, 20, kLatH, kLatW});
+  const at::Tensor cam = fixture_uniform(13, {2 * kChunk, 384, kLatH, kLatW});
+  const LingbotSchedule sched = lingbot_schedule();
+  const int64_t tpf = kLatH * kLatW / 4;
+  LingbotNativeCache ca(c.local_attn_size, c.sink_size, kChunk, tpf), cb(c.local_attn_size, c.sink_size, kChunk, tpf);
+  for (int ch = 0; ch < 2; ++ch) {
+    const int64_t sf = ch * kChunk;
+    LingbotNoise renoise = [&](int step, at::IntArrayRef shape) { return fixture_uniform(100 + 10 * ch + step, shape.vec()); };
+    const LingbotChunkResult a = lingbot_generate_chunk(*resident, noise.narrow(0, sf, kChunk), cond.narrow(0, sf, kChunk),
+                                                        cam.narrow(0, sf, kChunk), ta, sf, ca.context(), sched, renoise);
+    const LingbotChunkResult b = lingbot_generate_chunk(*streamed, noise.narrow(0, sf, kChunk), cond.narrow(0, sf, kChunk),
+                                                        cam.narrow(0, sf, kChunk), tb, sf, cb.context(), sched, renoise);
+    EXPECT_TRUE(at::equal(a.latents, b.latents)) << "chunk " << ch;
+    for (int l = 0; l < c.num_layers; ++l) {
+      EXPECT_TRUE(at::equal(a.kv.main[l].k, b.kv.main[l].k)) << "chunk " << ch << " block " << l;
+      EXPECT_TRUE(at::equal(a.kv.main[l].v, b.kv.main[l].v)) << "chunk " << ch << " block " << l;
+    }
+    ca.commit(a.kv);
+    cb.commit(b.kv);
+  }
+}
+
+// What a streamed model cannot read: a later block's wrong shape is refused when the model is
+// loaded, naming the key; a block holding NaN when that block is first read, naming the key.
+TEST(LingbotWeights, StreamedModelRefusesBadBlocks) {
+  at::NoGradGuard ng;
+  {
+    ShardedCopy m;
+    for (auto& kv : m.shard2)
+      if (kv.first == "blocks.1.ffn.0.weight") kv.second = at::zeros({3, 3});
+    m.write();
+    try {
+      load_lingbot_dit(m.dir.string(), at::kCPU, at::kFloat, true);
+      ADD_FAILURE() << "a wrong shape in block 1 loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'blocks.1.ffn.0.weight'"), std::string::npos) << e.what();
+    }
+  }
+  {
+    ShardedCopy m;
+    for (auto& kv : m.shard2)
+      if (kv.first == "blocks.1.cross_attn.k.weight") kv.second = kv.second.clone().fill_(NAN);
+    m.write();
+    LingbotDit s = load_lingbot_dit(m.dir.string(), at::kCPU, at::kFloat, true);  // block 1 not read yet
+    try {
+      s->encode_text(fixture_uniform(3, {kTextTokens, s->config().text_dim}));
+      ADD_FAILURE() << "a block holding NaN ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'blocks.1.cross_attn.k.weight'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+    }
+  }
+  LingbotDit bare(load_lingbot_config(fixture_dir() + "/config.json"), true);
+  EXPECT_THROW(bare->encode_text(at::zeros({1, bare->config().text_dim})), Error);  // no source
+}
+
 TEST(LingbotConfig, ReadsTheHubFieldsAndNamesBadOnes) {
   auto err = [](const nlohmann::json& j) {
     try {

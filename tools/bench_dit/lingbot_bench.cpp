@@ -40,6 +40,15 @@ double peak_rss() {
   return double(u.ru_maxrss) * 1024.0;
 }
 
+// The process's anonymous resident memory now (RssAnon: what it holds, without the file pages
+// of the mapped shards, which the kernel may drop), bytes; 0 where /proc says nothing.
+double anon_rss() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("RssAnon:", 0) == 0) return std::atof(line.c_str() + 8) * 1024.0;
+  return 0;
+}
+
 double param_bytes(torch::nn::Module& m) {
   double n = 0;
   for (const auto& p : m.parameters()) n += double(p.nbytes());
@@ -192,7 +201,9 @@ int run_lingbot_hub(const LingbotHubOptions& o) {
 int run_lingbot_bench(const LingbotBenchOptions& o) {
   at::NoGradGuard ng;
   const at::Device dev = parse_device(o.device);
-  const LingbotConfig c = lingbot_bench_config(o.size, o.layers);
+  const bool disk = !o.from_dir.empty();
+  const LingbotConfig c =
+      disk ? dit::load_lingbot_config(dit::find_lingbot_files(o.from_dir).config) : lingbot_bench_config(o.size, o.layers);
   WM_CHECK(o.latent_height % 2 == 0 && o.latent_width % 2 == 0 && o.latent_height > 0 && o.latent_width > 0,
            "the latent size must be even, got ", o.latent_height, " x ", o.latent_width);
   const int64_t gh = o.latent_height / 2, gw = o.latent_width / 2, tpf = gh * gw;
@@ -200,14 +211,24 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
                "window %d frames + the chunk's 3; %s\n", c.dim, c.num_heads, c.ffn_dim, c.num_layers,
                static_cast<long long>(o.latent_height), static_cast<long long>(o.latent_width),
                static_cast<long long>(tpf), o.window_frames, describe_device(dev).c_str());
-  LingbotDit m(c);
-  randomize_lingbot(*m, o.seed);
-  std::printf("%-5s %9s %9s %9s %9s %9s %9s %9s %10s %10s %9s\n", "dtype", "step0_s", "step1_s", "step2_s", "step3_s",
-              "clean_s", "chunk_s", "frames/s", "weights_GB", "window_GB", "rss_GB");
+  LingbotDit m(nullptr);
+  if (!disk) {
+    m = LingbotDit(c);
+    randomize_lingbot(*m, o.seed);
+  }
+  std::printf("%-5s %9s %9s %9s %9s %9s %9s %9s %10s %10s %9s %9s\n", "dtype", "step0_s", "step1_s", "step2_s", "step3_s",
+              "clean_s", "chunk_s", "frames/s", "weights_GB", "window_GB", "rss_GB", "anon_GB");
   for (at::ScalarType dt : o.dtypes) {
-    m->to(dev, dt);
+    if (disk)
+      m = dit::load_lingbot_dit(o.from_dir, dev, dt, /*streamed=*/true);  // one block held, read as each runs
+    else
+      m->to(dev, dt);
     at::Generator gen = at::detail::createCPUGenerator(o.seed + 1);
+    const auto t_text = Clock::now();
     const dit::LingbotText text = m->encode_text(at::randn({c.text_len, c.text_dim}, gen));
+    if (disk)
+      std::printf("%s: the text K/V, every block read once: %.2f s (%.2f s a block)\n", dtype_name(dt).c_str(),
+                  seconds_since(t_text), seconds_since(t_text) / c.num_layers);
     dit::LingbotNativeCache cache(o.window_frames + c.frames_per_chunk, 0, c.frames_per_chunk, tpf);
     if (o.window_frames > 0)
       cache.commit(synthetic_window(c, o.window_frames, o.window_frames, gh, gw, dt, dev, gen));
@@ -220,9 +241,9 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
       if (!measured) continue;
       double chunk = 0;
       for (double x : s) chunk += x;
-      std::printf("%-5s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.4f %10.2f %10.3f %9.2f\n", dtype_name(dt).c_str(), s[0],
-                  s[1], s[2], s[3], s[4], chunk, 12.0 / chunk, gib(param_bytes(*m)), gib(window_bytes),
-                  gib(peak_rss()));
+      std::printf("%-5s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.4f %10.2f %10.3f %9.2f %9.2f\n", dtype_name(dt).c_str(),
+                  s[0], s[1], s[2], s[3], s[4], chunk, 12.0 / chunk, gib(param_bytes(*m)), gib(window_bytes),
+                  gib(peak_rss()), gib(anon_rss()));
       std::fflush(stdout);
     }
   }

@@ -10,6 +10,12 @@
 // float32 weights) keep the first blocks with --layers; the blocks are alike, so a chunk's time
 // grows by the same amount per block.
 //
+// From disk (--lingbot-disk DIR): the same chunk with the DiT of DIR (a hub folder's
+// lingbot_world_fast/) streamed: one block held in memory, each block read from the shards (and
+// converted to the dtype) before it runs, so a call reads every block; the text K/V pass is timed
+// as every block's read. weights_GB is then the resident part and one block; anon_GB the process's
+// anonymous memory (without the page cache's copy of the shards).
+//
 // Check (--lingbot-check DIR): one forward of the full-width single-block model that
 // tools/lingbot_fixtures/make_full_block_check.py wrote (upstream's WanModelFast at dim 5120 with
 // one block, chunk 0 of a 480 x 832 grid at t = 999) against upstream's output, and both times.
@@ -37,6 +43,7 @@ struct LingbotBenchOptions {
   std::vector<at::ScalarType> dtypes;  // run in this order
   std::string device = "auto";
   int layers = 0;                      // keep the first N blocks (0: all)
+  std::string from_dir;                // instead of random weights of `size`: this DiT folder, read a block at a time
   int64_t latent_height = 60, latent_width = 104;  // 480 x 832
   int window_frames = 15;
   int warmup = 0, repeats = 1;

@@ -262,6 +262,10 @@ void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
                                  "DIR/lingbot_world_fast/ and a random Wan VAE into DIR/Wan2.1_VAE.safetensors, "
                                  "then stop")
                       ->needs(m.lingbot);
+  app.add_option("--lingbot-disk", o.lb.from_dir,
+                 "with --lingbot: time the DiT folder DIR (a hub folder's lingbot_world_fast/) read from disk a "
+                 "block at a time (one block held) instead of random weights of SIZE")
+      ->check(CLI::ExistingDirectory)->needs(m.lingbot);
   m.lingbot_check = app.add_option("--lingbot-check", o.lingbot_check,
                                    "one forward of the full-width single-block model of "
                                    "tools/lingbot_fixtures/make_full_block_check.py against upstream's output")
