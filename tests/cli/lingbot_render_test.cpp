@@ -120,6 +120,18 @@ TEST_F(LingbotRender, HubFolderRunsEndToEndUnderWorldKv) {
   const at::Tensor latents = SafeTensors::open(lat.string()).get("latents");
   EXPECT_EQ(latents.sizes(), (at::IntArrayRef{12, 16, 6, 8}));
   EXPECT_TRUE(at::isfinite(latents).all().item<bool>());
+
+  // The DiT read a block at a time from the shards: the same latents and video, bit for bit.
+  const fs::path lat2 = dir_ / "lat_streamed.safetensors";
+  const RunResult s = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
+                                   "48*80", "--text-context", (dir_ / "ctx.safetensors").string(), "--poses",
+                                   (dir_ / "cam").string(), "--policy", "worldkv", "--sink-frames", "3",
+                                   "--retrieved-frames", "3", "--recent-frames", "3", "--threads", "1",
+                                   "--stream-blocks", "--latents-out", lat2.string()},
+                                  dir_, dir_, 120);
+  ASSERT_TRUE(s.exited && s.code == 0) << s.err;
+  EXPECT_NE(s.err.find("a block at a time"), std::string::npos) << s.err;
+  EXPECT_TRUE(at::equal(SafeTensors::open(lat2.string()).get("latents"), latents));
 }
 
 TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {

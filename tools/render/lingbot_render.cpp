@@ -33,6 +33,9 @@ void LingbotRenderOptions::add_to(CLI::App& app) {
                  "LingBot-World-Fast: camera-to-world poses, upstream's poses.npy [N,4,4] (OpenCV) or its folder; "
                  "intrinsics.npy beside it is read (default: a generated --trajectory)");
   app.add_option("--size", size, "LingBot-World-Fast: the video's maximum area as upstream's --size (480*832)");
+  app.add_flag("--stream-blocks", stream_blocks,
+               "LingBot-World-Fast: read the DiT from its files a block at a time, one block held (the release's 40 "
+               "blocks are 37 GB in bf16): for a model larger than memory, at the cost of reading every block each call");
 }
 
 namespace {
@@ -84,8 +87,9 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
 
   // The text before the DiT: umT5's encoder is freed first.
   const at::Tensor text = rollout::lingbot_text_context({o.text_context, o.prompt}, c.model, dev, dt, "wm_render");
-  std::fprintf(stderr, "wm_render: loading %s (%s)\n", c.model.c_str(), c.dtype.c_str());
-  dit::LingbotDit model = dit::load_lingbot_dit(c.model, dev, dt);
+  std::fprintf(stderr, "wm_render: loading %s (%s%s)\n", c.model.c_str(), c.dtype.c_str(),
+               o.stream_blocks ? ", a block at a time" : "");
+  dit::LingbotDit model = dit::load_lingbot_dit(c.model, dev, dt, o.stream_blocks);
   if (!text.defined())
     std::fprintf(stderr, "wm_render: no --prompt or --text-context: the DiT attends to %d zero rows, which no prompt "
                          "encodes to\n", int(model->config().text_len));

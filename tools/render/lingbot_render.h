@@ -21,6 +21,7 @@ struct LingbotRenderOptions {
   std::string poses;         // upstream's poses.npy (or its folder; intrinsics.npy beside it is read)
   std::string size = "480*832";  // upstream's --size: the maximum area of the video
   int fps = 16;              // upstream's sample_fps
+  bool stream_blocks = false;  // the DiT read from disk a block at a time (one block held)
 
   void add_to(CLI::App& app);
 };

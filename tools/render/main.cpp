@@ -129,8 +129,9 @@ int run_mg2(const Options& o, const CLI::App& app) {
                                 name));
   if (app.count("--tile") || app.count("--png-dir"))
     throw wm::Error(wm::str_cat("--tile and --png-dir are for the embedded model's path, not ", name));
-  if (!lingbot && (app.count("--text-context") || app.count("--prompt") || app.count("--poses") || app.count("--size")))
-    throw wm::Error("--prompt, --text-context, --poses and --size are for a LingBot-World-Fast model folder");
+  if (!lingbot && (app.count("--text-context") || app.count("--prompt") || app.count("--poses") || app.count("--size") ||
+                   app.count("--stream-blocks")))
+    throw wm::Error("--prompt, --text-context, --poses, --size and --stream-blocks are for a LingBot-World-Fast model folder");
   wm::render::Mg2RenderOptions mg2 = o.mg2;
   mg2.model = o.model_path;
   mg2.out = app.count("--out") ? o.out : "";
