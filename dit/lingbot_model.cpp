@@ -127,13 +127,7 @@ LingbotText LingbotDitImpl::encode_text(const at::Tensor& context) {
   at::Tensor x = ctx.to(device(), dt);
   if (x.size(1) < cfg_.text_len) x = at::cat({x, x.new_zeros({1, cfg_.text_len - x.size(1), x.size(2)})}, 1);
   x = text_embedding->forward(x);
-  LingbotText kv;
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    auto [k, v] = wan_cross_kv(*block(l).cross_attn, x, cfg_.num_heads);
-    kv.k.push_back(k);
-    kv.v.push_back(v);
-  }
-  return kv;
+  return wan_context_kv([this](int l) -> LingbotBlockImpl& { return block(l); }, cfg_.num_layers, x, cfg_.num_heads);
 }
 
 at::Tensor LingbotDitImpl::embed_camera(const at::Tensor& cam) {

@@ -144,17 +144,23 @@ at::Tensor wan_cross_attention(WanAttentionImpl& ca, const at::Tensor& x, const 
 // k, v [1, H, L, d].
 std::pair<at::Tensor, at::Tensor> wan_cross_kv(WanAttentionImpl& ca, const at::Tensor& ctx, int64_t heads);
 
-// The same through the cross_attn of each of the first `layers` blocks (modules of type Block):
-// per layer k, v [1, H, L, d].
-template <class Block>
-WanCrossKv wan_context_kv(torch::nn::ModuleListImpl& blocks, int layers, const at::Tensor& ctx, int64_t heads) {
+// The same through the cross_attn of each of the first `layers` blocks, block(l) giving block l
+// (a model's own, or a streamed model's slot filled with it): per layer k, v [1, H, L, d].
+template <class BlockAt>
+WanCrossKv wan_context_kv(BlockAt&& block, int layers, const at::Tensor& ctx, int64_t heads) {
   WanCrossKv kv;
   for (int l = 0; l < layers; ++l) {
-    auto [k, v] = wan_cross_kv(*blocks.ptr(l)->as<Block>()->cross_attn, ctx, heads);
+    auto [k, v] = wan_cross_kv(*block(l).cross_attn, ctx, heads);
     kv.k.push_back(k);
     kv.v.push_back(v);
   }
   return kv;
+}
+
+// The same over a ModuleList of blocks of type Block.
+template <class Block>
+WanCrossKv wan_context_kv(torch::nn::ModuleListImpl& blocks, int layers, const at::Tensor& ctx, int64_t heads) {
+  return wan_context_kv([&](int l) -> Block& { return *blocks.ptr(l)->as<Block>(); }, layers, ctx, heads);
 }
 
 // The head: LN(h) * (1 + scale) + shift with (shift, scale) = head.modulation + e (e [G, D]), the
