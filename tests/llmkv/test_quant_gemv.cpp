@@ -195,7 +195,9 @@ at::Tensor q8_bound(const QuantWeight& w, const at::Tensor& x) {
 // for the K types; `out` not a multiple of 8 or of the threads' split.
 std::vector<std::pair<int64_t, int64_t>> shapes(GgmlType t) {
   if (is_k(t)) return {{256, 37}, {512, 130}, {1536, 64}};
-  return {{32, 11}, {96, 37}, {608, 130}, {1536, 64}};
+  // 2432 x 1200: rows longer than a chunk of scales (76 blocks), and at one row of x a thread's
+  // share of rows long enough to be read as runs (quant_kernels.inl's kRunsFrom).
+  return {{32, 11}, {96, 37}, {608, 130}, {1536, 64}, {2432, 1200}};
 }
 
 gemv::QuantFns fns_of(const std::string& path) {

@@ -22,19 +22,35 @@ using Clock = std::chrono::steady_clock;
 
 struct Shape {
   const char* name;
-  const char* tensor;  // SmolLM2's tensor of this shape (blk.0's)
+  const char* tensor;  // SmolLM2's tensor of this shape (blk.0's); --gguf reads it
   int64_t in, out;
   GgmlType type;
-  int per_step;  // products of this shape in a decode step (30 layers, the head once)
+  int per_step;  // products of this shape in a decode step (every layer's, the head once)
 };
 
-const Shape kShapes[] = {
+// SmolLM2-135M-Instruct's file: Q4_1 projections, the Q8_0 embedding as the tied head (30 layers).
+const std::vector<Shape> kSmollm2 = {
     {"q, o 576->576", "blk.0.attn_q.weight", 576, 576, GgmlType::Q4_1, 60},
     {"k, v 576->192", "blk.0.attn_k.weight", 576, 192, GgmlType::Q4_1, 60},
     {"gate, up 576->1536", "blk.0.ffn_gate.weight", 576, 1536, GgmlType::Q4_1, 60},
     {"down 1536->576", "blk.0.ffn_down.weight", 1536, 576, GgmlType::Q4_1, 30},
     {"head 576->49152", "token_embd.weight", 576, 49152, GgmlType::Q8_0, 1},
 };
+// Qwen2-0.5B's shape in Q8_0 (24 layers, the tied head), as tools/bench_llm/vs_llamacpp.py writes
+// it: random blocks only.
+const std::vector<Shape> kQwen2 = {
+    {"q, o 896->896", "", 896, 896, GgmlType::Q8_0, 48},
+    {"k, v 896->128", "", 896, 128, GgmlType::Q8_0, 48},
+    {"gate, up 896->4864", "", 896, 4864, GgmlType::Q8_0, 48},
+    {"down 4864->896", "", 4864, 896, GgmlType::Q8_0, 24},
+    {"head 896->151936", "", 896, 151936, GgmlType::Q8_0, 1},
+};
+
+const std::vector<Shape>& shapes_of(const std::string& name) {
+  if (name == "smollm2") return kSmollm2;
+  WM_CHECK(name == "qwen2-0.5b", "--kernel-shapes must be smollm2 or qwen2-0.5b, got '", name, "'");
+  return kQwen2;
+}
 
 enum Kind { kQ8, kQFloat, kF32, kI8, kKinds };
 const char* const kKindNames[kKinds] = {"q8", "q-float", "f32", "int8"};
@@ -112,10 +128,10 @@ void bench_shape(const Shape& s, const Weights& w, int64_t rows, int rounds, dou
   for (int k = 0; k < kKinds; ++k) ms[k] = 1000.0 * median(t[k]);
 }
 
-void print_header(int64_t rows, int threads) {
-  std::printf("\nkernels: SmolLM2-135M's products, %lld row%s, %d thread%s (quantized kernels %s, decode kernels %s): "
+void print_header(const std::string& shapes, int64_t rows, int threads) {
+  std::printf("\nkernels: %s's products, %lld row%s, %d thread%s (quantized kernels %s, decode kernels %s): "
               "ms a product (GB/s of weights)\n",
-              static_cast<long long>(rows), rows == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
+              shapes == "smollm2" ? "SmolLM2-135M" : "Qwen2-0.5B (Q8_0)", static_cast<long long>(rows), rows == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
               llm::quant_active_name(), llm::gemv_active_name());
   std::printf("%-20s %-5s", "shape", "type");
   for (const char* k : kKindNames) std::printf(" %18s", k);
@@ -127,6 +143,8 @@ void print_header(int64_t rows, int threads) {
 nlohmann::json bench_kernels(const KernelBenchOptions& o) {
   WM_CHECK(o.rounds >= 1 && !o.rows.empty() && !o.threads.empty(), "--kernels needs rows, threads and rounds");
   std::shared_ptr<const GgufFile> file;
+  const std::vector<Shape>& shapes = shapes_of(o.shapes);
+  WM_CHECK(o.gguf.empty() || o.shapes == "smollm2", "--gguf reads SmolLM2-135M's blocks: it goes with --kernel-shapes smollm2");
   if (!o.gguf.empty()) file = std::make_shared<const GgufFile>(GgufFile::open(o.gguf));
   const llm::QuantActivations saved = llm::quant_activations();
   const int saved_threads = at::get_num_threads();
@@ -135,14 +153,14 @@ nlohmann::json bench_kernels(const KernelBenchOptions& o) {
     WM_CHECK(rows >= 1, "--kernel-rows must be positive, got ", rows);
     std::vector<Weights> weights;
     at::manual_seed(o.seed);
-    for (const Shape& s : kShapes) weights.push_back(make_weights(s, file, rows <= 8));
+    for (const Shape& s : shapes) weights.push_back(make_weights(s, file, rows <= 8));
     for (int threads : o.threads) {
       WM_CHECK(threads >= 1, "--kernel-threads must be positive, got ", threads);
       at::set_num_threads(threads);
-      print_header(rows, threads);
+      print_header(o.shapes, rows, threads);
       double step[kKinds] = {};
       for (size_t i = 0; i < weights.size(); ++i) {
-        const Shape& s = kShapes[i];
+        const Shape& s = shapes[i];
         double ms[kKinds];
         bench_shape(s, weights[i], rows, o.rounds, ms);
         std::printf("%-20s %-5s", s.name, ggml_type_name(s.type).c_str());

@@ -226,6 +226,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--kernel-rounds", o.kernel.rounds, "--kernels: timed rounds (medians; after one warm-up round)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--kernel-shapes", o.kernel.shapes,
+                 "--kernels: smollm2 (SmolLM2-135M's shapes, Q4_1 and the Q8_0 head) or qwen2-0.5b (Qwen2-0.5B's, Q8_0)")
+      ->check(CLI::IsMember({"smollm2", "qwen2-0.5b"}))
+      ->capture_default_str();
   app.add_option("--gguf", o.kernel.gguf, "--kernels: SmolLM2-135M's GGUF file, for its own blocks (default: random blocks)")
       ->check(CLI::ExistingFile);
 }
