@@ -46,10 +46,16 @@ const std::vector<Shape> kQwen2 = {
     {"head 896->151936", "", 896, 151936, GgmlType::Q8_0, 1},
 };
 
-const std::vector<Shape>& shapes_of(const std::string& name) {
-  if (name == "smollm2") return kSmollm2;
+// --kernel-shapes: a model's products and the name the tables print.
+struct ShapeSet {
+  const char* model;
+  const std::vector<Shape>& shapes;
+};
+
+ShapeSet shapes_of(const std::string& name) {
+  if (name == "smollm2") return {"SmolLM2-135M", kSmollm2};
   WM_CHECK(name == "qwen2-0.5b", "--kernel-shapes must be smollm2 or qwen2-0.5b, got '", name, "'");
-  return kQwen2;
+  return {"Qwen2-0.5B (Q8_0)", kQwen2};
 }
 
 enum Kind { kQ8, kQFloat, kF32, kI8, kKinds };
@@ -128,10 +134,10 @@ void bench_shape(const Shape& s, const Weights& w, int64_t rows, int rounds, dou
   for (int k = 0; k < kKinds; ++k) ms[k] = 1000.0 * median(t[k]);
 }
 
-void print_header(const std::string& shapes, int64_t rows, int threads) {
+void print_header(const char* model, int64_t rows, int threads) {
   std::printf("\nkernels: %s's products, %lld row%s, %d thread%s (quantized kernels %s, decode kernels %s): "
               "ms a product (GB/s of weights)\n",
-              shapes == "smollm2" ? "SmolLM2-135M" : "Qwen2-0.5B (Q8_0)", static_cast<long long>(rows), rows == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
+              model, static_cast<long long>(rows), rows == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
               llm::quant_active_name(), llm::gemv_active_name());
   std::printf("%-20s %-5s", "shape", "type");
   for (const char* k : kKindNames) std::printf(" %18s", k);
@@ -143,7 +149,8 @@ void print_header(const std::string& shapes, int64_t rows, int threads) {
 nlohmann::json bench_kernels(const KernelBenchOptions& o) {
   WM_CHECK(o.rounds >= 1 && !o.rows.empty() && !o.threads.empty(), "--kernels needs rows, threads and rounds");
   std::shared_ptr<const GgufFile> file;
-  const std::vector<Shape>& shapes = shapes_of(o.shapes);
+  const ShapeSet set = shapes_of(o.shapes);
+  const std::vector<Shape>& shapes = set.shapes;
   WM_CHECK(o.gguf.empty() || o.shapes == "smollm2", "--gguf reads SmolLM2-135M's blocks: it goes with --kernel-shapes smollm2");
   if (!o.gguf.empty()) file = std::make_shared<const GgufFile>(GgufFile::open(o.gguf));
   const llm::QuantActivations saved = llm::quant_activations();
@@ -157,7 +164,7 @@ nlohmann::json bench_kernels(const KernelBenchOptions& o) {
     for (int threads : o.threads) {
       WM_CHECK(threads >= 1, "--kernel-threads must be positive, got ", threads);
       at::set_num_threads(threads);
-      print_header(o.shapes, rows, threads);
+      print_header(set.model, rows, threads);
       double step[kKinds] = {};
       for (size_t i = 0; i < weights.size(); ++i) {
         const Shape& s = shapes[i];

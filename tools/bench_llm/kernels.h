@@ -1,6 +1,7 @@
 // wm_bench_llm --kernels: the linear layers' kernels on SmolLM2-135M's shapes (hidden 576, kv 192,
 // FFN 1536, vocab 49152): GGUF blocks (Q4_1 projections, the Q8_0 embedding as the tied head), or
-// Qwen2-0.5B's (hidden 896, kv 128, FFN 4864, vocab 151936) in Q8_0, with 8-bit and float32 activations (llmkv/quant_gemv.h) against float32 and int8 weights
+// Qwen2-0.5B's (hidden 896, kv 128, FFN 4864, vocab 151936) in Q8_0, with 8-bit and float32
+// activations (llmkv/quant_gemv.h) against float32 and int8 weights
 // (llmkv/gemv.h), per product and per decode step or prompt.
 //
 // Each figure is the median over rounds (after one warm-up round) of the time of one product;
