@@ -12,13 +12,14 @@
 // earliest code of an executable is its .preinit_array, which glibc runs before the shared
 // libraries' constructors; but libc's environment is not set up yet there (libc's own
 // initialisation sets `environ` from the stack afterwards, so a setenv there is lost). So the
-// function below, run from .preinit_array, re-executes the program (the file /proc/self/exe names,
-// the same argv) with OMP_WAIT_POLICY=passive added to its environment: before any library's
-// constructor has run, at the cost of the dynamic loader's work twice (0.17 s a start on the quiet
-// 2-core development machine: `wm_render --help` 0.43 s -> 0.60 s; tools/README.md). It does
-// nothing when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that is their choice, and
-// the variable set by the first start keeps the second from starting a third), when the program
-// cannot be executed again (it then goes on with libgomp's default), when it was started through
+// function below, run from .preinit_array, re-executes the program (by the name it was started
+// under when that names the same file, else the file /proc/self/exe names; the same argv) with
+// OMP_WAIT_POLICY=passive added to its environment: before any library's constructor has run,
+// at the cost of the dynamic loader's work twice (0.17 s a start on the quiet 2-core development
+// machine: `wm_render --help` 0.43 s -> 0.60 s; tools/README.md). It does nothing when the user
+// set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that is their choice, and the variable set by
+// the first start keeps the second from starting a third), when the program cannot be executed
+// again (it then goes on with libgomp's default), when it was started through
 // the dynamic loader (/proc/self/exe is the loader then), and outside glibc on Linux.
 //
 // A static library's object file is linked only when something refers to one of its symbols:
@@ -30,6 +31,7 @@
 #include <alloca.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>  // defines __GLIBC__ under glibc
 #endif
 
@@ -46,6 +48,38 @@ bool has_variable(char** envp, const char* name) {
   for (char** e = envp; *e; ++e)
     if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return true;
   return false;
+}
+
+// True when `path` names the same file as `exe` (a link to it, or the file itself).
+bool same_file(const char* path, const struct stat& exe) {
+  struct stat st;
+  return stat(path, &st) == 0 && st.st_dev == exe.st_dev && st.st_ino == exe.st_ino;
+}
+
+// The path to start again, into `out` (PATH_MAX bytes): the name it was started under when that
+// names this executable, so that the process keeps its name (the kernel names a process after the
+// file executed, and a program of wm_tools is a link whose name says which program it is):
+// argv[0] when it holds a '/', else the first folder of PATH holding argv[0]; else `exe`.
+const char* restart_path(const char* argv0, char** envp, const char* exe, char* out) {
+  struct stat self;
+  if (argv0 == nullptr || stat(exe, &self) != 0) return exe;
+  if (strchr(argv0, '/')) return same_file(argv0, self) ? argv0 : exe;
+  const char* path = nullptr;
+  for (char** e = envp; *e && !path; ++e)
+    if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  const size_t name = strlen(argv0);
+  while (path && *path) {
+    const char* end = strchr(path, ':');
+    const size_t dir = end ? static_cast<size_t>(end - path) : strlen(path);
+    if (dir > 0 && dir + 1 + name < PATH_MAX) {
+      memcpy(out, path, dir);
+      out[dir] = '/';
+      memcpy(out + dir + 1, argv0, name + 1);
+      if (same_file(out, self)) return out;
+    }
+    path = end ? end + 1 : nullptr;
+  }
+  return exe;
 }
 
 // Called by glibc with main's arguments before any shared library's constructor. Only plain
@@ -67,9 +101,11 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
   env[0] = passive;
   for (size_t i = 0; i < count; ++i) env[i + 1] = envp[i];
   env[count + 1] = nullptr;
-  // By its path, so that the process keeps its name (the kernel names it after the file executed:
-  // "exe" through /proc/self/exe); through /proc/self/exe when the file was removed since it
-  // started (readlink then names it "... (deleted)").
+  // By a path, so that the process keeps its name (through /proc/self/exe it would be "exe");
+  // through /proc/self/exe when the file was removed since it started (readlink then names it
+  // "... (deleted)").
+  char found[PATH_MAX];
+  execve(restart_path(argv[0], envp, exe, found), argv, env);
   execve(exe, argv, env);
   execve("/proc/self/exe", argv, env);
   // Not reached unless both failed: go on as started.

@@ -35,9 +35,11 @@ struct Output {
   std::string text;  // stdout and stderr together
 };
 
-// Runs argv with this process's environment less OMP_WAIT_POLICY, GOMP_SPINCOUNT and GoogleTest's
-// variables, plus `add` and OMP_DISPLAY_ENV=verbose; stdout and stderr go to one file, read back.
-Output run_with(const std::vector<std::string>& argv, const std::vector<std::string>& add) {
+// Runs argv (the file `file`, argv[0] when empty) with this process's environment less
+// OMP_WAIT_POLICY, GOMP_SPINCOUNT and GoogleTest's variables, plus `add` and
+// OMP_DISPLAY_ENV=verbose; stdout and stderr go to one file, read back.
+Output run_with(const std::vector<std::string>& argv, const std::vector<std::string>& add,
+                const std::string& file = "") {
   std::vector<std::string> envs = add;
   envs.push_back("OMP_DISPLAY_ENV=verbose");
   for (char** e = environ; *e; ++e) {
@@ -61,7 +63,7 @@ Output run_with(const std::vector<std::string>& argv, const std::vector<std::str
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid = -1;
   Output r;
-  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  const int rc = posix_spawn(&pid, file.empty() ? args[0] : file.c_str(), &fa, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     r.text = "posix_spawn failed: " + std::to_string(rc);
@@ -148,6 +150,55 @@ TEST(WaitPolicy, TestBinaryStartedWithoutOneRunsPassive) {
   EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
   EXPECT_EQ(spin_count(r.text), "0") << r.text;
   // Started again by its own path: the process keeps its name ("exe" through /proc/self/exe).
+  EXPECT_EQ(printed(r.text, "process name"), fs::read_symlink("/proc/self/exe").filename().string().substr(0, 15))
+      << r.text;
+}
+
+// A folder of its own holding `name`, a symbolic link to this test binary (the programs of wm_tools
+// are such links); removed with the fixture.
+class WaitPolicyLink : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("wm_wait_policy_link_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    fs::create_symlink(fs::read_symlink("/proc/self/exe"), dir_ / kName);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static constexpr const char* kName = "wm_linked_test";  // under 16 bytes: all of it is the name
+  fs::path dir_;
+};
+
+// Started through a link by its path, it is started again by that path: the process is named
+// after the link, not after the file linked to.
+TEST_F(WaitPolicyLink, RestartKeepsTheLinksName) {
+  std::vector<std::string> argv = self_print();
+  argv[0] = (dir_ / kName).string();
+  const Output r = run_with(argv, {});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
+  EXPECT_EQ(printed(r.text, "process name"), kName) << r.text;
+}
+
+// Started by a bare name found on PATH (as a shell does it), the same.
+TEST_F(WaitPolicyLink, RestartFindsTheNameOnPath) {
+  std::vector<std::string> argv = self_print();
+  argv[0] = kName;
+  const Output r = run_with(argv, {"PATH=/nonexistent:" + dir_.string()}, (dir_ / kName).string());
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
+  EXPECT_EQ(printed(r.text, "process name"), kName) << r.text;
+}
+
+// An argv[0] that names another file is not executed: the binary is started again by its own path.
+TEST_F(WaitPolicyLink, RestartIgnoresAnArgv0OfAnotherFile) {
+  std::vector<std::string> argv = self_print();
+  argv[0] = "/bin/true";
+  const Output r = run_with(argv, {}, fs::read_symlink("/proc/self/exe").string());
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
   EXPECT_EQ(printed(r.text, "process name"), fs::read_symlink("/proc/self/exe").filename().string().substr(0, 15))
       << r.text;
 }

@@ -27,6 +27,10 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_clip {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -177,3 +181,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_bench_clip

@@ -29,6 +29,10 @@
 #include "tools/cli/output_file.h"
 #include "worldkv/compression.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_core {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -289,3 +293,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_bench_core

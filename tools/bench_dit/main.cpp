@@ -34,6 +34,10 @@
 #include "tools/cli/error_text.h"
 #include "tools/cli/validators.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_dit {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -373,3 +377,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace wm_tool_bench_dit

@@ -53,6 +53,10 @@
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/validators.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_kv_store {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -887,3 +891,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_bench_kv_store

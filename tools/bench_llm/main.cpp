@@ -44,6 +44,10 @@
 #include "tools/bench_llm/kernels.h"
 #include "tools/bench_llm/profile.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_llm {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -618,3 +622,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_bench_llm

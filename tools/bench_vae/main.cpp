@@ -28,6 +28,10 @@
 #include "runtime/safetensors.h"
 #include "tools/cli/error_text.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_bench_vae {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -277,3 +281,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace wm_tool_bench_vae

@@ -23,6 +23,10 @@
 #include "tools/media/lpips.h"
 #endif
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_compare {
+
 namespace {
 
 struct Row {
@@ -211,3 +215,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_compare

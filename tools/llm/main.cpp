@@ -39,6 +39,10 @@
 #include "tools/cli/shipped_path.h"
 #include "tools/cli/validators.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_llm {
+
 namespace {
 
 const char* const kEmbeddedModel = "assets/models/tiny-llm";
@@ -706,3 +710,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_llm

@@ -47,6 +47,10 @@
 #include "tools/llm_train/data.h"
 #include "tools/rollout/plot.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_llm_bench {
+
 namespace {
 
 const char* const kEmbeddedModel = "assets/models/tiny-llm";
@@ -953,3 +957,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_llm_bench

@@ -35,6 +35,10 @@
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_llm_train {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -646,3 +650,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_llm_train

@@ -56,6 +56,10 @@
 #include "tools/llm_tasks/sample.h"
 #include "tools/rollout/plot.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_plan_bench {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1271,3 +1275,5 @@ int main(int argc, char** argv) {
   spill.reset();    // then this run's spill folder, and the parents it made
   return rc;
 }
+
+}  // namespace wm_tool_plan_bench

@@ -22,6 +22,10 @@
 #include "tools/cli/output_file.h"
 #include "tools/cli/progress.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_pth_convert {
+
 namespace {
 
 struct Args {
@@ -150,3 +154,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace wm_tool_pth_convert

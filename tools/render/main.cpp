@@ -32,6 +32,10 @@
 #include "tools/world/suite.h"
 #include "worldkv/tiny_dit_adapter.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_render {
+
 namespace {
 
 void fill(wm::Image& im, int x0, int y0, int x1, int y1, uint8_t r, uint8_t g, uint8_t b) {
@@ -389,3 +393,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_render

@@ -38,6 +38,10 @@
 #include "tools/world/suite.h"
 #include "worldkv/tiny_dit_adapter.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_revisit_bench {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -551,3 +555,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_revisit_bench

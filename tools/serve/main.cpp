@@ -28,6 +28,10 @@
 #include "tools/serve/http_server.h"
 #include "tools/serve/openai_server.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_serve {
+
 namespace {
 
 struct Options {
@@ -345,3 +349,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_serve

@@ -34,6 +34,10 @@
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_serve_load {
+
 namespace {
 
 using json = nlohmann::json;
@@ -460,3 +464,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace wm_tool_serve_load

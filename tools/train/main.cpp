@@ -41,6 +41,10 @@
 #include "tools/world/rng.h"
 #include "worldkv/world_memory.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_train {
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -636,3 +640,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_train

@@ -37,6 +37,10 @@
 #include "tools/world/suite.h"
 #include "tools/world/trajectory.h"
 
+// Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
+// compiles several of them in one unit (tools/README.md, "Building").
+namespace wm_tool_train_codec {
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -370,3 +374,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace wm_tool_train_codec
