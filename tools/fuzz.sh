@@ -3,12 +3,18 @@
 # each for SECONDS (default 60) on a working corpus seeded from tests/fuzz/corpus/<target>,
 # with the allocation and memory caps of a hostile input: 1 GiB RSS, no single malloc over 1 GiB.
 #   bash tools/fuzz.sh [SECONDS] [TARGET...]     (targets: see tests/fuzz/CMakeLists.txt)
+#   bash tools/fuzz.sh --build-only              (configure and build, run nothing)
 # Targets run side by side, one per core (WM_FUZZ_JOBS to change it). Exits non-zero when any
 # target finds something, naming its log. Installs clang and its runtime (libFuzzer) from Debian
 # when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then
+  build_only=1
+  shift
+fi
 seconds="${1:-60}"
 shift || true
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
@@ -28,6 +34,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_
   exit 1
 }
 cmake --build "$build" -j "$(nproc)" --target wm_fuzz
+if [ "$build_only" = 1 ]; then exit 0; fi
 
 # Each target runs single-threaded, so the machine's cores run that many targets at once
 # (WM_FUZZ_JOBS, default nproc); the results are printed in the targets' order.

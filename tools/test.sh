@@ -10,7 +10,9 @@ phase_done() {
   phases+=("$1 $((SECONDS - phase_start)) s;")
   phase_start=$SECONDS
 }
-trap 'echo "test: phase times: ${phases[*]}"' EXIT
+fuzz_build_pid=""
+# On any exit, the phase times, and the background fuzz build (below) stopped if it still runs.
+trap 'echo "test: phase times: ${phases[*]}"; if [ -n "$fuzz_build_pid" ]; then kill -- -"$fuzz_build_pid" 2>/dev/null || true; fi' EXIT
 bash "$root/tools/setup.sh"
 phase_done "set-up"
 bash "$root/tools/build.sh" "$@"  # its own set-up call returns at once now
@@ -20,8 +22,22 @@ phase_done "build"
 bash "$root/tools/get_model.sh" smollm2 >/dev/null || echo "test: SmolLM2 could not be fetched (offline?): its tests skip" >&2
 cd "${WM_BUILD_DIR:-$root/build}"
 phase_done "model"
+# The fuzz build (clang, its own folder) runs beside the suites at the lowest priority: it takes the
+# CPU the suites leave idle (processes waiting on a server, a display, a child) and yields the rest.
+fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
+fuzz_build_log="$PWD/fuzz_build.log"
+if [ "$fuzz_seconds" != "0" ]; then
+  # In a process group of its own (setsid), so that the trap above can stop all of it.
+  setsid nice -n 19 bash "$root/tools/fuzz.sh" --build-only >"$fuzz_build_log" 2>&1 </dev/null &
+  fuzz_build_pid=$!
+fi
 ctest --output-on-failure -j "$(nproc)" --timeout 600
 phase_done "ctest"
+if [ -n "$fuzz_build_pid" ]; then
+  # fuzz.sh below builds again and stops with the error; this log says what ran beside ctest.
+  wait "$fuzz_build_pid" || echo "test: the fuzz build beside ctest failed (log: $fuzz_build_log)" >&2
+  fuzz_build_pid=""
+fi
 # ctest runs the binary suite by suite; count the GoogleTest tests and name those that skipped
 # (no CUDA device, the real MiniLM not installed, ...), whose reasons are in the log.
 log="Testing/Temporary/LastTest.log"
@@ -32,7 +48,6 @@ if [ -f "$log" ]; then
   echo "GoogleTest: $passed tests passed, $n_skipped skipped (reasons: $PWD/$log)"
   if [ -n "$skipped" ]; then printf '  skipped: %s\n' $skipped; fi
 fi
-fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
 if [ "$fuzz_seconds" != "0" ]; then
   bash "$root/tools/fuzz.sh" "$fuzz_seconds"
 fi
