@@ -27,9 +27,16 @@ phase_done "model"
 fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
 fuzz_build_log="$PWD/fuzz_build.log"
 if [ "$fuzz_seconds" != "0" ]; then
-  # In a process group of its own (setsid), so that the trap above can stop all of it.
-  setsid nice -n 19 bash "$root/tools/fuzz.sh" --build-only >"$fuzz_build_log" 2>&1 </dev/null &
+  # In a process group of its own (job control on for this one job), so that the trap above can
+  # stop all of it; not a session of its own (setsid): with the kernel's autogroups a session is
+  # scheduled as a peer of ctest's whatever its niceness, and the suites then took 45% longer.
+  # SCHED_IDLE where chrt can set it, else nice 19.
+  idle=(nice -n 19)
+  if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0 nice -n 19); fi
+  set -m
+  "${idle[@]}" bash "$root/tools/fuzz.sh" --build-only >"$fuzz_build_log" 2>&1 </dev/null &
   fuzz_build_pid=$!
+  set +m
 fi
 ctest --output-on-failure -j "$(nproc)" --timeout 600
 phase_done "ctest"

@@ -241,7 +241,9 @@ TEST_F(BadInput, BenchDit) {
                {{"--layers", "-1"}, "--layers"},
                {{"--batch", "2"}, "--batch"},
                {{"--config", "{dir}/missing.json"}, "missing.json"},
-               {{"--config", "{dir}/garbage.json", "--threads", "1"}, "garbage.json"}});
+               {{"--config", "{dir}/garbage.json", "--threads", "1"}, "garbage.json"},
+               {{"--latent-size", "8x8"}, "--latent-size applies to --lingbot"},
+               {{"--lingbot-disk", "{dir}", "--threads", "1"}, "{dir}"}});
 }
 
 TEST_F(BadInput, BenchLlm) {

@@ -189,7 +189,8 @@ struct AllOptions {
 // The options whose presence picks a mode or is checked against it.
 struct ModeOptions {
   CLI::Option *dtype = nullptr, *mg2 = nullptr, *mg2_model = nullptr, *mg2_check = nullptr, *mg2_rollout = nullptr;
-  CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr, *lingbot_check = nullptr;
+  CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr, *lingbot_check = nullptr, *lingbot_disk = nullptr;
+  CLI::Option *latent_size = nullptr, *window_frames = nullptr;
   CLI::Option *policies = nullptr, *seconds = nullptr, *warmup = nullptr, *repeats = nullptr, *json = nullptr;
 };
 
@@ -266,20 +267,24 @@ void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
                                  "DIR/lingbot_world_fast/ and a random Wan VAE into DIR/Wan2.1_VAE.safetensors, "
                                  "then stop")
                       ->needs(m.lingbot);
-  app.add_option("--lingbot-disk", o.lb.from_dir,
-                 "with --lingbot: time the DiT folder DIR (a hub folder's lingbot_world_fast/) read from disk a "
-                 "block at a time (one block held) instead of random weights of SIZE")
-      ->check(CLI::ExistingDirectory)->needs(m.lingbot);
+  m.lingbot_disk = app.add_option("--lingbot-disk", o.lb.from_dir,
+                                  "LingBot-World-Fast from disk instead: time the DiT folder DIR (a hub folder's "
+                                  "lingbot_world_fast/) read a block at a time (one block held), its size from its "
+                                  "config.json, as --lingbot times random weights")
+                       ->check(CLI::ExistingDirectory)->excludes(m.lingbot)->excludes(m.mg2)->excludes(m.mg2_model)
+                       ->excludes(m.mg2_check)->excludes(m.mg2_rollout);
   m.lingbot_check = app.add_option("--lingbot-check", o.lingbot_check,
                                    "one forward of the full-width single-block model of "
                                    "tools/lingbot_fixtures/make_full_block_check.py against upstream's output")
-                        ->check(CLI::ExistingDirectory)->excludes(m.lingbot)->excludes(m.mg2)->excludes(m.mg2_check);
-  app.add_option("--latent-size", o.latent_size, "--lingbot: latent frame HxW (60x104: a 480x832 video)")
-      ->capture_default_str()->needs(m.lingbot);
-  app.add_option("--window-frames", o.lb.window_frames,
-                 "--lingbot: latent frames the chunk attends to besides itself (15: WorldKV's sink 3, retrieved 9, "
-                 "recent 3)")
-      ->capture_default_str()->check(CLI::Range(0, 100000))->needs(m.lingbot);
+                        ->check(CLI::ExistingDirectory)->excludes(m.lingbot)->excludes(m.lingbot_disk)
+                        ->excludes(m.mg2)->excludes(m.mg2_check);
+  m.latent_size = app.add_option("--latent-size", o.latent_size,
+                                 "--lingbot, --lingbot-disk: latent frame HxW (60x104: a 480x832 video)")
+                      ->capture_default_str();
+  m.window_frames = app.add_option("--window-frames", o.lb.window_frames,
+                                   "--lingbot, --lingbot-disk: latent frames the chunk attends to besides itself "
+                                   "(15: WorldKV's sink 3, retrieved 9, recent 3)")
+                        ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--vae-dim", o.hub.vae_dim, "--lingbot-hub: the random Wan VAE's base width (the release: 96)")
       ->capture_default_str()->check(CLI::Range(1, 1024))->needs(m.lingbot_hub);
   app.add_option("--shard-mib", o.hub.shard_mib, "--lingbot-hub: the largest shard (MiB)")
@@ -317,7 +322,9 @@ int run_lingbot_mode(AllOptions& o, const ModeOptions& m) {
 // Runs the mode the options pick; returns the exit status.
 int run_mode(AllOptions& o, const ModeOptions& m) {
   Args& a = o.a;
-  if (*m.lingbot) return run_lingbot_mode(o, m);
+  if (*m.lingbot || *m.lingbot_disk) return run_lingbot_mode(o, m);
+  for (auto* opt : {m.latent_size, m.window_frames})
+    if (*opt) throw wm::Error(opt->get_name() + " applies to --lingbot and --lingbot-disk");
   if (*m.lingbot_check) {
     wm::init_threads(a.threads);
     return wm::bench::run_lingbot_check(o.lingbot_check, a.device);
