@@ -46,7 +46,7 @@ phase_done "model"
 ctest --output-on-failure -j "$(nproc)" --timeout 600
 phase_done "ctest"
 if [ -n "$fuzz_build_pid" ]; then
-  # fuzz.sh below builds again and stops with the error; this log says what ran beside ctest.
+  # fuzz.sh below builds again and stops with the error; this log says what ran in the background.
   wait "$fuzz_build_pid" || echo "test: the fuzz build beside ctest failed (log: $fuzz_build_log)" >&2
   fuzz_build_pid=""
 fi

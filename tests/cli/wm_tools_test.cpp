@@ -23,8 +23,7 @@ class WmTools : public ::testing::Test {
     tools_ = (build_dir() / "tools" / "wm_tools").string();
     std::error_code ec;
     if (!fs::exists(tools_, ec)) GTEST_SKIP() << "wm_tools is not built (looked in " << build_dir() << ")";
-    dir_ = fs::temp_directory_path() / ("wm_tools_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_tools_test_");
   }
   void TearDown() override {
     std::error_code ec;

@@ -155,13 +155,12 @@ TEST(WaitPolicy, TestBinaryStartedWithoutOneRunsPassive) {
       << r.text;
 }
 
-// A folder of its own holding `name`, a symbolic link to this test binary (the programs of wm_tools
-// are such links); removed with the fixture.
+// A new folder of its own (mkdtemp) holding kName, a symbolic link to this test binary (the
+// programs of wm_tools are such links); removed with the fixture.
 class WaitPolicyLink : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("wm_wait_policy_link_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_wait_policy_link_");
     fs::create_symlink(fs::read_symlink("/proc/self/exe"), dir_ / kName);
   }
   void TearDown() override {
