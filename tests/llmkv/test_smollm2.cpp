@@ -95,9 +95,6 @@ class Smollm2 : public ::testing::Test {
   static LlmSource* float_source_;
 };
 LlmSource* Smollm2::source_ = nullptr;
-struct Smollm2Greedy : Smollm2 {
-  static std::vector<int64_t> run(const std::vector<int64_t>& prompt, int n) { return greedy(prompt, n); }
-};
 LlmSource* Smollm2::float_source_ = nullptr;
 
 std::vector<int64_t> ids_of(const json& j) { return j.get<std::vector<int64_t>>(); }
@@ -239,29 +236,59 @@ TEST_F(Smollm2, PerplexityOfAWindowIsLlamaCppsWithinHalfAPercent) {
   EXPECT_THROW(perplexity(model(), std::vector<int64_t>(first.begin(), first.begin() + 10), window), Error);
 }
 
-// Greedy continuations of 32 tokens against llama.cpp's, weights as stored, 8-bit activations.
-// Where one differs, it must be at a step where llama.cpp's own top two logits lie within
-// kNearTie of each other: llama.cpp's prompt path and one-token path differ by up to 0.82 on
-// these logits (mean 0.11), so a gap below that is a coin its own arithmetic could flip too. A
-// wrong model parts from it at a clear choice. Returns how many are equal; prints each difference.
-constexpr double kNearTie = 0.35;
+// Greedy continuations against llama.cpp's, weights as stored, 8-bit activations. Where one
+// differs, the first differing step must be a near-tie on both sides: llama.cpp's top token B and
+// ours A, with llama.cpp's gap (its B over its A) plus ours (our A over our B) under kNearTie. That
+// sum is how far the two tokens' logits moved between the implementations, so it is bounded by
+// twice the largest move of one logit that llama.cpp's own arithmetic makes: its prompt path and
+// one-token path differ by up to 0.82 on these logits (mean 0.11; llmkv/README.md). Which
+// near-ties flip depends on the float32 rounding of the machine's kernels (on one CPU every gap
+// was under 0.35 on llama.cpp's side, on another one was 0.67 with 0.17 on ours); a wrong model
+// parts at a clear choice, where both gaps are whole units.
+constexpr double kNearTie = 2 * 0.82;
 
+// Where our greedy tokens after `prompt` first part from `want` (llama.cpp's, with its top-2 gap
+// at each step in `gaps`), and both sides' gaps there; at == want.size() when they are equal.
+struct Parting {
+  size_t at = 0;
+  double theirs = 0, ours = 0;
+  bool equal(const std::vector<int64_t>& want) const { return at == want.size(); }
+};
+struct Smollm2Greedy : Smollm2 {
+  static Parting parting(const std::vector<int64_t>& prompt, const std::vector<int64_t>& want, const json& gaps) {
+    KvWindow w = window();
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    at::Tensor logits = model().step(at::tensor(prompt, at::kLong), at::arange(pos, at::kLong), w).logits;
+    Parting p;
+    for (; p.at < want.size(); ++p.at) {
+      const at::Tensor row = logits[-1];
+      const int64_t t = row.argmax().item<int64_t>();
+      if (t != want[p.at]) {
+        p.theirs = gaps[p.at].get<double>();
+        p.ours = row[t].item<float>() - row[want[p.at]].item<float>();
+        break;
+      }
+      logits = model().step(at::tensor({t}, at::kLong), at::tensor({pos++}, at::kLong), w).logits;
+    }
+    return p;
+  }
+};
+
+// Returns how many continuations are equal; prints each difference and checks it is a near-tie.
 int greedy_agreement(const char* what, const json& fx) {
   int equal = 0, total = 0;
   for (const auto& g : fx) {
     const std::vector<int64_t> want = ids_of(g["tokens"]);
-    const std::vector<int64_t> got = Smollm2Greedy::run(ids_of(g["prompt_tokens"]), static_cast<int>(want.size()));
+    const Parting p = Smollm2Greedy::parting(ids_of(g["prompt_tokens"]), want, g["gaps"]);
     ++total;
-    if (got == want) {
+    if (p.equal(want)) {
       ++equal;
       continue;
     }
-    size_t at = 0;
-    while (at < got.size() && got[at] == want[at]) ++at;
-    const double gap = g["gaps"][at].get<double>();
-    std::printf("[ smollm2  ] %s: %s differs at token %zu of %zu (llama.cpp's top-2 gap there %.4f)\n", what,
-                g["prompt"].dump().c_str(), at, want.size(), gap);
-    EXPECT_LT(gap, kNearTie) << what << g["prompt"].dump() << " parts from llama.cpp at a clear choice, token " << at;
+    std::printf("[ smollm2  ] %s: %s differs at token %zu of %zu (top-2 gaps there: llama.cpp's %.4f, ours %.4f)\n",
+                what, g["prompt"].dump().c_str(), p.at, want.size(), p.theirs, p.ours);
+    EXPECT_LT(p.theirs + p.ours, kNearTie) << what << g["prompt"].dump() << " parts from llama.cpp at a clear choice, token "
+                                          << p.at;
   }
   std::printf("[ smollm2  ] greedy: %d/%d continuations of 32 tokens equal to llama.cpp's (%s)\n", equal, total, what);
   return equal;
@@ -284,8 +311,10 @@ TEST_F(Smollm2, GreedyContinuationsAreLlamaCpps) {
 
 // "Name three primary colors." through the file's own chat template (its default system message
 // included): the prompt's ids are llama.cpp's (its template rendered by jinja2), and the greedy
-// answer, weights as stored, is llama.cpp's token for token: "The primary colors are:\n\nRed (R)
-// \nBlue (B)\nYellow (Y)".
+// answer, weights as stored, is llama.cpp's token for token ("The primary colors are:\n\nRed (R)
+// \nBlue (B)\nYellow (Y)") or parts from it at a near-tie as above (on one CPU it was equal; on
+// another it parted at token 5, gaps 0.035 and 0.034, into "The primary colors are: Red, Blue,
+// and Yellow.").
 TEST_F(Smollm2, ChatAnswerIsLlamaCpps) {
   set_quant_activations(QuantActivations::Q8);
   const json c = fixture("chat.json");
@@ -297,7 +326,19 @@ TEST_F(Smollm2, ChatAnswerIsLlamaCpps) {
   const int64_t im_end = *tokenizer().token_to_id("<|im_end|>");
   const std::vector<int64_t> got = greedy(prompt, 64, im_end);
   std::printf("[ smollm2  ] chat answer: %s\n", json(tokenizer().decode(got, true)).dump().c_str());
-  EXPECT_EQ(got, ids_of(c["tokens"]));
+  const std::vector<int64_t> want = ids_of(c["tokens"]);
+  const Parting p = Smollm2Greedy::parting(prompt, want, c["gaps"]);
+  if (p.equal(want)) {
+    EXPECT_EQ(got, want);
+    return;
+  }
+  std::printf("[ smollm2  ] chat answer differs from llama.cpp's at token %zu (top-2 gaps there: llama.cpp's %.4f, "
+              "ours %.4f)\n", p.at, p.theirs, p.ours);
+  EXPECT_LT(p.theirs + p.ours, kNearTie) << "the answer parts from llama.cpp's at a clear choice, token " << p.at;
+  ASSERT_GT(got.size(), p.at);
+  EXPECT_EQ(std::vector<int64_t>(got.begin(), got.begin() + static_cast<int64_t>(p.at)),
+            std::vector<int64_t>(want.begin(), want.begin() + static_cast<int64_t>(p.at)));
+  EXPECT_EQ(got.back(), im_end) << "the answer ends with <|im_end|> within 64 tokens";
 }
 
 }  // namespace wm::llm::smollm2_test
