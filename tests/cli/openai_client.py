@@ -1,14 +1,18 @@
 """wm_serve through the official openai Python client: a chat completion whole and streamed (the
 same text), a text completion, a session continued over two requests (X-Session-Id), the session
 read back, and an error the client raises as it should. Run by openai_client.sh."""
+import faulthandler
 import json
 import sys
 import urllib.request
 
 import openai
 
+# A hang prints where the client waits (then exits) before ctest's limit ends the test silently.
+faulthandler.dump_traceback_later(150, exit=True)
+
 port = int(sys.argv[1])
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
 models = [m.id for m in client.models.list().data]
 assert models == ["tiny-llm"], models
 
@@ -34,7 +38,7 @@ first = client.completions.create(model="tiny-llm", prompt="rode 42\nsora 17\n",
 second = client.completions.create(model="tiny-llm", prompt="Recall:\nsora", max_tokens=3, temperature=0,
                                    extra_headers=session)
 assert second.choices[0].text.startswith(" 17"), repr(second.choices[0].text)
-info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/openai-client"))
+info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/openai-client", timeout=60))
 assert info["turns"] == 2 and info["last_reply"] == second.choices[0].text, info
 
 try:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The official openai Python client against a running wm_serve (tests/cli/openai_client.py). The
-# client comes from PyPI, pinned, into a virtual environment of this test's own (kept in the build
-# folder between runs); when PyPI cannot be reached the test is skipped (exit 77) with a message.
+# client comes from PyPI, pinned, into a virtual environment of this test's own (openai_venv.sh,
+# kept in the build folder between runs); when PyPI cannot be reached the test is skipped (exit
+# 77) with a message. Bounded: the server must listen within 30 s, each request is answered within
+# 60 s; a failure prints the server's log and, while it runs, its threads' stacks (gdb).
 # With `smollm2` as a third argument: wm_serve runs SmolLM2-135M-Instruct's GGUF file from the
 # model cache (tools/get_model.sh; skipped when it is not there) and the client checks its
 # answer, whole and streamed (tests/cli/openai_client_smollm2.py).
@@ -19,28 +21,30 @@ if [ "${3:-}" = smollm2 ]; then
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-pin="openai==3.57.0"
-if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '${pin#openai==}')" 2>/dev/null; then
-  rm -rf "$venv"
-  python3 -m venv "$venv" || { echo "SKIP: python3 -m venv failed (python3-venv missing)"; exit 77; }
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check --timeout 20 --retries 1 "$pin" >"$venv.pip.log" 2>&1; then
-    echo "SKIP: PyPI could not be reached to install $pin:"
-    tail -3 "$venv.pip.log"
-    rm -rf "$venv"
-    exit 77
-  fi
-fi
+bash "$here/openai_venv.sh" "$venv" || exit $?  # 77 (skip) with its reason when PyPI is out of reach
 log="$(mktemp -d)"
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$log"' EXIT
+pid=""
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; rm -rf "$log"' EXIT
+# On a failure, what the server printed and, while it runs, where each of its threads is.
+diagnose() {
+  echo "--- wm_serve's standard error:"
+  tail -50 "$log/err"
+  if kill -0 "$pid" 2>/dev/null && command -v gdb >/dev/null; then
+    echo "--- wm_serve's threads:"
+    timeout 60 gdb -batch -nx -p "$pid" -ex 'thread apply all bt 12' 2>/dev/null | grep -E '^(Thread|#)' | head -200 || true
+  fi
+}
 cd "$root"
+: >"$log/out"
 OMP_WAIT_POLICY=passive "$serve" "${model_args[@]}" --port 0 --threads 1 >"$log/out" 2>"$log/err" &
 pid=$!
 port=""
-for _ in $(seq 200); do
+for _ in $(seq 300); do
   port="$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log/out")"
   [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$log/err"; exit 1; }
+  kill -0 "$pid" 2>/dev/null || { echo "wm_serve ended before it listened"; diagnose; exit 1; }
   sleep 0.1
 done
-[ -n "$port" ] || { echo "wm_serve did not start"; cat "$log/err"; exit 1; }
-"$venv/bin/python" "$here/$client" "$port"
+[ -n "$port" ] || { echo "wm_serve did not listen within 30 s"; diagnose; exit 1; }
+# The client bounds each request (60 s) and prints its own stack if it hangs past 150 s.
+"$venv/bin/python" -X faulthandler "$here/$client" "$port" || { echo "the client failed (above)"; diagnose; exit 1; }

@@ -2,14 +2,17 @@
 (tests/cli/openai_client.sh smollm2): the model's id, and the greedy answer to "Name three primary
 colors." whole and streamed, which is llama.cpp's on the same file token for token
 (tests/llmkv/fixtures/smollm2/chat.json)."""
+import faulthandler
 import json
 import os
 import sys
 
 from openai import OpenAI
 
+# A hang prints where the client waits (then exits) before ctest's limit ends the test silently.
+faulthandler.dump_traceback_later(150, exit=True)
 port = sys.argv[1]
-client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
 model = "SmolLM2-135M-Instruct.Q4_1"
 assert [m.id for m in client.models.list().data] == [model]
 fixture = os.path.join(os.path.dirname(__file__), "..", "llmkv", "fixtures", "smollm2", "chat.json")

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The virtual environment the openai client tests run in: PyPI's openai client and its
+# dependencies at the versions in openai-requirements.txt, wheels only, into VENV_DIR. Idempotent
+# (a stamp holding the requirements' hash marks a finished install; anything else there is
+# replaced) and safe to run twice at once (a lock beside VENV_DIR): tools/test.sh starts it in the
+# background beside the build, and the tests call it again, waiting for that one to finish.
+# Exit 0: ready; 77: PyPI could not be reached or python3-venv is missing (the message says which).
+# Usage: openai_venv.sh VENV_DIR
+set -euo pipefail
+venv="$1"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+req="$here/openai-requirements.txt"
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+want="$(sha256sum <"$req" | cut -d' ' -f1)"
+if [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" = "$want" ] && "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+  exit 0
+fi
+rm -rf "$venv"
+python3 -m venv "$venv" >"$venv.pip.log" 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv missing?):"; tail -3 "$venv.pip.log"; rm -rf "$venv"; exit 77; }
+# Bounded: 20 s per network operation, one retry, and the whole install within 240 s.
+if ! timeout 240 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input --only-binary :all: \
+    --timeout 20 --retries 1 -r "$req" >>"$venv.pip.log" 2>&1; then
+  echo "SKIP: PyPI could not be reached to install the openai client (tests/cli/openai-requirements.txt):"
+  tail -3 "$venv.pip.log"
+  rm -rf "$venv"
+  exit 77
+fi
+echo "$want" >"$venv/.requirements.sha256"
