@@ -1,5 +1,5 @@
-// OpenMP's wait policy for every program that links wm_runtime, chosen before the OpenMP runtime
-// starts.
+// The environment every program that links wm_runtime starts its libraries with, set before they
+// start: OpenMP's wait policy, and OpenBLAS's kernel set on a CPU its Debian build does not know.
 //
 // libtorch and OpenBLAS run their parallel regions on libgomp's threads, and libgomp's default
 // wait policy spins (GOMP_SPINCOUNT's 300,000 rounds) at the end of every region before it sleeps.
@@ -7,25 +7,37 @@
 // waits for, and a chunk of the world model takes many times longer (tools/README.md, "On a
 // shared machine"). OMP_WAIT_POLICY=passive makes the threads sleep at once.
 //
-// libgomp reads its environment in its constructor, which runs before main and before any
-// constructor of the executable's own, and it offers no call to change the policy afterwards. The
-// earliest code of an executable is its .preinit_array, which glibc runs before the shared
-// libraries' constructors; but libc's environment is not set up yet there (libc's own
+// OpenBLAS (Debian 12's 0.3.21, built for every x86 kernel set and choosing one when it loads)
+// falls back to its oldest kernels, Prescott's SSE3, on an Intel CPU model newer than it knows:
+// on a Xeon of the Sapphire/Emerald Rapids generation every float32 matrix product of libtorch
+// then ran some 2.4x slower than with the AVX-512 kernels (tools/README.md, "On a shared
+// machine"). OPENBLAS_CORETYPE, OpenBLAS's documented override, names the kernel set instead:
+// on an Intel CPU whose AVX-512 (F, DQ, CD, BW, VL) the OS has enabled, SkylakeX, or Cooperlake
+// when it also has AVX512_BF16; with AVX2 and FMA only, Haswell. These are the sets OpenBLAS
+// itself picks for the Intel models it knows with those features, so a known CPU gets what it
+// had; AMD's CPUs, and any CPU without AVX2, are left to OpenBLAS. A BLAS other than OpenBLAS
+// ignores the variable.
+//
+// libgomp and OpenBLAS read their environment in their constructors, which run before main and
+// before any constructor of the executable's own, and neither offers a call to change it
+// afterwards. The earliest code of an executable is its .preinit_array, which glibc runs before
+// the shared libraries' constructors; but libc's environment is not set up yet there (libc's own
 // initialisation sets `environ` from the stack afterwards, so a setenv there is lost). So the
 // function below, run from .preinit_array, re-executes the program (by the name it was started
 // under when that names the same file, else the file /proc/self/exe names; the same argv) with
-// OMP_WAIT_POLICY=passive added to its environment: before any library's constructor has run,
-// at the cost of the dynamic loader's work twice (0.17 s a start on the quiet 2-core development
-// machine: `wm_render --help` 0.43 s -> 0.60 s; tools/README.md). It does nothing when the user
-// set OMP_WAIT_POLICY or GOMP_SPINCOUNT (any value: that is their choice, and the variable set by
-// the first start keeps the second from starting a third), when the program cannot be executed
-// again (it then goes on with libgomp's default), when it was started through
-// the dynamic loader (/proc/self/exe is the loader then), and outside glibc on Linux.
+// the variables added to its environment: before any library's constructor has run, at the cost
+// of the dynamic loader's work twice (0.17 s a start on the quiet 2-core development machine:
+// `wm_render --help` 0.43 s -> 0.60 s; tools/README.md). Each variable is added only when the
+// user set none of its own: OMP_WAIT_POLICY unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (any
+// value: that is their choice), OPENBLAS_CORETYPE unless it is set; so the second start, which
+// has them, never starts a third. Nothing is done when nothing is to be added, when the program
+// cannot be executed again (it then goes on as started), when it was started through the dynamic
+// loader (/proc/self/exe is the loader then), and outside glibc on Linux.
 //
 // A static library's object file is linked only when something refers to one of its symbols:
 // runtime/CMakeLists.txt names wm_omp_wait_policy_anchor as undefined in the link of every
 // target that links wm_runtime, which pulls this file in. tests/runtime/test_wait_policy.cpp
-// checks the programs and the test binary run passive.
+// checks the programs and the test binary run passive and with the kernel set named here.
 
 #if defined(__linux__)
 #include <alloca.h>
@@ -34,10 +46,44 @@
 #include <sys/stat.h>
 #include <unistd.h>  // defines __GLIBC__ under glibc
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <stdint.h>
+#endif
 
 extern "C" {
 // Referred to by the linker (--undefined) so that this object file is part of every program.
 void wm_omp_wait_policy_anchor() {}
+
+// The OpenBLAS kernel set this file gives a program on this CPU ("SkylakeX", "Cooperlake",
+// "Haswell"), or null when it leaves the choice to OpenBLAS (above). Plain CPUID: callable
+// before libc is set up, and by the tests.
+const char* wm_openblas_coretype_for_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d) || a < 7) return nullptr;
+  // "GenuineIntel" in EBX, EDX, ECX.
+  if (b != 0x756e6547u || d != 0x49656e69u || c != 0x6c65746eu) return nullptr;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return nullptr;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28);
+  if (!osxsave || !avx || !fma) return nullptr;
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;     // SSE and AVX state
+  const bool zmm_state = (xcr0_lo & 0xe6u) == 0xe6u;   // and opmask, ZMM0-15 upper, ZMM16-31
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 28)) && (b & (1u << 30)) &&
+                      (b & (1u << 31));  // F, DQ, CD, BW, VL
+  if (!ymm_state || !avx2) return nullptr;
+  if (!zmm_state || !avx512) return "Haswell";
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (a >= 1) __cpuid_count(7, 1, a1, b1, c1, d1);  // a: leaf 7's last subleaf
+  return (a1 & (1u << 5)) ? "Cooperlake" : "SkylakeX";  // AVX512_BF16
+#else
+  return nullptr;
+#endif
+}
 }
 
 #if defined(__linux__) && defined(__GLIBC__)
@@ -84,9 +130,21 @@ const char* restart_path(const char* argv0, char** envp, const char* exe, char* 
 
 // Called by glibc with main's arguments before any shared library's constructor. Only plain
 // system calls and string functions here: malloc, stdio and the environment are not set up yet.
-void passive_wait_policy(int argc, char** argv, char** envp) {
+void start_environment(int argc, char** argv, char** envp) {
   if (argc < 1 || argv == nullptr || envp == nullptr) return;
-  if (has_variable(envp, "OMP_WAIT_POLICY") || has_variable(envp, "GOMP_SPINCOUNT")) return;
+  static char passive[] = "OMP_WAIT_POLICY=passive";
+  static char coretype[64] = "OPENBLAS_CORETYPE=";
+  char* add[2];
+  size_t n_add = 0;
+  if (!has_variable(envp, "OMP_WAIT_POLICY") && !has_variable(envp, "GOMP_SPINCOUNT")) add[n_add++] = passive;
+  if (!has_variable(envp, "OPENBLAS_CORETYPE")) {
+    const char* kernels = wm_openblas_coretype_for_cpu();
+    if (kernels != nullptr && strlen(kernels) + 19 < sizeof coretype) {
+      strcpy(coretype + 18, kernels);
+      add[n_add++] = coretype;
+    }
+  }
+  if (n_add == 0) return;
   char exe[PATH_MAX];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len <= 0) return;
@@ -96,11 +154,10 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
   if (strncmp(base, "ld-", 3) == 0 || strncmp(base, "ld.so", 5) == 0) return;  // run by the loader
   size_t count = 0;
   while (envp[count]) ++count;
-  char** env = static_cast<char**>(alloca((count + 2) * sizeof(char*)));
-  static char passive[] = "OMP_WAIT_POLICY=passive";
-  env[0] = passive;
-  for (size_t i = 0; i < count; ++i) env[i + 1] = envp[i];
-  env[count + 1] = nullptr;
+  char** env = static_cast<char**>(alloca((count + n_add + 1) * sizeof(char*)));
+  for (size_t i = 0; i < n_add; ++i) env[i] = add[i];
+  for (size_t i = 0; i < count; ++i) env[i + n_add] = envp[i];
+  env[count + n_add] = nullptr;
   // By a path, so that the process keeps its name (through /proc/self/exe it would be "exe");
   // through /proc/self/exe when the file was removed since it started (readlink then names it
   // "... (deleted)").
@@ -116,5 +173,5 @@ void passive_wait_policy(int argc, char** argv, char** envp) {
 // glibc calls the functions of .preinit_array with (argc, argv, envp).
 using PreinitFunction = void (*)(int, char**, char**);
 __attribute__((used, section(".preinit_array"))) static PreinitFunction wm_omp_wait_policy_preinit =
-    passive_wait_policy;
+    start_environment;
 #endif

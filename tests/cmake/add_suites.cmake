@@ -31,7 +31,9 @@ set(wm_batch_size 16)
 # Every program that links wm_runtime re-executes itself once when it starts without an OpenMP
 # wait policy, so that libgomp reads OMP_WAIT_POLICY=passive (runtime/omp_wait_policy.cpp): the
 # dynamic loader's work twice, about 0.15 s of CPU each start of wm_tests. Giving the
-# suites the policy spares that; a policy or spin count the user set when starting ctest is kept.
+# suites the policy spares that where no OpenBLAS kernel set is to be added too (on an Intel CPU
+# with AVX2 one is, and wm_tests starts twice; the programs the suites start inherit both
+# variables from it and start once); a policy or spin count the user set when starting ctest is kept.
 set(wm_suite_env "")
 if(NOT DEFINED ENV{OMP_WAIT_POLICY} AND NOT DEFINED ENV{GOMP_SPINCOUNT})
   set(wm_suite_env "OMP_WAIT_POLICY=passive")

@@ -4,6 +4,7 @@
 // which makes libgomp print the settings it parsed when it loads (GOMP_SPINCOUNT '0' is passive;
 // its default, spinning, also prints OMP_WAIT_POLICY 'PASSIVE', so the spin count is what tells).
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +26,8 @@
 #include "tests/cli/program_runner.h"
 
 extern char** environ;
+// runtime/omp_wait_policy.cpp: the OpenBLAS kernel set a program is given on this CPU, or null.
+extern "C" const char* wm_openblas_coretype_for_cpu();
 
 namespace wm::test_wait_policy {
 namespace {
@@ -45,7 +48,8 @@ Output run_with(const std::vector<std::string>& argv, const std::vector<std::str
   envs.push_back("OMP_DISPLAY_ENV=verbose");
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e, key = kv.substr(0, kv.find('='));
-    if (key == "OMP_WAIT_POLICY" || key == "GOMP_SPINCOUNT" || key == "OMP_DISPLAY_ENV") continue;
+    if (key == "OMP_WAIT_POLICY" || key == "GOMP_SPINCOUNT" || key == "OMP_DISPLAY_ENV" || key == "OPENBLAS_CORETYPE")
+      continue;
     if (key.rfind("GTEST_", 0) == 0) continue;  // no sharding or report of this run's in the child
     bool added = false;
     for (const auto& a : add) added = added || a.compare(0, key.size() + 1, key + "=") == 0;
@@ -128,13 +132,17 @@ std::string printed(const std::string& text, const std::string& what) {
   return text.substr(at + key.size(), end - at - key.size());
 }
 
-// Run by the tests below in a child of this binary: the OMP_WAIT_POLICY the child has, and its
-// process name.
+// Run by the tests below in a child of this binary: the OMP_WAIT_POLICY and OPENBLAS_CORETYPE the
+// child has, the kernel set OpenBLAS chose (when the BLAS loaded is OpenBLAS), and its process name.
 TEST(WaitPolicy, DISABLED_Print) {
   const char* v = std::getenv("OMP_WAIT_POLICY");
+  const char* kernels = std::getenv("OPENBLAS_CORETYPE");
+  using Corename = char* (*)();
+  const auto corename = reinterpret_cast<Corename>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   std::string comm = wm::testing::read_text("/proc/self/comm");
   if (!comm.empty() && comm.back() == '\n') comm.pop_back();
-  std::printf("wait policy seen: [%s]\nprocess name: [%s]\n", v ? v : "(unset)", comm.c_str());
+  std::printf("wait policy seen: [%s]\nblas kernels seen: [%s]\nopenblas core: [%s]\nprocess name: [%s]\n",
+              v ? v : "(unset)", kernels ? kernels : "(unset)", corename ? corename() : "(not OpenBLAS)", comm.c_str());
 }
 
 // This process: started by ctest or by hand without a policy, it runs passive.
@@ -201,6 +209,51 @@ TEST_F(WaitPolicyLink, RestartIgnoresAnArgv0OfAnotherFile) {
   EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
   EXPECT_EQ(printed(r.text, "process name"), fs::read_symlink("/proc/self/exe").filename().string().substr(0, 15))
       << r.text;
+}
+
+// The kernel set by CPUID, against the same features read by GCC's own CPU detection: an Intel
+// CPU with AVX-512 F/DQ/CD/BW/VL gets SkylakeX (Cooperlake with AVX512_BF16), one with AVX2 and
+// FMA only Haswell, anything else none.
+TEST(WaitPolicy, BlasKernelsFollowTheCpusFeatures) {
+  const char* got = wm_openblas_coretype_for_cpu();
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  std::string want;
+  if (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl");
+    want = !avx512 ? "Haswell" : __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
+  }
+  EXPECT_EQ(got ? std::string(got) : std::string(), want);
+#else
+  EXPECT_EQ(got, nullptr);
+#endif
+}
+
+// Started without OPENBLAS_CORETYPE on a CPU that gets a kernel set, this binary runs with it, and
+// OpenBLAS (when it is the BLAS) uses it; a value of the user's own is kept.
+TEST(WaitPolicy, TestBinaryRunsTheCpusBlasKernels) {
+  const char* want = wm_openblas_coretype_for_cpu();
+  if (want == nullptr) GTEST_SKIP() << "this CPU's BLAS kernels are left to OpenBLAS (not Intel, or no AVX2)";
+  Output r = run_with(self_print(), {});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "blas kernels seen"), want) << r.text;
+  const std::string core = printed(r.text, "openblas core");
+  if (core != "(not OpenBLAS)") EXPECT_EQ(core, want) << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
+
+  r = run_with(self_print(), {"OPENBLAS_CORETYPE=Nehalem"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "blas kernels seen"), "Nehalem") << r.text;
+  if (core != "(not OpenBLAS)") EXPECT_EQ(printed(r.text, "openblas core"), "Nehalem") << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "passive") << r.text;
+
+  // Both chosen by the user: started once, as it is.
+  r = run_with(self_print(), {"OPENBLAS_CORETYPE=Haswell", "OMP_WAIT_POLICY=active"});
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(printed(r.text, "blas kernels seen"), "Haswell") << r.text;
+  EXPECT_EQ(printed(r.text, "wait policy seen"), "active") << r.text;
 }
 
 TEST(WaitPolicy, UserValueWinsInTestBinary) {
