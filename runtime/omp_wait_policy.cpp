@@ -14,9 +14,11 @@
 // machine"). OPENBLAS_CORETYPE, OpenBLAS's documented override, names the kernel set instead:
 // on an Intel CPU whose AVX-512 (F, DQ, CD, BW, VL) the OS has enabled, SkylakeX, or Cooperlake
 // when it also has AVX512_BF16; with AVX2 and FMA only, Haswell. These are the sets OpenBLAS
-// itself picks for the Intel models it knows with those features, so a known CPU gets what it
-// had; AMD's CPUs, and any CPU without AVX2, are left to OpenBLAS. A BLAS other than OpenBLAS
-// ignores the variable.
+// 0.3.21 itself picks for the Intel models it knows with those features, so a CPU it knows gets
+// what it had (a later OpenBLAS that knows Sapphire Rapids would pick its own set there, whose
+// float32 kernels are SkylakeX's; what the override loses is its bfloat16 ones, which libtorch
+// 1.13 does not call); AMD's CPUs, and any CPU without AVX2, are left to OpenBLAS. A BLAS other
+// than OpenBLAS ignores the variable.
 //
 // libgomp and OpenBLAS read their environment in their constructors, which run before main and
 // before any constructor of the executable's own, and neither offers a call to change it
@@ -37,7 +39,8 @@
 // A static library's object file is linked only when something refers to one of its symbols:
 // runtime/CMakeLists.txt names wm_omp_wait_policy_anchor as undefined in the link of every
 // target that links wm_runtime, which pulls this file in. tests/runtime/test_wait_policy.cpp
-// checks the programs and the test binary run passive and with the kernel set named here.
+// checks that the programs and the test binary run passive, that the test binary runs the kernel
+// set named here, and the choice itself on a table of CPUs.
 
 #if defined(__linux__)
 #include <alloca.h>
@@ -55,31 +58,44 @@ extern "C" {
 // Referred to by the linker (--undefined) so that this object file is part of every program.
 void wm_omp_wait_policy_anchor() {}
 
-// The OpenBLAS kernel set this file gives a program on this CPU ("SkylakeX", "Cooperlake",
-// "Haswell"), or null when it leaves the choice to OpenBLAS (above). Plain CPUID: callable
-// before libc is set up, and by the tests.
-const char* wm_openblas_coretype_for_cpu() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d) || a < 7) return nullptr;
+// The OpenBLAS kernel set for a CPU described by its CPUID and XCR0 registers ("SkylakeX",
+// "Cooperlake", "Haswell"), or null when the choice is left to OpenBLAS (above): max_leaf and
+// the vendor words from leaf 0 (EBX, EDX, ECX), leaf 1's ECX, XCR0's low word (read only when
+// leaf 1 says OSXSAVE), leaf 7 subleaf 0's EAX (its last subleaf) and EBX, leaf 7 subleaf 1's EAX.
+// Pure, for the tests' table of CPUs.
+const char* wm_openblas_coretype_from_cpuid(unsigned max_leaf, unsigned vendor_ebx, unsigned vendor_edx,
+                                            unsigned vendor_ecx, unsigned leaf1_ecx, unsigned xcr0,
+                                            unsigned leaf7_eax, unsigned leaf7_ebx, unsigned leaf7_1_eax) {
   // "GenuineIntel" in EBX, EDX, ECX.
-  if (b != 0x756e6547u || d != 0x49656e69u || c != 0x6c65746eu) return nullptr;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return nullptr;
-  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28);
+  if (max_leaf < 7 || vendor_ebx != 0x756e6547u || vendor_edx != 0x49656e69u || vendor_ecx != 0x6c65746eu)
+    return nullptr;
+  const bool fma = leaf1_ecx & (1u << 12), osxsave = leaf1_ecx & (1u << 27), avx = leaf1_ecx & (1u << 28);
   if (!osxsave || !avx || !fma) return nullptr;
-  uint32_t xcr0_lo = 0, xcr0_hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;     // SSE and AVX state
-  const bool zmm_state = (xcr0_lo & 0xe6u) == 0xe6u;   // and opmask, ZMM0-15 upper, ZMM16-31
-  __cpuid_count(7, 0, a, b, c, d);
-  const bool avx2 = b & (1u << 5);
-  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 28)) && (b & (1u << 30)) &&
-                      (b & (1u << 31));  // F, DQ, CD, BW, VL
+  const bool ymm_state = (xcr0 & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool zmm_state = (xcr0 & 0xe6u) == 0xe6u;  // and opmask, ZMM0-15 upper, ZMM16-31
+  const bool avx2 = leaf7_ebx & (1u << 5);
+  const bool avx512 = (leaf7_ebx & (1u << 16)) && (leaf7_ebx & (1u << 17)) && (leaf7_ebx & (1u << 28)) &&
+                      (leaf7_ebx & (1u << 30)) && (leaf7_ebx & (1u << 31));  // F, DQ, CD, BW, VL
   if (!ymm_state || !avx2) return nullptr;
   if (!zmm_state || !avx512) return "Haswell";
-  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-  if (a >= 1) __cpuid_count(7, 1, a1, b1, c1, d1);  // a: leaf 7's last subleaf
-  return (a1 & (1u << 5)) ? "Cooperlake" : "SkylakeX";  // AVX512_BF16
+  const bool bf16 = leaf7_eax >= 1 && (leaf7_1_eax & (1u << 5));  // AVX512_BF16 (subleaf 1 exists)
+  return bf16 ? "Cooperlake" : "SkylakeX";
+}
+
+// The kernel set this file gives a program on this CPU, or null. Plain CPUID: callable before
+// libc is set up.
+const char* wm_openblas_coretype_for_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned max_leaf = 0, vb = 0, vc = 0, vd = 0;
+  if (!__get_cpuid(0, &max_leaf, &vb, &vc, &vd) || max_leaf < 7) return nullptr;
+  unsigned a = 0, b = 0, c1 = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c1, &d)) return nullptr;
+  uint32_t xcr0 = 0, xcr0_hi = 0;
+  if (c1 & (1u << 27)) __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));  // OSXSAVE: xgetbv exists
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0, a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+  __cpuid_count(7, 0, a7, b7, c7, d7);
+  if (a7 >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);
+  return wm_openblas_coretype_from_cpuid(max_leaf, vb, vd, vc, c1, xcr0, a7, b7, a71);
 #else
   return nullptr;
 #endif

@@ -12,7 +12,8 @@ phase_done() {
 }
 fuzz_build_pid=""
 # On any exit, the phase times, and the background fuzz build (below) stopped if it still runs.
-trap 'echo "test: phase times: ${phases[*]}"; if [ -n "$fuzz_build_pid" ]; then kill -- -"$fuzz_build_pid" 2>/dev/null || true; fi' EXIT
+venv_pid=""
+trap 'echo "test: phase times: ${phases[*]}"; if [ -n "$fuzz_build_pid" ]; then kill -- -"$fuzz_build_pid" 2>/dev/null || true; fi; if [ -n "$venv_pid" ]; then kill "$venv_pid" 2>/dev/null || true; fi' EXIT
 fuzz_seconds="${WM_FUZZ_SECONDS:-5}"
 # The fuzz build's clang too, here: its build below runs beside the main one, and two apt-get at
 # once would contend for dpkg's lock.
@@ -49,6 +50,7 @@ phase_done "build"
 # real-model tests; offline they skip with the command to run.
 bash "$root/tools/get_model.sh" smollm2 >/dev/null || echo "test: SmolLM2 could not be fetched (offline?): its tests skip" >&2
 wait "$venv_pid" || sed -n 1,3p "$build_dir/openai-venv.setup.log" >&2
+venv_pid=""
 cd "$build_dir"
 phase_done "model+venv"
 ctest --output-on-failure -j "$(nproc)" --timeout 600

@@ -24,14 +24,27 @@ root="$(cd "$here/../.." && pwd)"
 bash "$here/openai_venv.sh" "$venv" || exit $?  # 77 (skip) with its reason when PyPI is out of reach
 log="$(mktemp -d)"
 pid=""
-trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; rm -rf "$log"' EXIT
+# The server is stopped within 10 s whatever it is doing (SIGTERM, then SIGKILL).
+stop_server() {
+  [ -n "$pid" ] || return 0
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+trap 'stop_server; rm -rf "$log"' EXIT
 # On a failure, what the server printed and, while it runs, where each of its threads is.
 diagnose() {
   echo "--- wm_serve's standard error:"
   tail -50 "$log/err"
-  if kill -0 "$pid" 2>/dev/null && command -v gdb >/dev/null; then
-    echo "--- wm_serve's threads:"
-    timeout 60 gdb -batch -nx -p "$pid" -ex 'thread apply all bt 12' 2>/dev/null | grep -E '^(Thread|#)' | head -200 || true
+  kill -0 "$pid" 2>/dev/null || return 0
+  echo "--- wm_serve's threads (name, state, kernel wait channel):"
+  for t in /proc/"$pid"/task/*; do
+    echo "  $(cat "$t/comm" 2>/dev/null) $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"
+  done
+  if command -v gdb >/dev/null; then
+    echo "--- their stacks (gdb):"
+    timeout -k 5 60 gdb -batch -nx -p "$pid" -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)|ptrace|denied|No such' | head -200 || true
   fi
 }
 cd "$root"

@@ -26,8 +26,12 @@
 #include "tests/cli/program_runner.h"
 
 extern char** environ;
-// runtime/omp_wait_policy.cpp: the OpenBLAS kernel set a program is given on this CPU, or null.
+// runtime/omp_wait_policy.cpp: the OpenBLAS kernel set a program is given on this CPU, or null;
+// and the same choice from given CPUID registers.
 extern "C" const char* wm_openblas_coretype_for_cpu();
+extern "C" const char* wm_openblas_coretype_from_cpuid(unsigned max_leaf, unsigned vendor_ebx, unsigned vendor_edx,
+                                                       unsigned vendor_ecx, unsigned leaf1_ecx, unsigned xcr0,
+                                                       unsigned leaf7_eax, unsigned leaf7_ebx, unsigned leaf7_1_eax);
 
 namespace wm::test_wait_policy {
 namespace {
@@ -229,6 +233,50 @@ TEST(WaitPolicy, BlasKernelsFollowTheCpusFeatures) {
 #else
   EXPECT_EQ(got, nullptr);
 #endif
+}
+
+// The choice on a table of CPUs, by their registers: each feature the rule reads is dropped once,
+// so that a wrong bit position or a missing check changes one row's answer.
+TEST(WaitPolicy, BlasKernelsOfATableOfCpus) {
+  constexpr unsigned kIntel[3] = {0x756e6547u, 0x49656e69u, 0x6c65746eu};  // Genu ineI ntel (EBX EDX ECX)
+  constexpr unsigned kAmd[3] = {0x68747541u, 0x69746e65u, 0x444d4163u};    // Auth enti cAMD
+  constexpr unsigned kFma = 1u << 12, kOsxsave = 1u << 27, kAvx = 1u << 28, kLeaf1 = kFma | kOsxsave | kAvx;
+  constexpr unsigned kAvx2 = 1u << 5, kF = 1u << 16, kDq = 1u << 17, kCd = 1u << 28, kBw = 1u << 30, kVl = 1u << 31;
+  constexpr unsigned kAvx512 = kF | kDq | kCd | kBw | kVl, kBf16 = 1u << 5;
+  constexpr unsigned kYmm = 0x7u, kZmm = 0xe7u;
+  struct Cpu {
+    const char* what;
+    const unsigned* vendor;
+    unsigned max_leaf, leaf1_ecx, xcr0, leaf7_eax, leaf7_ebx, leaf7_1_eax;
+    const char* want;  // null: left to OpenBLAS
+  };
+  const Cpu cpus[] = {
+      {"Haswell-class (AVX2, FMA)", kIntel, 0xd, kLeaf1, kYmm, 0, kAvx2, 0, "Haswell"},
+      {"Skylake-SP (AVX-512)", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | kAvx512, 0, "SkylakeX"},
+      {"Cooper Lake (AVX-512, BF16)", kIntel, 0x1b, kLeaf1, kZmm, 1, kAvx2 | kAvx512, kBf16, "Cooperlake"},
+      {"Emerald Rapids (as this project's CI machine)", kIntel, 0x23, kLeaf1, kZmm, 2, kAvx2 | kAvx512, kBf16 | (1u << 4),
+       "Cooperlake"},
+      {"BF16 bit with no subleaf 1", kIntel, 0x1b, kLeaf1, kZmm, 0, kAvx2 | kAvx512, kBf16, "SkylakeX"},
+      {"AVX512_VNNI bit (4) only", kIntel, 0x1b, kLeaf1, kZmm, 1, kAvx2 | kAvx512, 1u << 4, "SkylakeX"},
+      {"no VL", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | (kAvx512 & ~kVl), 0, "Haswell"},
+      {"no BW", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | (kAvx512 & ~kBw), 0, "Haswell"},
+      {"no CD", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | (kAvx512 & ~kCd), 0, "Haswell"},
+      {"no DQ", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | (kAvx512 & ~kDq), 0, "Haswell"},
+      {"no F", kIntel, 0x16, kLeaf1, kZmm, 0, kAvx2 | (kAvx512 & ~kF), 0, "Haswell"},
+      {"AVX-512 the OS has not enabled", kIntel, 0x16, kLeaf1, kYmm, 0, kAvx2 | kAvx512, 0, "Haswell"},
+      {"no AVX state enabled", kIntel, 0x16, kLeaf1, 0x3u, 0, kAvx2 | kAvx512, 0, nullptr},
+      {"no AVX2", kIntel, 0xd, kLeaf1, kYmm, 0, 0, 0, nullptr},
+      {"no FMA", kIntel, 0xd, kLeaf1 & ~kFma, kYmm, 0, kAvx2, 0, nullptr},
+      {"no AVX", kIntel, 0xd, kLeaf1 & ~kAvx, kYmm, 0, kAvx2, 0, nullptr},
+      {"no OSXSAVE", kIntel, 0xd, kLeaf1 & ~kOsxsave, kYmm, 0, kAvx2, 0, nullptr},
+      {"no leaf 7", kIntel, 6, kLeaf1, kZmm, 0, kAvx2 | kAvx512, 0, nullptr},
+      {"Zen 4 (AMD, AVX-512)", kAmd, 0x10, kLeaf1, kZmm, 1, kAvx2 | kAvx512, kBf16, nullptr},
+  };
+  for (const Cpu& c : cpus) {
+    const char* got = wm_openblas_coretype_from_cpuid(c.max_leaf, c.vendor[0], c.vendor[1], c.vendor[2], c.leaf1_ecx,
+                                                      c.xcr0, c.leaf7_eax, c.leaf7_ebx, c.leaf7_1_eax);
+    EXPECT_EQ(got ? std::string(got) : "(none)", c.want ? std::string(c.want) : "(none)") << c.what;
+  }
 }
 
 // Started without OPENBLAS_CORETYPE on a CPU that gets a kernel set, this binary runs with it, and
