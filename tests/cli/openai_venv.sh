@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The virtual environment the openai client tests run in: PyPI's openai client and its
 # dependencies at the versions in openai-requirements.txt, wheels only, into VENV_DIR. Idempotent
-# (a stamp holding the requirements' hash marks a finished install; anything else there is
-# replaced) and safe to run twice at once (a lock beside VENV_DIR): tools/test.sh starts it in the
+# (a stamp holding the requirements' hash marks a finished install; a virtual environment without
+# it is replaced, anything else there is refused) and safe to run twice at once (a lock beside VENV_DIR): tools/test.sh starts it in the
 # background beside the build, and the tests call it again, waiting for that one to finish.
 # Exit 0: ready; 77: PyPI could not be reached or python3-venv is missing (the message says which);
 # 1: pip failed otherwise (a pin no longer served, no wheel for this Python), which must be seen.
@@ -11,6 +11,17 @@ set -euo pipefail
 venv="$1"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 req="$here/openai-requirements.txt"
+# VENV_DIR is removed and made again below: refuse a path that could reach beyond what this script
+# made (a '..' component, a link, a folder that is not a virtual environment), and write its lock
+# and log only where they are not links.
+case "/$venv/" in */../*) echo "openai_venv.sh: '$venv' has a '..' component" >&2; exit 1 ;; esac
+for p in "$venv" "$venv.lock" "$venv.pip.log"; do
+  if [ -L "$p" ]; then echo "openai_venv.sh: $p is a symbolic link: not touched" >&2; exit 1; fi
+done
+if [ -e "$venv" ] && { [ ! -d "$venv" ] || [ ! -f "$venv/pyvenv.cfg" ]; }; then
+  echo "openai_venv.sh: $venv is there and is not a virtual environment: not replaced" >&2
+  exit 1
+fi
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
 flock -w 600 9 || { echo "openai_venv.sh: $venv.lock held for 10 minutes by another install"; exit 1; }
