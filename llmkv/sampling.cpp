@@ -33,6 +33,30 @@ at::Tensor log_probs64(const at::Tensor& logits) {
   return at::log_softmax(logits.to(at::kCPU, at::kDouble), 0);
 }
 
+TokenLogprob token_logprob(const at::Tensor& logits, int64_t token, int64_t top) {
+  WM_CHECK(top >= 0 && top <= kMaxTopLogprobs, "top must be in [0, ", kMaxTopLogprobs, "], got ", top);
+  const at::Tensor lp = log_probs64(logits).contiguous();
+  const int64_t V = lp.size(0);
+  WM_CHECK(token >= 0 && token < V, "token ", token, " is outside the ", V, " logits");
+  const double* l = lp.data_ptr<double>();
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = l[token];
+  const int64_t k = std::min(top, V);
+  if (k == 0) return out;
+  std::vector<int64_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  // NaN (never: the sampler refuses such logits first) would break the order: it sorts last.
+  auto cmp = [&](int64_t a, int64_t b) {
+    if (std::isnan(l[b])) return !std::isnan(l[a]);
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
+  out.top.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) out.top.emplace_back(order[i], l[order[i]]);
+  return out;
+}
+
 int64_t TokenSampler::sample(const at::Tensor& logits_in) {
   WM_CHECK(logits_in.dim() == 1 && logits_in.size(0) > 0, "logits must be [vocab], got ", logits_in.sizes());
   at::Tensor logits = logits_in.to(at::kCPU, at::kDouble).contiguous();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wm::llm {
@@ -42,6 +43,23 @@ class TokenSampler {
 
 // Log-softmax of logits [vocab] in float64 on the CPU (beam scores).
 at::Tensor log_probs64(const at::Tensor& logits);
+
+// The most alternatives token_logprob() gives (OpenAI's limit on top_logprobs): what a server
+// keeps per generated token stays bounded.
+constexpr int64_t kMaxTopLogprobs = 20;
+
+// A token's log-probability under the model's distribution, log_softmax of the raw logits (before
+// temperature, top-k and top-p), and the `top` most probable tokens with theirs.
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0.0;
+  std::vector<std::pair<int64_t, double>> top;  // (id, logprob), most probable first, ties by lower id
+};
+
+// `token`'s log-probability in logits [vocab] (any float dtype, any device; computed in float64 on
+// the CPU) and the `top` most probable tokens. Throws wm::Error if the logits are not 1-D, the
+// token is out of range or top is outside [0, kMaxTopLogprobs].
+TokenLogprob token_logprob(const at::Tensor& logits, int64_t token, int64_t top);
 
 // Watches the decoded text of a generation for stop strings. feed() takes the new text of each
 // token and returns what may be shown now: text is held back while it could still be the start

@@ -352,7 +352,7 @@ std::string ServeEngine::bring_back(Running& r, LlmSession* s) {
   }
 }
 
-void ServeEngine::feed(Running& r, LlmSession* s, const TextCallback& on_text, bool* too_long) {
+void ServeEngine::feed(Running& r, LlmSession* s, const PieceCallback& on_text, bool* too_long) {
   const ServeRequest& req = r.job->req;
   // The context's reach, checked here where the session is this request's alone (a check when
   // the request came would let concurrent requests of one session each pass it).
@@ -428,8 +428,8 @@ void ServeEngine::start_job(std::unique_ptr<Job> job) {
     s = r->oneshot.get();
   }
   Running* rp = r.get();
-  auto on_text = [rp](const std::string& t) {
-    if (!rp->cancelled && rp->job->req.on_text && !rp->job->req.on_text(t)) rp->cancelled = true;
+  auto on_text = [rp](const TextPiece& p) {
+    if (!rp->cancelled && rp->job->req.on_text && !rp->job->req.on_text(p)) rp->cancelled = true;
   };
   bool too_long = false;
   try {

@@ -75,12 +75,15 @@ struct ServeRequest {
   // generated and the note before (null for a new session): what the program keeps of the
   // conversation beside its K/V. Saved with the session; called on the engine's thread.
   std::function<nlohmann::json(const Generation&, const nlohmann::json& before)> note;
-  // The text as it becomes final (valid UTF-8), on the engine's thread. Returning false says
-  // nobody listens any more: the generation ends at the next step ("cancelled") and frees its slot.
-  std::function<bool(const std::string&)> on_text;
+  // The text as it becomes final (valid UTF-8), with the generated tokens each piece completes
+  // and, with gen.logprobs, their log-probabilities (TextPiece: the pieces cover every token once;
+  // the last may have no text), on the engine's thread. Returning false says nobody listens any
+  // more: the generation ends at the next step ("cancelled") and frees its slot.
+  std::function<bool(const TextPiece&)> on_text;
   // A named session's request that may be sent again (a client retrying after a lost answer):
   // when the session's last request ended with the same key, it is not fed again; its answer
-  // comes back as it was (ServeResult::replayed), on_text not called. Empty: none.
+  // comes back as it was (ServeResult::replayed: its text, stop reason and counts; not its
+  // logprobs), on_text not called. Empty: none.
   std::string idempotency_key;
 };
 
@@ -204,7 +207,7 @@ class ServeEngine {
   std::string bring_back(Running& r, LlmSession* s);
   // Feeds the request's blocks and prompt into s and starts its decoding. Throws what feeding
   // throws; *too_long when the context would pass the model's positions (nothing fed then).
-  void feed(Running& r, LlmSession* s, const TextCallback& on_text, bool* too_long);
+  void feed(Running& r, LlmSession* s, const PieceCallback& on_text, bool* too_long);
   void finish(Running& r);
   // Request over: named session `id` (its Held h, null for a one-shot request) is free again, or
   // ends if a DELETE came meanwhile.

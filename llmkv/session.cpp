@@ -26,6 +26,9 @@ void SessionOptions::validate() const {
 void GenerateOptions::validate() const {
   sampling.validate();
   WM_CHECK(max_new_tokens > 0, "max_new_tokens must be > 0, got ", max_new_tokens);
+  WM_CHECK(top_logprobs >= 0 && top_logprobs <= kMaxTopLogprobs, "top_logprobs must be in [0, ", kMaxTopLogprobs,
+           "], got ", top_logprobs);
+  WM_CHECK(logprobs || top_logprobs == 0, "top_logprobs needs logprobs");
 }
 
 LlmSession::LlmSession(LlmModel model, Tokenizer tokenizer, at::Device device, at::ScalarType dtype,
@@ -353,10 +356,10 @@ at::Tensor LlmSession::feed(const std::vector<int64_t>& ids, const std::string& 
   return last_logits_;
 }
 
-Decoding::Decoding(LlmSession& s, const GenerateOptions& opt, TextCallback on_text, uint64_t seed)
+Decoding::Decoding(LlmSession& s, const GenerateOptions& opt, PieceCallback on_piece, uint64_t seed)
     : s_(&s),
       opt_(opt),
-      on_text_(std::move(on_text)),
+      on_piece_(std::move(on_piece)),
       sampler_([&] {
         SamplingOptions so = opt.sampling;
         so.seed = seed;
@@ -374,8 +377,20 @@ int64_t Decoding::token() const {
   return g_.tokens.back();
 }
 
+void Decoding::emit(std::string text) {
+  TextPiece p;
+  p.text = std::move(text);
+  p.first = covered_;
+  p.end = covered_ = static_cast<int64_t>(g_.tokens.size());
+  if (opt_.logprobs) p.logprobs.assign(g_.logprobs.begin() + p.first, g_.logprobs.begin() + p.end);
+  g_.text += p.text;
+  if (on_piece_) on_piece_(p);
+}
+
 void Decoding::take(const at::Tensor& logits) {
-  const int64_t tok = sampler_.sample(n_text_ < logits.size(0) ? logits.narrow(0, 0, n_text_) : logits);
+  const at::Tensor row = n_text_ < logits.size(0) ? logits.narrow(0, 0, n_text_) : logits;
+  const int64_t tok = sampler_.sample(row);
+  if (opt_.logprobs) g_.logprobs.push_back(token_logprob(row, tok, opt_.top_logprobs));
   g_.tokens.push_back(tok);
   t_token_ = std::chrono::steady_clock::now();
   if (g_.tokens.size() == 1) g_.stats.ttft_s = std::chrono::duration<double>(t_token_ - t0_).count();
@@ -385,11 +400,8 @@ void Decoding::take(const at::Tensor& logits) {
     done_ = true;
     return;
   }
-  const std::string text = stops_.feed(stream_.push(tok));
-  if (!text.empty()) {
-    g_.text += text;
-    if (on_text_) on_text_(text);
-  }
+  std::string text = stops_.feed(stream_.push(tok));
+  if (!text.empty()) emit(std::move(text));
   if (stops_.stopped()) {
     g_.stop_reason = "stop_string";
     done_ = true;
@@ -418,11 +430,10 @@ Generation Decoding::finish() {
     std::string tail = stops_.feed(stream_.flush());
     if (stops_.stopped()) g_.stop_reason = "stop_string";  // completed by the last bytes
     tail += stops_.flush();
-    if (!tail.empty()) {
-      g_.text += tail;
-      if (on_text_) on_text_(tail);
-    }
+    if (!tail.empty()) emit(std::move(tail));
   }
+  // The tokens no piece showed (a stop token, ...): a last piece without text.
+  if (covered_ < static_cast<int64_t>(g_.tokens.size())) emit("");
   g_.stats.new_tokens = static_cast<int64_t>(g_.tokens.size());
   g_.stats.decode_s = decode_s_;
   g_.stats.kv_bytes_used = s_->window().bytes_used();
@@ -433,7 +444,7 @@ Generation Decoding::finish() {
 }
 
 Decoding LlmSession::begin(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
-                           const TextCallback& on_text) {
+                           const PieceCallback& on_piece) {
   opt.validate();
   const auto t0 = Clock::now();
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size()) + (pending_ ? 1 : 0);
@@ -451,7 +462,7 @@ Decoding LlmSession::begin(const std::vector<int64_t>& prompt, const GenerateOpt
   }
   // Each generation of the session draws a stream of its own from the seed.
   const uint64_t seed = opt.sampling.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(generations_++);
-  Decoding d(*this, opt, on_text, seed);
+  Decoding d(*this, opt, on_piece, seed);
   d.t0_ = t0;
   d.g_.stats.prompt_tokens = prompt_tokens;
   d.g_.stats.prefill_s = seconds_since(t0);
@@ -462,7 +473,12 @@ Decoding LlmSession::begin(const std::vector<int64_t>& prompt, const GenerateOpt
 
 Generation LlmSession::generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
                                 const TextCallback& on_text) {
-  Decoding d = begin(prompt, opt, on_text);
+  PieceCallback on_piece;
+  if (on_text)
+    on_piece = [&on_text](const TextPiece& p) {
+      if (!p.text.empty()) on_text(p.text);
+    };
+  Decoding d = begin(prompt, opt, on_piece);
   while (!d.done()) d.advance(step_token(d.token()));
   return d.finish();
 }

@@ -43,6 +43,11 @@ struct GenerateOptions {
   // program shows progress on long prompts). Should not throw: an exception there leaves the
   // context holding part of the prompt (reset() the session then).
   std::function<void(int64_t done, int64_t total)> on_prefill;
+  // Each generated token's log-probability and its top_logprobs most probable alternatives
+  // (Generation::logprobs), from the logits row the sampler was given (token_logprob: the model's
+  // distribution, before temperature, top-k and top-p). Off: nothing is computed.
+  bool logprobs = false;
+  int64_t top_logprobs = 0;               // [0, kMaxTopLogprobs]; more than 0 only with logprobs
   void validate() const;                  // throws wm::Error naming the field
 };
 
@@ -68,9 +73,24 @@ struct Generation {
   std::string stop_reason;      // "stop_token", "stop_string" or "max_tokens"
   at::Tensor prompt_logits;     // [vocab] float32 (CPU) at the prompt's last position
   GenerationStats stats;
+  std::vector<TokenLogprob> logprobs;  // one per entry of tokens with GenerateOptions::logprobs, else empty
 };
 
 using TextCallback = std::function<void(const std::string&)>;
+
+// A piece of a generation's text as it becomes final and the generated tokens it completes:
+// Generation::tokens[first, end). The pieces of a generation come in order and cover every
+// generated token once, each token by the first piece after it: a token whose text is held back
+// (an unfinished character, the possible start of a stop string) by the piece that shows it; the
+// last piece, at the end, covers what is left (a stop token, the tokens of a stop string, text
+// held back until then), its text possibly empty. A piece may cover no token (the held-back end
+// of a text, at the end).
+struct TextPiece {
+  std::string text;  // valid UTF-8
+  int64_t first = 0, end = 0;
+  std::vector<TokenLogprob> logprobs;  // Generation::logprobs[first, end) when it carries them
+};
+using PieceCallback = std::function<void(const TextPiece&)>;
 
 // Time and size of predict() / predict_pieces() since the last reset(): the prompt's pieces
 // (prefill chunks, recall probes, breadcrumbs) before the first stepwise token, and the stepwise
@@ -138,18 +158,20 @@ class Decoding {
 
  private:
   friend class LlmSession;
-  Decoding(LlmSession& s, const GenerateOptions& opt, TextCallback on_text, uint64_t seed);
+  Decoding(LlmSession& s, const GenerateOptions& opt, PieceCallback on_piece, uint64_t seed);
   void take(const at::Tensor& logits);  // samples a token and applies the stop rules
+  void emit(std::string text);          // a piece: `text` and the tokens since the last piece
 
   LlmSession* s_;
   GenerateOptions opt_;
-  TextCallback on_text_;
+  PieceCallback on_piece_;
   TokenSampler sampler_;
   StopStrings stops_;
   StreamDecoder stream_;
   Generation g_;
   std::chrono::steady_clock::time_point t0_, t_token_;
   int64_t n_text_ = 0;
+  int64_t covered_ = 0;  // generated tokens the pieces so far cover
   double decode_s_ = 0.0;
   bool done_ = false, finished_ = false;
 };
@@ -185,8 +207,9 @@ class LlmSession {
   // failed feed leaves the context as it was.
   Generation generate(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
   // generate() a step at a time (see Decoding): feeds the prompt and samples the first token.
-  // Throws as generate() does.
-  Decoding begin(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const TextCallback& on_text = {});
+  // on_piece receives the text as it becomes final with the tokens each piece completes
+  // (TextPiece). Throws as generate() does.
+  Decoding begin(const std::vector<int64_t>& prompt, const GenerateOptions& opt, const PieceCallback& on_piece = {});
   // Runs the pending token (a Decoding's token()) through the model and returns its logits
   // [vocab] (float32, CPU), the memory policy acting after the step.
   at::Tensor step_token(int64_t token);

@@ -1,6 +1,8 @@
 """wm_serve through the official openai Python client: a chat completion whole and streamed (the
-same text), a text completion, a session continued over two requests (X-Session-Id), the session
-read back, and an error the client raises as it should. Run by openai_client.sh."""
+same text), its logprobs as the client parses them (whole and streamed the same; a text
+completion's older form), a text completion, a session continued over two requests
+(X-Session-Id), the session read back, and an error the client raises as it should. Run by
+openai_client.sh."""
 import faulthandler
 import json
 import sys
@@ -26,6 +28,22 @@ streamed = "".join(
     if c.choices
 )
 assert streamed == text, (streamed, text)
+
+# Logprobs as the client parses them: one entry per generated token, whole and streamed the same.
+lp = client.chat.completions.create(model="tiny-llm", messages=messages, max_tokens=12, temperature=0, logprobs=True,
+                                    top_logprobs=3)
+entries = lp.choices[0].logprobs.content
+assert lp.choices[0].message.content == text and len(entries) == lp.usage.completion_tokens, (lp, entries)
+assert all(len(e.top_logprobs) == 3 and e.logprob == e.top_logprobs[0].logprob and isinstance(e.bytes, list)
+           for e in entries), entries
+streamed_entries = [e for c in client.chat.completions.create(model="tiny-llm", messages=messages, max_tokens=12,
+                                                             temperature=0, logprobs=True, top_logprobs=3, stream=True)
+                    if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+assert [(e.token, e.logprob, e.bytes) for e in streamed_entries] == [(e.token, e.logprob, e.bytes) for e in entries]
+older = client.completions.create(model="tiny-llm", prompt="rode 42\nsora 17\nRecall:\nrode", max_tokens=3,
+                                  temperature=0, logprobs=2).choices[0].logprobs
+assert len(older.tokens) == 3 and len(older.token_logprobs) == 3 and older.text_offset[0] == 0, older
+assert all(len(t) == 2 for t in older.top_logprobs), older
 
 completion = client.completions.create(model="tiny-llm", prompt="rode 42\nsora 17\nRecall:\nrode", max_tokens=3,
                                        temperature=0)

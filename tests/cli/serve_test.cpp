@@ -4,7 +4,8 @@
 // the bad inputs (400 naming the field, 404, 401, 413, 429 with Retry-After); a client that
 // leaves mid-stream; SIGTERM; the state folder: a session continued after a restart, a damaged
 // session file, idle sessions leaving memory for it, evoke's bank across a restart, kill -9
-// during the load test. Skipped, with the reason, when wm_serve or cpp-httplib is absent.
+// during the load test; logprobs whole and streamed. Skipped, with the reason, when wm_serve or
+// cpp-httplib is absent.
 #include <gtest/gtest.h>
 
 #ifdef WM_HAVE_HTTPLIB
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "llmkv/byte_level.h"
 #include "llmkv/chat_template.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/session.h"
@@ -121,8 +124,9 @@ std::string repeat(const std::string& s, int n) {
 }
 
 // The replies of one in-process session fed the conversation's user turns, greedy, as wm_llm
-// --chat runs it (policy full).
-std::vector<std::string> reference_chat(const std::vector<std::string>& turns, int max_tokens) {
+// --chat runs it (policy full); with `tokens`, each reply's tokens too.
+std::vector<std::string> reference_chat(const std::vector<std::string>& turns, int max_tokens,
+                                        std::vector<std::vector<int64_t>>* tokens = nullptr) {
   const std::string dir = std::string(WM_SOURCE_DIR) + "/assets/models/tiny-llm";
   llm::LlmModel model = llm::load_llm(dir, at::kCPU);
   llm::Tokenizer tok = llm::Tokenizer::load(dir + "/tokenizer.json");
@@ -145,6 +149,7 @@ std::vector<std::string> reference_chat(const std::vector<std::string>& turns, i
     const llm::Generation g = session.generate(ids, go);
     ended_on_im_end = !g.tokens.empty() && g.tokens.back() == im_end;
     out.push_back(g.text);
+    if (tokens) tokens->push_back(g.tokens);
   }
   return out;
 }
@@ -290,6 +295,111 @@ TEST(Serve, ConcurrentRequestsEachAnswerAsAlone) {
   EXPECT_GT(std::stoll(tokens[1]), std::stoll(steps[1]));
 }
 
+// The logprobs entries of a streamed response, its chunks' in order (chat: content entries; text:
+// the older form's four lists concatenated); each chunk with text carries its tokens' entries.
+json streamed_logprobs(const std::string& body, bool chat) {
+  json all = chat ? json::array() : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                         {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    const json c = json::parse(line.substr(6))["choices"][0];
+    const bool text = chat ? c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty()
+                           : !c["text"].get<std::string>().empty();
+    if (text) EXPECT_TRUE(c["logprobs"].is_object()) << "a chunk with text and no logprobs: " << line;
+    if (!c["logprobs"].is_object()) continue;
+    if (chat)
+      for (const auto& e : c["logprobs"]["content"]) all.push_back(e);
+    else
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const auto& e : c["logprobs"][k]) all[k].push_back(e);
+  }
+  return all;
+}
+
+// A greedy chat answer with logprobs and 5 alternatives: one entry per generated token (those of
+// the same conversation run in-process, in order, the end token included), its bytes the answer's
+// (then the end token's), its token those bytes as valid UTF-8, the chosen one the most probable
+// (greedy), the alternatives sorted with log-probabilities <= 0 summing to at most probability 1;
+// the stream's entries the whole answer's; the answer the same as without logprobs. A text
+// completion's older form likewise, whole and streamed.
+TEST(Serve, LogprobsWholeAndStreamedAgree) {
+  SKIP_WITHOUT_SERVE();
+  ServeProcess s({});
+  ASSERT_GT(s.port(), 0) << s.err();
+  auto c = s.client();
+  const std::string turn = "Recall fada: 3117. Recall fada?";
+  const std::string lp = R"({"temperature": 0, "logprobs": true, "top_logprobs": 5})";
+  auto whole = c.Post("/v1/chat/completions", chat_body({{"user", turn}}, 16, false, lp), "application/json");
+  auto plain = c.Post("/v1/chat/completions", chat_body({{"user", turn}}, 16), "application/json");
+  auto streamed = c.Post("/v1/chat/completions", chat_body({{"user", turn}}, 16, true, lp), "application/json");
+  ASSERT_TRUE(whole && plain && streamed);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json w = json::parse(whole->body)["choices"][0];
+  const json p = json::parse(plain->body)["choices"][0];
+  EXPECT_EQ(w["message"], p["message"]) << "logprobs changed the greedy answer";
+  EXPECT_TRUE(p["logprobs"].is_null());
+  std::vector<std::vector<int64_t>> ref;
+  reference_chat({turn}, 16, &ref);
+  const json& entries = w["logprobs"]["content"];
+  ASSERT_EQ(entries.size(), ref[0].size());
+  const llm::Tokenizer tok =
+      llm::Tokenizer::load(std::string(WM_SOURCE_DIR) + "/assets/models/tiny-llm/tokenizer.json");
+  std::string bytes, last;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const json& e = entries[i];
+    EXPECT_EQ(e["id"].get<int64_t>(), ref[0][i]) << i;
+    std::string b;
+    for (const auto& x : e["bytes"]) b += static_cast<char>(x.get<int>());
+    EXPECT_EQ(b, tok.token_bytes(ref[0][i])) << i;
+    EXPECT_EQ(e["token"].get<std::string>(), llm::utf8_valid(b)) << i;
+    (i + 1 < entries.size() ? bytes : last) += b;
+    const json& top = e["top_logprobs"];
+    ASSERT_EQ(top.size(), 5u);
+    EXPECT_EQ(e["logprob"].get<double>(), top[0]["logprob"].get<double>()) << "greedy, token " << i;
+    double mass = 0.0;
+    for (size_t k = 0; k < top.size(); ++k) {
+      EXPECT_LE(top[k]["logprob"].get<double>(), 0.0);
+      if (k > 0) EXPECT_GE(top[k - 1]["logprob"].get<double>(), top[k]["logprob"].get<double>());
+      mass += std::exp(top[k]["logprob"].get<double>());
+    }
+    EXPECT_LE(mass, 1.0 + 1e-9);
+  }
+  const std::string text = w["message"]["content"];
+  if (w["finish_reason"] == "stop") {  // the end token: an entry, not text
+    EXPECT_EQ(bytes, text);
+  } else {
+    EXPECT_EQ(bytes + last, text);
+  }
+  EXPECT_EQ(streamed_logprobs(streamed->body, true), entries);
+  EXPECT_EQ(stream_text(streamed->body).first, text);
+  // A text completion: the older form, whole and streamed; a stop string ends it, whose token the
+  // stream carries in a chunk without text.
+  const json cb = {{"model", "tiny-llm"}, {"prompt", "rode 42\nsora 17\nRecall:\nrode"}, {"max_tokens", 6},
+                   {"logprobs", 3}, {"stop", "\n"}};
+  auto tc = c.Post("/v1/completions", cb.dump(), "application/json");
+  json cbs = cb;
+  cbs["stream"] = true;
+  auto tcs = c.Post("/v1/completions", cbs.dump(), "application/json");
+  ASSERT_TRUE(tc && tcs);
+  ASSERT_EQ(tc->status, 200) << tc->body;
+  const json tw = json::parse(tc->body)["choices"][0];
+  const json& older = tw["logprobs"];
+  EXPECT_EQ(tw["text"], " 42");
+  EXPECT_EQ(tw["finish_reason"], "stop");
+  const size_t n = older["tokens"].size();
+  ASSERT_GE(n, 2u) << older.dump();
+  EXPECT_EQ(older["tokens"][n - 1], "\n") << "the stop string's token";
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(older["top_logprobs"][i].size(), 3u) << older.dump();
+    EXPECT_LE(older["token_logprobs"][i].get<double>(), 0.0);
+  }
+  EXPECT_EQ(older["text_offset"][0], 0);
+  EXPECT_EQ(streamed_logprobs(tcs->body, false), older);
+  EXPECT_EQ(stream_text(tcs->body).first, tw["text"].get<std::string>());
+}
+
 TEST(Serve, BadRequestsAreAnsweredNamingTheField) {
   SKIP_WITHOUT_SERVE();
   ServeProcess s({"--max-body-bytes", "65536", "--max-tokens-limit", "64"});
@@ -319,6 +429,9 @@ TEST(Serve, BadRequestsAreAnsweredNamingTheField) {
       {chat_body({{"user", "hi"}}, 4, false, R"({"stream": "yes"})"), 400, "stream"},
       {chat_body({{"user", "hi"}}, 4, false, R"({"session_id": "bad id!"})"), 400, "session_id"},
       {chat_body({{"user", "hi"}}, 4, false, R"({"n": 2})"), 400, "n"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"logprobs": "yes"})"), 400, "logprobs"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"top_logprobs": 3})"), 400, "top_logprobs"},
+      {chat_body({{"user", "hi"}}, 4, false, R"({"logprobs": true, "top_logprobs": 21})"), 400, "top_logprobs"},
       {chat_body({{"user", repeat("x y ", 5000)}}, 4), 400, "messages"},  // past the model's 4,096 positions
   };
   for (const auto& k : cases) {

@@ -113,6 +113,31 @@ TEST(LlmSampling, StopStringsAreHeldBackUntilDecided) {
   EXPECT_EQ(t.flush(), "ST");
 }
 
+// The model's distribution (log_softmax of the raw logits), whatever the sampler does with it;
+// the alternatives most probable first, ties by lower id; the limits refused.
+TEST(LlmSampling, TokenLogprobIsTheModelsDistribution) {
+  const at::Tensor logits = at::tensor({1.0f, 3.0f, -2.0f, 3.0f, 0.5f});
+  double z = 0.0;
+  for (const double l : {1.0, 3.0, -2.0, 3.0, 0.5}) z += std::exp(l);
+  const TokenLogprob t = token_logprob(logits, 4, 3);
+  EXPECT_EQ(t.token, 4);
+  EXPECT_NEAR(t.logprob, 0.5 - std::log(z), 1e-12);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 1);  // a tie with 3: the lower id first
+  EXPECT_EQ(t.top[1].first, 3);
+  EXPECT_EQ(t.top[2].first, 0);
+  EXPECT_NEAR(t.top[0].second, 3.0 - std::log(z), 1e-12);
+  EXPECT_EQ(t.top[0].second, t.top[1].second);
+  EXPECT_NEAR(t.top[2].second, 1.0 - std::log(z), 1e-12);
+  EXPECT_TRUE(token_logprob(logits, 2, 0).top.empty());
+  EXPECT_EQ(token_logprob(logits, 2, kMaxTopLogprobs).top.size(), 5u);  // no more than the vocabulary
+  EXPECT_THROW(token_logprob(logits, 5, 1), Error);
+  EXPECT_THROW(token_logprob(logits, -1, 1), Error);
+  EXPECT_THROW(token_logprob(logits, 0, kMaxTopLogprobs + 1), Error);
+  EXPECT_THROW(token_logprob(logits, 0, -1), Error);
+  EXPECT_THROW(token_logprob(at::zeros({2, 2}), 0, 1), Error);
+}
+
 TEST(LlmBeam, TableReorderRewritesTheTableNotTheKv) {
   KvSpec spec;
   spec.n_layers = 1;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "llmkv/byte_level.h"
 #include "runtime/hash.h"
 
 namespace wm::serve {
@@ -135,7 +136,68 @@ std::vector<std::string> stop_of(const json& body, const RequestLimits& limits) 
   return out;
 }
 
+// "logprobs" and "top_logprobs" into r. Chat: logprobs a boolean, top_logprobs an integer in
+// [0, 20] given only with logprobs true. Text completions: logprobs OpenAI's older integer.
+void logprobs_of(const json& body, bool chat, CompletionRequest& r) {
+  auto lp = body.find("logprobs");
+  const bool given = lp != body.end() && !lp->is_null();
+  if (!chat) {
+    if (given && !lp->is_number_integer())
+      bad("logprobs", str_cat("'logprobs' must be an integer in [0, ", kMaxTopLogprobs, "] (alternatives per token)"));
+    r.top_logprobs = number<int64_t>(body, "logprobs", 0, kMaxTopLogprobs, 0);
+    r.logprobs = given;
+    return;
+  }
+  if (given) {
+    if (!lp->is_boolean()) bad("logprobs", "'logprobs' must be a boolean");
+    r.logprobs = lp->get<bool>();
+  }
+  auto top = body.find("top_logprobs");
+  if (top == body.end() || top->is_null()) return;
+  r.top_logprobs = number<int64_t>(body, "top_logprobs", 0, kMaxTopLogprobs, 0);
+  if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+}
+
 }  // namespace
+
+std::string token_text(const std::string& bytes) { return llm::utf8_valid(bytes); }
+
+double json_logprob(double logprob) { return logprob >= -9999.0 ? std::min(logprob, 0.0) : -9999.0; }
+
+json chat_logprobs(const std::vector<LogprobToken>& tokens) {
+  auto entry = [](const LogprobToken& t) {
+    json bytes = json::array();
+    for (const char c : t.bytes) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+    return json{{"id", t.id}, {"token", token_text(t.bytes)}, {"logprob", json_logprob(t.logprob)}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const LogprobToken& t : tokens) {
+    json e = entry(t);
+    json top = json::array();
+    for (const LogprobToken& a : t.top) top.push_back(entry(a));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return json{{"content", std::move(content)}};
+}
+
+json text_logprobs(const std::vector<LogprobToken>& tokens, int64_t* offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const LogprobToken& t : tokens) {
+    out["tokens"].push_back(token_text(t.bytes));
+    out["token_logprobs"].push_back(json_logprob(t.logprob));
+    json top = json::object();
+    for (const LogprobToken& a : t.top) {
+      const std::string text = token_text(a.bytes);
+      if (!top.contains(text)) top[text] = json_logprob(a.logprob);
+    }
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(*offset);
+    for (const char c : t.bytes) *offset += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }
+  return out;
+}
 
 namespace {
 // The deepest nesting of arrays and objects in JSON text (strings skipped); stops counting past
@@ -206,6 +268,7 @@ CompletionRequest parse_completion(const std::string& body_text, bool chat, cons
         r.include_usage = so["include_usage"].get<bool>();
       }
     }
+    logprobs_of(body, chat, r);
     if (body.contains("n") && !body["n"].is_null() && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1))
       bad("n", "'n' must be 1 (one choice per request)");
     if (body.contains("session_id") && !body["session_id"].is_null()) {

@@ -68,14 +68,46 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = true;      // stream_options.include_usage (the last chunk carries usage)
   std::string session_id;         // the body's "session_id" (validated; empty when absent)
+  // Chat: "logprobs" (a boolean) and "top_logprobs" (0-20, only with logprobs true). Text
+  // completions: "logprobs" is OpenAI's older integer (0-20 alternatives; null or absent: none).
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
 };
 
 // Parses a /v1/chat/completions (chat) or /v1/completions body. Throws ApiError 400 naming the
 // field: not JSON, not an object, invalid UTF-8, a field of the wrong type or out of range, an
-// unknown role, a content part that is not text, n other than 1. "max_completion_tokens" is taken
-// as max_tokens (both given and different: 400). Empty stop strings are ignored, as a string or
-// in an array. Never throws anything else on any body.
+// unknown role, a content part that is not text, n other than 1, top_logprobs without logprobs.
+// "max_completion_tokens" is taken as max_tokens (both given and different: 400). Empty stop
+// strings are ignored, as a string or in an array. Never throws anything else on any body.
 CompletionRequest parse_completion(const std::string& body, bool chat, const RequestLimits& limits);
+
+// The most alternatives a response's logprobs give per token ("top_logprobs", OpenAI's limit).
+constexpr int64_t kMaxTopLogprobs = 20;
+
+// A generated token as a response's logprobs show it: its id, its exact bytes (a token of a
+// byte-level tokenizer may hold part of a character), its log-probability, and (for a chosen
+// token) the most probable tokens at its step, most probable first.
+struct LogprobToken {
+  int64_t id = 0;
+  std::string bytes;
+  double logprob = 0.0;
+  std::vector<LogprobToken> top;
+};
+// A token's text for JSON: its bytes as valid UTF-8, each byte sequence that is not a whole
+// character (part of one: a token that ends or starts mid-character) as U+FFFD. Never throws.
+std::string token_text(const std::string& bytes);
+// A log-probability for JSON: in [-9999, 0] (OpenAI's floor for the improbable; NaN as -9999).
+double json_logprob(double logprob);
+// A chat completion's "logprobs" (whole, or one chunk's): {"content": [{"token", "logprob",
+// "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...]}, each entry and
+// alternative also carrying its token "id" (as llama.cpp's server does). Never throws on content.
+nlohmann::json chat_logprobs(const std::vector<LogprobToken>& tokens);
+// A text completion's "logprobs" in OpenAI's older form: {"tokens", "token_logprobs",
+// "top_logprobs": [{token: logprob, ...}, ...], "text_offset"}. text_offset counts characters
+// (UTF-8 lead bytes of the tokens' bytes) from the completion's start; `*offset` is the count before
+// these tokens and is advanced past them (a stream's chunks continue one another). Two
+// alternatives with the same text keep the first (the more probable). Never throws on content.
+nlohmann::json text_logprobs(const std::vector<LogprobToken>& tokens, int64_t* offset);
 
 // True when id is a valid session id: 1-128 of [A-Za-z0-9_.-].
 bool valid_session_id(const std::string& id);

@@ -56,13 +56,38 @@ std::optional<ApiError> result_error(const llm::ServeResult& r) {
 
 }  // namespace
 
+static_assert(kMaxTopLogprobs == llm::kMaxTopLogprobs, "the API's limit on top_logprobs is the engine's");
+
 // What a streamed response waits on: pieces of text from the engine's thread, then the end.
 struct OpenAIServer::Stream {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::string> pieces;
+  std::deque<llm::TextPiece> pieces;
   std::atomic<bool> gone{false};
+  int64_t text_offset = 0;  // a text completion's logprobs: characters sent so far (the HTTP thread's)
 };
+
+std::vector<LogprobToken> OpenAIServer::logprob_tokens(const std::vector<llm::TokenLogprob>& lps) const {
+  auto bytes = [this](int64_t id) {
+    try {
+      return tok_.token_bytes(id);
+    } catch (const std::exception&) {
+      return std::string();
+    }
+  };
+  std::vector<LogprobToken> out;
+  out.reserve(lps.size());
+  for (const llm::TokenLogprob& lp : lps) {
+    LogprobToken t{lp.token, bytes(lp.token), lp.logprob, {}};
+    for (const auto& [id, logprob] : lp.top) t.top.push_back({id, bytes(id), logprob, {}});
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+json OpenAIServer::logprobs_json(bool chat, const std::vector<llm::TokenLogprob>& lps, int64_t* offset) const {
+  return chat ? chat_logprobs(logprob_tokens(lps)) : text_logprobs(logprob_tokens(lps), offset);
+}
 
 OpenAIServer::OpenAIServer(ServerOptions o, llm::LlmModel model, llm::Tokenizer tok, at::Device dev,
                            at::ScalarType dt, llm::ServeOptions engine_options)
@@ -212,6 +237,7 @@ OpenAIServer::Prepared OpenAIServer::prepare(const httplib::Request& req, const 
                    "model_not_found");
   p.stream = cr.stream;
   p.include_usage = cr.include_usage;
+  p.logprobs = cr.logprobs;
   p.client_sid = choose_session(req.get_header_value("X-Session-Id"), cr.session_id);
   llm::ServeRequest& sr = p.request;
   sr.session = scoped(req, p.client_sid);
@@ -222,6 +248,8 @@ OpenAIServer::Prepared OpenAIServer::prepare(const httplib::Request& req, const 
   sr.gen.sampling.seed = cr.seed;
   sr.gen.stop_strings = cr.stop;
   sr.gen.stop_tokens = stop_tokens_;
+  sr.gen.logprobs = cr.logprobs;
+  sr.gen.top_logprobs = cr.top_logprobs;
   std::vector<llm::ChatMessage> fed;
   if (chat) {
     sr.blocks = chat_blocks(sr.session, cr.messages, &fed, &sr.prompt);
@@ -280,7 +308,7 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
   }
   auto st = std::make_shared<Stream>();
   if (p.stream)
-    p.request.on_text = [st](const std::string& t) {
+    p.request.on_text = [st](const llm::TextPiece& t) {
       if (st->gone) return false;
       std::lock_guard<std::mutex> lk(st->mu);
       st->pieces.push_back(t);
@@ -297,7 +325,7 @@ void OpenAIServer::complete(const httplib::Request& req, httplib::Response& res,
     return write_error(res, 503, cli::error_text(e));
   }
   const Reply reply{p.chat, response_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
-                    o_.model_name, p.client_sid};
+                    o_.model_name, p.client_sid, p.logprobs};
   if (!p.stream) return answer_whole(reply, fut->get(), res);
   answer_stream(req, res, reply, p.include_usage, st, fut);
   count.handed = true;
@@ -313,8 +341,8 @@ json OpenAIServer::Reply::chunk(const json& choice) const {
   return c;
 }
 
-json OpenAIServer::Reply::text_choice(const std::string& text) const {
-  json choice = {{"index", 0}, {"finish_reason", nullptr}};
+json OpenAIServer::Reply::text_choice(const std::string& text, const json& logprobs) const {
+  json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", logprobs}};
   if (chat)
     choice["delta"] = {{"content", text}};
   else
@@ -322,9 +350,12 @@ json OpenAIServer::Reply::text_choice(const std::string& text) const {
   return choice;
 }
 
-void OpenAIServer::answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res) {
+void OpenAIServer::answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res) const {
   if (const auto err = result_error(r)) return write_error(res, err->status, err->what(), err->param, err->code);
-  json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}};
+  json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}, {"logprobs", nullptr}};
+  // A replayed answer has no logprobs: what a session keeps of its last answer is its text.
+  int64_t offset = 0;
+  if (reply.logprobs && !r.replayed) choice["logprobs"] = logprobs_json(reply.chat, r.generation.logprobs, &offset);
   if (reply.chat)
     choice["message"] = {{"role", "assistant"}, {"content", r.generation.text}};
   else
@@ -360,18 +391,25 @@ void OpenAIServer::answer_stream(const httplib::Request& req, httplib::Response&
         if (reply.chat && !*sent_role) {
           *sent_role = true;
           if (!send(sse_event(reply.chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                           {"finish_reason", nullptr}}))))
+                                           {"logprobs", nullptr}, {"finish_reason", nullptr}}))))
             return false;
         }
-        std::deque<std::string> pieces;
+        std::deque<llm::TextPiece> pieces;
+        bool ready = false;
         {
           std::unique_lock<std::mutex> lk(st->mu);
           st->cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return !st->pieces.empty(); });
+          // Ready before the pieces are taken: every piece came before the result, so these are the last.
+          ready = fut->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
           pieces.swap(st->pieces);
         }
-        const bool ended = pieces.empty() && fut->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-        for (const auto& piece : pieces)
-          if (!send(sse_event(reply.chunk(reply.text_choice(piece))))) return false;
+        const bool ended = ready;
+        for (const auto& piece : pieces) {
+          // A piece without text is sent only for the tokens it covers (the end token's logprob).
+          if (piece.text.empty() && (!reply.logprobs || piece.logprobs.empty())) continue;
+          const json lp = reply.logprobs ? logprobs_json(reply.chat, piece.logprobs, &st->text_offset) : json();
+          if (!send(sse_event(reply.chunk(reply.text_choice(piece.text, lp))))) return false;
+        }
         if (!sink.is_writable()) {
           st->gone = true;
           return false;
@@ -382,9 +420,11 @@ void OpenAIServer::answer_stream(const httplib::Request& req, httplib::Response&
           send("data: " + error_body(err->status, err->what(), err->param, err->code) + "\n\n");
         } else {
           if (r.replayed && !r.generation.text.empty() &&
-              !send(sse_event(reply.chunk(reply.text_choice(r.generation.text)))))
+              !send(sse_event(reply.chunk(reply.text_choice(r.generation.text, nullptr)))))
             return false;
-          json choice = {{"index", 0}, {"finish_reason", *finish_reason(r.generation.stop_reason)}};
+          json choice = {{"index", 0},
+                         {"finish_reason", *finish_reason(r.generation.stop_reason)},
+                         {"logprobs", nullptr}};
           if (reply.chat)
             choice["delta"] = json::object();
           else

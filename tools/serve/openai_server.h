@@ -12,7 +12,8 @@
 // the header X-Session-Saved: false when the session's state could not be written to the state
 // folder (it lives on in memory while the limits allow, and is lost beyond them or at a restart),
 // the header Idempotency-Replayed: true when an Idempotency-Key repeated the session's last
-// request and its answer came back without running again.
+// request and its answer came back without running again, and each logprobs entry's and
+// alternative's token "id" (as llama.cpp's server gives it).
 #include <atomic>
 #include <cstdint>
 #include <future>
@@ -56,7 +57,7 @@ class OpenAIServer {
                                            std::vector<llm::ChatMessage>* fed, std::vector<int64_t>* tail);
   // A request parsed and encoded for the engine.
   struct Prepared {
-    bool chat = false, stream = false, include_usage = true;
+    bool chat = false, stream = false, include_usage = true, logprobs = false;
     std::string client_sid;    // the session id as the client named it
     llm::ServeRequest request;  // its session scoped to the key
   };
@@ -66,13 +67,21 @@ class OpenAIServer {
     std::string id;
     int64_t created;
     std::string model, client_sid;
+    bool logprobs = false;  // the request asked for them
     nlohmann::json chunk(const nlohmann::json& choice) const;       // a streamed chunk
-    nlohmann::json text_choice(const std::string& text) const;      // a choice carrying text
+    // A streamed choice carrying text and its tokens' logprobs (null when not asked for).
+    nlohmann::json text_choice(const std::string& text, const nlohmann::json& logprobs) const;
   };
   struct Stream;
+  // The engine's log-probabilities with the tokens' bytes. Never throws on ids (a token the
+  // tokenizer lacks has no bytes).
+  std::vector<LogprobToken> logprob_tokens(const std::vector<llm::TokenLogprob>& lps) const;
+  // A choice's "logprobs" for these tokens (chat or the text completions' older form; the
+  // latter's text_offset continues from *offset).
+  nlohmann::json logprobs_json(bool chat, const std::vector<llm::TokenLogprob>& lps, int64_t* offset) const;
   Prepared prepare(const httplib::Request& req, const std::string& body, bool chat);
   void complete(const httplib::Request& req, httplib::Response& res, const std::string& body, bool chat);
-  static void answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res);
+  void answer_whole(const Reply& reply, const llm::ServeResult& r, httplib::Response& res) const;
   void answer_stream(const httplib::Request& req, httplib::Response& res, const Reply& reply, bool include_usage,
                      std::shared_ptr<Stream> st, std::shared_ptr<std::future<llm::ServeResult>> fut);
   void session_get(const httplib::Request& req, httplib::Response& res);
