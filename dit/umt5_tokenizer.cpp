@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "dit/umt5_text.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 #if WM_HAVE_SENTENCEPIECE

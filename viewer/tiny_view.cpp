@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/rollout/world_adapter.h"
 #include "worldkv/tiny_dit_adapter.h"

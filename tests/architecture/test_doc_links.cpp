@@ -20,6 +20,8 @@
 #include <system_error>
 #include <vector>
 
+#include "runtime/build_paths.h"
+
 namespace {
 
 namespace fs = std::filesystem;

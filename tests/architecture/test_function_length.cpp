@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
+
 namespace wm::function_length_test {
 
 namespace fs = std::filesystem;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 #include "tools/media/png.h"
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 #include "tests/runtime/redis_server.h"
 

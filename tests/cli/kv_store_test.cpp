@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/build_paths.h"
 #include "runtime/spill_file.h"
 #include "tests/cli/program_runner.h"
 #include "tests/runtime/redis_server.h"

@@ -21,6 +21,7 @@
 
 #include "dit/umt5.h"
 #include "dit/umt5_tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
 #include "tools/cli/npy.h"

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 #include "tools/cli/output_file.h"
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "program_runner.h"
+#include "runtime/build_paths.h"
 #include "tests/runtime/redis_server.h"
 
 namespace wm::testing {

@@ -12,6 +12,7 @@
 
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 
 namespace wm::testing {

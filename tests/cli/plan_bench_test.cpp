@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 #include "tools/llm_tasks/prose.h"
 

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/build_paths.h"
+
 namespace wm::testing {
 
 namespace fs = std::filesystem;

@@ -29,6 +29,7 @@
 #include "llmkv/hf_folder.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 
 namespace wm::testing {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
 

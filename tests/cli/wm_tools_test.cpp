@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
 
 namespace wm::test_wm_tools {

@@ -17,6 +17,7 @@
 
 #include "dit/clip_vision.h"
 #include "dit/mg2_image.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
 #include "runtime/safetensors.h"

@@ -12,6 +12,7 @@
 #include "dit/codec.h"
 #include "dit/conv_ae.h"
 #include "dit/weights.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/media/metrics.h"

@@ -17,6 +17,7 @@
 #include "dit/config.h"
 #include "dit/model.h"
 #include "dit/weights.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
 #include "runtime/safetensors.h"

@@ -17,6 +17,7 @@
 #include "dit/lingbot_camera.h"
 #include "dit/lingbot_sampler.h"
 #include "dit/lingbot_weights.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"

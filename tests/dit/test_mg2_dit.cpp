@@ -13,6 +13,7 @@
 
 #include "dit/mg2_sampler.h"
 #include "dit/mg2_weights.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/dit/mg2_fixture.h"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dit/umt5.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"

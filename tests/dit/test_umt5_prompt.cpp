@@ -19,6 +19,7 @@
 #include "dit/umt5.h"
 #include "dit/umt5_prompt.h"
 #include "dit/umt5_tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"

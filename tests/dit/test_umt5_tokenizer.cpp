@@ -12,6 +12,7 @@
 
 #include "dit/umt5_text.h"
 #include "dit/umt5_tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 namespace wm::dit {

@@ -13,6 +13,7 @@
 #include "dit/codec.h"
 #include "dit/config.h"
 #include "dit/wan_vae.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
 #include "runtime/safetensors.h"

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tests/fuzz/fuzz_input.h"
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/llm_tasks/prose.h"
 #include "tools/llm_tasks/sample.h"

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "llmkv/chat_template.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/gguf.h"
 

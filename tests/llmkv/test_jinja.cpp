@@ -12,6 +12,7 @@
 #include <string>
 
 #include "llmkv/jinja.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 namespace wm::llm::jinja_test {

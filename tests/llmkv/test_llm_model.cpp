@@ -14,6 +14,7 @@
 #include "llmkv/config.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/model.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "runtime/window.h"

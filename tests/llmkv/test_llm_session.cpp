@@ -10,6 +10,7 @@
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
 #include "llm_test_util.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/cli/npy.h"
 

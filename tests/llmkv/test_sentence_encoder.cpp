@@ -24,6 +24,7 @@
 #include "llmkv/bert_chars.h"
 #include "llmkv/sentence_encoder.h"
 #include "llmkv/wordpiece.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 

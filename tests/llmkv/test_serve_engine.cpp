@@ -15,6 +15,7 @@
 #include "llmkv/byte_level.h"
 #include "llmkv/hf_folder.h"
 #include "llmkv/serve_engine.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 namespace wm::llm {

@@ -15,6 +15,7 @@
 
 #include "llmkv/hf_folder.h"
 #include "llmkv/session_files.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 namespace wm::llm {

@@ -14,6 +14,7 @@
 #include "llmkv/session.h"
 #include "llmkv/session_store.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/remote_store.h"
 #include "tests/runtime/redis_server.h"

@@ -19,6 +19,7 @@
 #include "llmkv/model_source.h"
 #include "llmkv/perplexity.h"
 #include "llmkv/quant_gemv.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
 

@@ -9,6 +9,7 @@
 #include "llmkv/model.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/window.h"
 

@@ -10,6 +10,7 @@
 #include "llmkv/text_policy.h"
 #include "llmkv/tokenizer.h"
 #include "runtime/attention.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
 

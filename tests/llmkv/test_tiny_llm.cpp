@@ -11,6 +11,7 @@
 #include "llmkv/hf_folder.h"
 #include "llmkv/session.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
 

@@ -24,6 +24,7 @@
 #include "llmkv/chat_template.h"
 #include "llmkv/split_regex.h"
 #include "llmkv/tokenizer.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 
 namespace wm::llm {

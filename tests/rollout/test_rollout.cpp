@@ -5,6 +5,7 @@
 
 #include "dit/config.h"
 #include "dit/model.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/rollout/episode_runner.h"
 #include "tools/rollout/world_adapter.h"

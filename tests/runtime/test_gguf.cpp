@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/gguf.h"
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "runtime/hash.h"
 #include "runtime/spill_file.h"
 #include "tests/runtime/test_util.h"

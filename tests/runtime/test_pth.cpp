@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/pth.h"
 #include "runtime/safetensors.h"

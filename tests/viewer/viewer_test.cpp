@@ -43,6 +43,7 @@ TEST(Viewer, NotConfigured) {
 #include "dit/model.h"
 #include "dit/umt5_tokenizer.h"
 #include "dit/weights.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/media/png.h"

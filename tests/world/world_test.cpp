@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tools/media/metrics.h"
 #include "tools/world/actions.h"

@@ -14,6 +14,7 @@
 
 #include "dit/lingbot_weights.h"
 #include "dit/sampler.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tests/dit/mg2_fixture.h"
 #include "worldkv/lingbot_adapter.h"

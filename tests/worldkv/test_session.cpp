@@ -14,6 +14,7 @@
 #include "dit/conditioning.h"
 #include "dit/model.h"
 #include "dit/sampler.h"
+#include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "worldkv/conditioning.h"
 #include "worldkv/session.h"
