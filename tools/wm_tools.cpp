@@ -1,7 +1,10 @@
 // wm_tools: the programs of tools/ that link libtorch, in one executable (tools/CMakeLists.txt).
 // Each program's name in the build tree is a symbolic link to it (build/tools/render/wm_render),
 // and it runs the program named by the name it was started under; `wm_tools PROGRAM [ARGS...]`
-// runs one by its name, with or without the "wm_" prefix.
+// runs one by its name, with or without the "wm_" prefix. The dispatcher (tools/wm_tools.h);
+// the executable's main is wm_tools_main.cpp.
+#include "tools/wm_tools.h"
+
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -51,7 +54,11 @@ void usage(std::FILE* out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace wm::tools {
+
+bool has_program(const char* path) { return path != nullptr && find(base_name(path), false) != nullptr; }
+
+int run(int argc, char** argv) {
   if (argc < 1 || argv[0] == nullptr) {
     usage(stderr);
     return 2;
@@ -77,3 +84,5 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   return p->main(argc - 1, args.data());
 }
+
+}  // namespace wm::tools

@@ -79,7 +79,7 @@ class BadInput : public ::testing::Test {
       }
       SCOPED_TRACE(shown);
       const auto t0 = std::chrono::steady_clock::now();
-      const RunResult r = run_program(argv, dir_, src_, 60);
+      const RunResult r = run_program(argv, dir_, src_, 60, Launch::Forked);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_FALSE(r.timed_out);
       EXPECT_TRUE(r.exited) << "ended by signal " << r.signal << "\n" << r.err;
@@ -107,6 +107,53 @@ class BadInput : public ::testing::Test {
   fs::path dir_, src_;
   std::vector<fs::path> inputs_;
 };
+
+// A forked run (program_runner.h, Launch::Forked, as every case above runs) is the executed run:
+// the same exit status, stderr and stdout, for a refused option, a model file that does not parse
+// (read after libtorch's operators ran), a help text and a run that fails at its output. Under
+// ctest this suite is a process of its own, on one thread, so the forked runs do fork.
+TEST_F(BadInput, ForkedRunIsTheExecutedRun) {
+  if (thread_count() != 1)
+    GTEST_SKIP() << "this process runs " << thread_count() << " threads (other suites ran in it): no run forks";
+  const std::vector<std::vector<std::string>> runs = {
+      {"wm_render", "--max-seconds", "-1", "-o", "{dir}/out.mp4"},
+      {"wm_render", "--model", "{dir}/garbage.safetensors", "--threads", "1", "-o", "{dir}/out.mp4"},
+      {"wm_pth_convert", "--help"},
+      {"wm_llm", "--top-p", "nan", "-p", "hi"},
+      {"wm_llm", "-m", "{dir}/missing", "-p", "hi", "--stats-json", "/proc/x/s.json"}};
+  int compared = 0;
+  for (const auto& run : runs) {
+    std::vector<std::string> argv = {program_path(run[0])};
+    if (argv[0].empty()) continue;
+    for (size_t i = 1; i < run.size(); ++i) argv.push_back(expand(run[i]));
+    SCOPED_TRACE(run[0] + " " + run[1]);
+    Started exec(argv, dir_, src_, {}, Launch::Exec);
+    const RunResult a = exec.wait(60);
+    Started fork(argv, dir_, src_, {}, Launch::Forked);
+    EXPECT_TRUE(fork.forked());
+    const RunResult b = fork.wait(60);
+    EXPECT_FALSE(exec.forked());
+    EXPECT_EQ(a.exited, b.exited);
+    EXPECT_EQ(a.code, b.code);
+    EXPECT_EQ(a.signal, b.signal);
+    EXPECT_EQ(a.err, b.err);
+    EXPECT_EQ(a.out, b.out);
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+  // Where a fork would not be the same start, none is made: a file that is not one of wm_tools'
+  // programs, a variable that the libraries read when they load.
+  const std::string render = program_path("wm_render");
+  if (!render.empty()) {
+    EXPECT_TRUE(can_fork_program({render}, {{"TMPDIR", "/tmp"}}));
+    EXPECT_FALSE(can_fork_program({render}, {{"OMP_NUM_THREADS", "2"}}));
+    EXPECT_FALSE(can_fork_program({render}, {{"OPENBLAS_CORETYPE", "Haswell"}}));
+  }
+  EXPECT_FALSE(can_fork_program({"/bin/true"}, {}));
+  fs::create_symlink("/bin/true", dir_ / "wm_render");  // named as a program, not wm_tools
+  EXPECT_FALSE(can_fork_program({(dir_ / "wm_render").string()}, {}));
+  fs::remove(dir_ / "wm_render");
+}
 
 TEST_F(BadInput, Render) {
   const std::string out = "{dir}/out.mp4";

@@ -3,6 +3,7 @@
 // stdout/stderr, and a started run that a test can signal. Programs are looked up in the build
 // folder of the running wm_tests (build/tests/wm_tests -> build/tools/<name without wm_>/<name>,
 // build/viewer/wm_viewer), falling back to WM_BINARY_DIR.
+#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,10 +11,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,6 +24,9 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#if WM_TESTS_LINK_PROGRAMS
+#include "tools/wm_tools.h"
+#endif
 
 namespace wm::testing {
 
@@ -70,16 +76,62 @@ struct RunResult {
   std::string out, err;
 };
 
+// How a run starts.
+// - Exec: the program's file is executed (its link in the build folder), a process of its own from
+//   its first instruction.
+// - Forked: a child of this test process runs the same code through wm_tools' dispatcher
+//   (tools/wm_tools.h, linked into the test binary), without executing the file, and so without
+//   starting libtorch again: 0.6 s of CPU a start on the 2-core development machine, most of a
+//   bad-input case. It is what Exec does from the program's main on: the same objects, the same
+//   stdout, stderr, folder and environment, OpenMP at one thread and passive as the variables
+//   below set it, the exit status or the signal that ended it; the child leaves by _exit after
+//   flushing the streams, so nothing of this process's exit runs in it. It falls back to Exec for
+//   a file that is not a program of this build's wm_tools, when this process runs more than one
+//   thread (a fork copies only the calling one: OpenMP's pool, for one, would be lost), and when
+//   the caller sets a variable that a library reads only when it loads (OMP_*, GOMP_*, KMP_*,
+//   OPENBLAS_*, MKL_*). Where the start itself is tested (the wait policy, signals at startup,
+//   the dispatcher), tests use Exec; tests/cli/wm_tools_test.cpp holds Forked to Exec.
+enum class Launch { Exec, Forked };
+
+// The number of threads of this process (its /proc/self/task entries); 0 when unknown.
+inline size_t thread_count() {
+  std::error_code ec;
+  size_t n = 0;
+  for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return ec ? 0 : n;
+}
+
+// Whether `argv` with the extra variables `env` can start Forked (above).
+inline bool can_fork_program(const std::vector<std::string>& argv,
+                             const std::vector<std::pair<std::string, std::string>>& env) {
+#if WM_TESTS_LINK_PROGRAMS
+  if (argv.empty() || !wm::tools::has_program(argv[0].c_str())) return false;
+  std::error_code ec;
+  const fs::path exe = fs::canonical(argv[0], ec);
+  if (ec || exe != fs::canonical(build_dir() / "tools" / "wm_tools", ec) || ec) return false;
+  for (const auto& [k, v] : env)
+    for (const char* p : {"OMP_", "GOMP_", "KMP_", "OPENBLAS_", "MKL_"})
+      if (k.rfind(p, 0) == 0) return false;
+  return thread_count() == 1;
+#else
+  (void)argv;
+  (void)env;
+  return false;
+#endif
+}
+
 // A program started in `cwd` (the source tree, so that its default paths resolve) with
 // stdout and stderr into files in `log_dir`, OMP_WAIT_POLICY=passive and one OpenMP thread.
 class Started {
  public:
   Started(const std::vector<std::string>& argv, const fs::path& log_dir, const fs::path& cwd,
-          const std::vector<std::pair<std::string, std::string>>& env = {})
+          const std::vector<std::pair<std::string, std::string>>& env = {}, Launch launch = Launch::Exec)
       : out_(log_dir / ".run.out"), err_(log_dir / ".run.err") {
-    // Everything the child needs is built before fork(): after it only async-signal-safe calls.
+    // Everything the child needs is built before fork(): after it only async-signal-safe calls
+    // (Exec), or this process's code on its one thread (Forked).
     std::vector<std::string> envs = {"OMP_WAIT_POLICY=passive", "OMP_NUM_THREADS=1"};
     for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+    const size_t own = envs.size();
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e, key = kv.substr(0, kv.find('='));
       bool overridden = false;
@@ -92,6 +144,12 @@ class Started {
     for (const auto& e : envs) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     const std::string dir = cwd.string(), out = out_.string(), err = err_.string();
+    forked_ = launch == Launch::Forked && can_fork_program(argv, env);
+    if (forked_) {  // what this process has buffered is not the child's to write
+      std::cout.flush();
+      std::cerr.flush();
+      std::fflush(nullptr);
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       if (::chdir(dir.c_str()) != 0) ::_exit(126);
@@ -100,6 +158,7 @@ class Started {
       if (o < 0 || e < 0) ::_exit(126);
       ::dup2(o, 1);
       ::dup2(e, 2);
+      if (forked_) run_forked(args, envp, own);
       ::execve(args[0], args.data(), envp.data());
       ::_exit(127);
     }
@@ -112,6 +171,9 @@ class Started {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+
+  // Whether the run started Forked (Launch above).
+  bool forked() const { return forked_; }
 
   bool running() {
     if (reaped_ || pid_ <= 0) return false;
@@ -146,7 +208,27 @@ class Started {
   }
 
  private:
+  // The child of a Forked start: the variables set, OpenMP at one thread (the libraries read
+  // OMP_NUM_THREADS when they loaded, in this process), the program run, its streams flushed.
+  [[noreturn]] static void run_forked(std::vector<char*>& args, std::vector<char*>& envp, size_t own) {
+#if WM_TESTS_LINK_PROGRAMS
+    for (size_t i = 0; i < own; ++i) ::putenv(envp[i]);
+    at::set_num_threads(1);
+    const int code = wm::tools::run(static_cast<int>(args.size()) - 1, args.data());
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    ::_exit(code & 0xff);
+#else
+    (void)args;
+    (void)envp;
+    (void)own;
+    ::_exit(127);
+#endif
+  }
+
   fs::path out_, err_;
+  bool forked_ = false;
   pid_t pid_ = -1;
   int status_ = 0;
   bool reaped_ = false;
@@ -154,8 +236,8 @@ class Started {
 
 // Runs a program to its end (at most timeout_s).
 inline RunResult run_program(const std::vector<std::string>& argv, const fs::path& log_dir, const fs::path& cwd,
-                             double timeout_s = 60) {
-  Started s(argv, log_dir, cwd);
+                             double timeout_s = 60, Launch launch = Launch::Exec) {
+  Started s(argv, log_dir, cwd, {}, launch);
   return s.wait(timeout_s);
 }
 
