@@ -122,7 +122,8 @@ class KvStoreCli : public ::testing::Test {
     argv.push_back(json_path(name).string());
     fs::remove(json_path(name));
     return std::make_unique<Started>(argv, dir_, WM_SOURCE_DIR,
-                                     std::vector<std::pair<std::string, std::string>>{{"WM_KV_STORE_PASSWORD", ""}});
+                                     std::vector<std::pair<std::string, std::string>>{{"WM_KV_STORE_PASSWORD", ""}},
+                                     Launch::Forked);
   }
   BenchRun run(const std::string& name, const std::string& store, int episodes = 1,
                const std::vector<std::string>& extra = {}) {

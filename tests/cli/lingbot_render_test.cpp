@@ -47,7 +47,7 @@ class LingbotRender : public ::testing::Test {
     if (dit::umt5_tokenizer_available())
       hub.insert(hub.end(),
                  {"--umt5-spiece", std::string(WM_SOURCE_DIR) + "/tests/dit/fixtures/lingbot/umt5_spiece.model"});
-    const RunResult r = run_program(hub, dir_, dir_, 60);
+    const RunResult r = run_program(hub, dir_, dir_, 60, Launch::Forked);
     ASSERT_TRUE(r.exited && r.code == 0) << r.err;
     model_ = (dir_ / "hub" / "lingbot_world_fast").string();
     // A 96 x 64 picture with structure (bands and a gradient).
@@ -97,7 +97,7 @@ TEST_F(LingbotRender, HubFolderRunsEndToEndUnderWorldKv) {
                                    (dir_ / "cam").string(), "--policy", "worldkv", "--sink-frames", "3",
                                    "--retrieved-frames", "3", "--recent-frames", "3", "--threads", "1", "-o",
                                    mp4.string(), "--latents-out", lat.string()},
-                                  dir_, dir_, 120);
+                                  dir_, dir_, 120, Launch::Forked);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err;
   // Chunk 3 takes chunk 1 back from the bank (sink chunk 0, recent chunk 2).
   EXPECT_NE(r.err.find("chunk 4/4"), std::string::npos) << r.err;
@@ -129,7 +129,7 @@ TEST_F(LingbotRender, HubFolderRunsEndToEndUnderWorldKv) {
                                    (dir_ / "cam").string(), "--policy", "worldkv", "--sink-frames", "3",
                                    "--retrieved-frames", "3", "--recent-frames", "3", "--threads", "1",
                                    "--stream-blocks", "--latents-out", lat2.string()},
-                                  dir_, dir_, 120);
+                                  dir_, dir_, 120, Launch::Forked);
   ASSERT_TRUE(s.exited && s.code == 0) << s.err;
   EXPECT_NE(s.err.find("a block at a time"), std::string::npos) << s.err;
   EXPECT_TRUE(at::equal(SafeTensors::open(lat2.string()).get("latents"), latents));
@@ -140,7 +140,7 @@ TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
   const RunResult r = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
                                    "32*48", "--trajectory", "revisit", "--chunks", "2", "--threads", "1", "-o",
                                    mp4.string()},
-                                  dir_, dir_, 120);
+                                  dir_, dir_, 120, Launch::Forked);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err;
   EXPECT_NE(r.err.find("no --prompt or --text-context"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("policy native"), std::string::npos) << r.err;
@@ -154,7 +154,7 @@ TEST_F(LingbotRender, GeneratedTrajectoryNativeCacheAndBadCheckpoints) {
   const fs::path none = dir_ / "none.mp4";
   const RunResult bad = run_program({render_, "--model", model_, "--image", (dir_ / "start.png").string(), "--size",
                                      "32*48", "--threads", "1", "-o", none.string()},
-                                    dir_, dir_, 60);
+                                    dir_, dir_, 60, Launch::Forked);
   EXPECT_TRUE(bad.exited && bad.code == 1) << bad.err;
   EXPECT_NE(bad.err.find(shard.filename().string() + ": missing shard"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(none));
@@ -186,7 +186,7 @@ TEST_F(LingbotRender, PromptIsTheContextTheLibraryEncodes) {
                                   "32*48", "--trajectory", "forward", "--chunks", "2", "--threads", "1",
                                   "--latents-out", (dir_ / latents).string()};
     argv.insert(argv.end(), text.begin(), text.end());
-    return run_program(argv, dir_, dir_, 120);
+    return run_program(argv, dir_, dir_, 120, Launch::Forked);
   };
   const RunResult p = render({"--prompt", prompt}, "prompt.safetensors");
   ASSERT_TRUE(p.exited && p.code == 0) << p.err;
@@ -224,7 +224,7 @@ TEST_F(LingbotRender, RevisitBenchRunsOnTheHubFolder) {
                                 "--video-size", "32x48", "--policies", "sink_recent", "worldkv", "--threads", "1",
                                 "--out-dir", out.string()};
   if (dit::umt5_tokenizer_available()) argv.insert(argv.end(), {"--prompt", "a maze of corridors"});
-  const RunResult r = run_program(argv, dir_, dir_, 120);
+  const RunResult r = run_program(argv, dir_, dir_, 120, Launch::Forked);
   ASSERT_TRUE(r.exited && r.code == 0) << r.err << r.out;
   if (dit::umt5_tokenizer_available())
     EXPECT_NE(r.err.find("wm_revisit_bench: prompt: "), std::string::npos) << r.err;

@@ -30,7 +30,7 @@ class LlmSessionCli : public ::testing::Test {
     std::vector<std::string> argv = {llm_, "--chat", "-n", "10", "-t", "1.0", "--seed", "5", "--no-stream",
                                      "--system", "Answer briefly.", "--threads", "1", "-p", text};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_program(argv, dir_, WM_SOURCE_DIR, 120);
+    return run_program(argv, dir_, WM_SOURCE_DIR, 120, Launch::Forked);
   }
   std::vector<std::string> session(const std::string& name) { return {"--session", name, "--kv-store", server_.url()}; }
 

@@ -3,7 +3,11 @@
 // stdout/stderr, and a started run that a test can signal. Programs are looked up in the build
 // folder of the running wm_tests (build/tests/wm_tests -> build/tools/<name without wm_>/<name>,
 // build/viewer/wm_viewer), falling back to WM_BINARY_DIR.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -82,15 +87,17 @@ struct RunResult {
 // - Forked: a child of this test process runs the same code through wm_tools' dispatcher
 //   (tools/wm_tools.h, linked into the test binary), without executing the file, and so without
 //   starting libtorch again: 0.6 s of CPU a start on the 2-core development machine, most of a
-//   bad-input case. It is what Exec does from the program's main on: the same objects, the same
-//   stdout, stderr, folder and environment, OpenMP at one thread and passive as the variables
-//   below set it, the exit status or the signal that ended it; the child leaves by _exit after
-//   flushing the streams, so nothing of this process's exit runs in it. It falls back to Exec for
-//   a file that is not a program of this build's wm_tools, when this process runs more than one
-//   thread (a fork copies only the calling one: OpenMP's pool, for one, would be lost), and when
-//   the caller sets a variable that a library reads only when it loads (OMP_*, GOMP_*, KMP_*,
-//   OPENBLAS_*, MKL_*). Where the start itself is tested (the wait policy, signals at startup,
-//   the dispatcher), tests use Exec; tests/cli/wm_tools_test.cpp holds Forked to Exec.
+//   bad-input case. From the program's main on it is what Exec does: the same objects; the same
+//   stdout, stderr, folder and environment; OpenMP at one thread and passive, as the variables
+//   below set it; libtorch's generator at its default seed and gradients on, as at a start; the
+//   descriptors an exec would close, closed; the exit status or the signal that ended it. The
+//   child leaves by _exit after flushing the streams, so nothing of this process's exit runs in it.
+//   It falls back to Exec for a file that is not a program of this build's wm_tools, when this
+//   process runs more than one thread (a fork copies only the calling one: OpenMP's pool, for one,
+//   would be lost), and when the caller sets a variable that a library reads only when it loads
+//   (OMP_*, GOMP_*, KMP_*, OPENBLAS_*, MKL_*). Tests of the start itself (the wait policy, the
+//   dispatcher, signals, peak memory) use Exec; BadInput.ForkedRunIsTheExecutedRun
+//   (tests/cli/bad_input_test.cpp) holds Forked to Exec.
 enum class Launch { Exec, Forked };
 
 // The number of threads of this process (its /proc/self/task entries); 0 when unknown.
@@ -212,8 +219,27 @@ class Started {
   // OMP_NUM_THREADS when they loaded, in this process), the program run, its streams flushed.
   [[noreturn]] static void run_forked(std::vector<char*>& args, std::vector<char*>& envp, size_t own) {
 #if WM_TESTS_LINK_PROGRAMS
+    // What an exec would close: this process's close-on-exec descriptors (a client's socket to
+    // an earlier server, an open file), which the child would otherwise hold open.
+    std::vector<int> cloexec;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (const dirent* e = ::readdir(d)) {
+        const int fd = std::atoi(e->d_name);
+        if (fd > 2 && fd != ::dirfd(d) && (::fcntl(fd, F_GETFD) & FD_CLOEXEC)) cloexec.push_back(fd);
+      }
+      ::closedir(d);
+    }
+    for (int fd : cloexec) ::close(fd);
     for (size_t i = 0; i < own; ++i) ::putenv(envp[i]);
     at::set_num_threads(1);
+    // libtorch's process state as a fresh start has it, whatever this process did before: the
+    // default generator at its default seed, gradients on.
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_current_seed(c10::default_rng_seed_val);
+    }
+    at::GradMode::set_enabled(true);
     const int code = wm::tools::run(static_cast<int>(args.size()) - 1, args.data());
     std::cout.flush();
     std::cerr.flush();

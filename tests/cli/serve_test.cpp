@@ -51,7 +51,7 @@ class ServeProcess {
     for (const std::string& a : {exe, std::string("--port"), std::string("0"), std::string("--threads"), std::string("1")})
       argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
-    proc_ = std::make_unique<Started>(argv, dir_, fs::path(WM_SOURCE_DIR), env);
+    proc_ = std::make_unique<Started>(argv, dir_, fs::path(WM_SOURCE_DIR), env, Launch::Forked);
     const std::regex re(R"(listening on http://127\.0\.0\.1:(\d+))");
     for (int i = 0; i < 600 && port_ == 0 && proc_->running(); ++i) {
       std::smatch m;

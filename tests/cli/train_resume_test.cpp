@@ -57,7 +57,7 @@ TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNoth
                                      "0.5",        "--self-ctx",    "0.5",               "--self-ctx-chunks",
                                      "2",          "--threads",     "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const RunResult r = run_program(argv, dir, src, 300);
+    const RunResult r = run_program(argv, dir, src, 300, Launch::Forked);
     EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
   };
   // The run in pieces makes its samples ahead on two worker threads, the straight one on the
@@ -87,7 +87,7 @@ TEST(TrainResume, WarpReferenceModelFromInitResumesExactly) {
                                      "--steps", std::to_string(steps), "--seed", "4", "--eval-every", "0",
                                      "--eval-samples", "1", "--ckpt-every", "1", "--threads", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const RunResult r = run_program(argv, dir, src, 300);
+    const RunResult r = run_program(argv, dir, src, 300, Launch::Forked);
     EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
   };
   const std::string init = "assets/models/tiny-ae/model.safetensors";
@@ -113,7 +113,7 @@ TEST(TrainResume, CodecStoppedAndResumedEqualsStraightThrough) {
                                      "8", "--channels", "2", "--image-size", "32", "--eval-every", "0",
                                      "--eval-frames", "2", "--ckpt-every", "1", "--threads", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const RunResult r = run_program(argv, dir, fs::path(WM_SOURCE_DIR), 300);
+    const RunResult r = run_program(argv, dir, fs::path(WM_SOURCE_DIR), 300, Launch::Forked);
     EXPECT_TRUE(r.exited && r.code == 0) << out << ": " << r.err;
   };
   run("straight", 4, {});
