@@ -48,6 +48,11 @@ export OMP_WAIT_POLICY=passive
 export WM_TEST_TIME_SCALE="${WM_TEST_TIME_SCALE:-4}"  # tests that wait on a program allow for the slowdown
 cd "$build"
 if [ "$kind" != address ]; then
+  # A binary that holds no test passes; one that should hold the core's suites must not.
+  if ! "$build/tests/wm_runtime_tests" --gtest_list_tests | grep -q '^  '; then
+    echo "sanitize.sh: $build/tests/wm_runtime_tests holds no test" >&2
+    exit 1
+  fi
   exec "$build/tests/wm_runtime_tests" "$@"
 fi
 if [ $# -gt 0 ]; then

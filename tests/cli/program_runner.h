@@ -87,18 +87,31 @@ struct RunResult {
 // - Forked: a child of this test process runs the same code through wm_tools' dispatcher
 //   (tools/wm_tools.h, linked into the test binary), without executing the file, and so without
 //   starting libtorch again: 0.6 s of CPU a start on the 2-core development machine, most of a
-//   bad-input case. From the program's main on it is what Exec does: the same objects; the same
-//   stdout, stderr, folder and environment; OpenMP at one thread and passive, as the variables
-//   below set it; libtorch's generator at its default seed and gradients on, as at a start; the
-//   descriptors an exec would close, closed; the exit status or the signal that ended it. The
-//   child leaves by _exit after flushing the streams, so nothing of this process's exit runs in it.
-//   It falls back to Exec for a file that is not a program of this build's wm_tools, when this
-//   process runs more than one thread (a fork copies only the calling one: OpenMP's pool, for one,
-//   would be lost), and when the caller sets a variable that a library reads only when it loads
-//   (OMP_*, GOMP_*, KMP_*, OPENBLAS_*, MKL_*). Tests of the start itself (the wait policy, the
-//   dispatcher, signals, peak memory) use Exec; BadInput.ForkedRunIsTheExecutedRun
-//   (tests/cli/bad_input_test.cpp) holds Forked to Exec.
+//   bad-input case. The child gets what an executed run gets: the same folder, streams and
+//   variables; OpenMP at one thread and passive (below, the test process itself must run so);
+//   libtorch's generator at its default seed and gradients on; the descriptors an exec would
+//   close, closed; caught signals back at their default action. It runs the program with no
+//   exception leaving it (one that escapes ends it as an uncaught one ends a program), and leaves
+//   by _exit once its streams are flushed, so nothing of this process's exit runs in it.
+//   What differs, and is not tested forked: the program's own static destructors and atexit
+//   handlers do not run (nor LeakSanitizer, so an ASan build executes every run); its peak memory
+//   counts this process's pages; what the test binary registered at its start (a test payload
+//   kind of the block store) is registered in the child too; after a backward pass in this
+//   process, libtorch refuses one in the child.
+//   It falls back to Exec: for a file that is not this build's wm_tools, or a wm_tools newer than
+//   this binary (its programs' code would be older than the file's); when this process runs more
+//   than one thread (a fork copies only the calling one: OpenMP's pool, for one, would be lost);
+//   when this process was not started with OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (libgomp
+//   read them when it loaded, and the threads a program starts take them: the ctest entries of
+//   the suites that fork set them, tests/cmake/add_suites.cmake); and when the caller sets a
+//   variable other than those a program reads as it runs (kForkVariables), since a library may
+//   have read it when it loaded. Tests of the start itself (the wait policy, the dispatcher) and
+//   of signals at their default action, memory limits and peak memory (LlmHardening) use Exec;
+//   BadInput.ForkedRunIsTheExecutedRun (tests/cli/bad_input_test.cpp) holds Forked to Exec.
 enum class Launch { Exec, Forked };
+
+// The variables a caller may set for a Forked run: read by the programs as they run.
+inline const char* const kForkVariables[] = {"TMPDIR", "WM_KV_STORE_PASSWORD", "WM_SERVE_API_KEY"};
 
 // The number of threads of this process (its /proc/self/task entries); 0 when unknown.
 inline size_t thread_count() {
@@ -106,6 +119,23 @@ inline size_t thread_count() {
   size_t n = 0;
   for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++n;
   return ec ? 0 : n;
+}
+
+// Why this process cannot start a Forked run now (above); empty when it can.
+inline std::string forked_runs_refused() {
+#if !WM_TESTS_LINK_PROGRAMS
+  return "this test binary does not link the programs";
+#elif defined(__SANITIZE_ADDRESS__)
+  return "an ASan build: LeakSanitizer checks executed runs only";
+#else
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  if (threads == nullptr || std::strcmp(threads, "1") != 0 || policy == nullptr || std::strcmp(policy, "passive") != 0 ||
+      std::getenv("GOMP_SPINCOUNT") != nullptr)
+    return "this process was not started with OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (nor GOMP_SPINCOUNT)";
+  if (const size_t n = thread_count(); n != 1) return "this process runs " + std::to_string(n) + " threads";
+  return {};
+#endif
 }
 
 // Whether `argv` with the extra variables `env` can start Forked (above).
@@ -116,10 +146,16 @@ inline bool can_fork_program(const std::vector<std::string>& argv,
   std::error_code ec;
   const fs::path exe = fs::canonical(argv[0], ec);
   if (ec || exe != fs::canonical(build_dir() / "tools" / "wm_tools", ec) || ec) return false;
-  for (const auto& [k, v] : env)
-    for (const char* p : {"OMP_", "GOMP_", "KMP_", "OPENBLAS_", "MKL_"})
-      if (k.rfind(p, 0) == 0) return false;
-  return thread_count() == 1;
+  const auto tools_time = fs::last_write_time(exe, ec);
+  if (ec) return false;
+  const auto self_time = fs::last_write_time("/proc/self/exe", ec);
+  if (ec || tools_time > self_time) return false;
+  for (const auto& [k, v] : env) {
+    bool allowed = false;
+    for (const char* name : kForkVariables) allowed = allowed || k == name;
+    if (!allowed) return false;
+  }
+  return forked_runs_refused().empty();
 #else
   (void)argv;
   (void)env;
@@ -217,7 +253,7 @@ class Started {
  private:
   // The child of a Forked start: the variables set, OpenMP at one thread (the libraries read
   // OMP_NUM_THREADS when they loaded, in this process), the program run, its streams flushed.
-  [[noreturn]] static void run_forked(std::vector<char*>& args, std::vector<char*>& envp, size_t own) {
+  [[noreturn]] static void run_forked(std::vector<char*>& args, std::vector<char*>& envp, size_t own) noexcept {
 #if WM_TESTS_LINK_PROGRAMS
     // What an exec would close: this process's close-on-exec descriptors (a client's socket to
     // an earlier server, an open file), which the child would otherwise hold open.
@@ -230,6 +266,18 @@ class Started {
       ::closedir(d);
     }
     for (int fd : cloexec) ::close(fd);
+    // What an exec does to signals: a caught one goes back to its default action (an ignored one
+    // stays ignored, the mask is kept, as through an exec).
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0) continue;
+      const bool caught = (old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != nullptr
+                                                      : old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN;
+      if (!caught) continue;
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(sig, &dfl, nullptr);
+    }
     for (size_t i = 0; i < own; ++i) ::putenv(envp[i]);
     at::set_num_threads(1);
     // libtorch's process state as a fresh start has it, whatever this process did before: the

@@ -25,7 +25,7 @@ endif()
 # These run alone, as do the architecture checks that are run by name.
 set(wm_suite_costs ViewerProgram 30 Modes/Mg2Conformance 23 Smollm2 20 LlmHardening 20 Rollout 17
     TrainResume 12 BadInput 11 DitModel 11 Serve 8 WaitPolicy 6 LlmLearning 6 KilledRender 7
-    KvStoreCli 4 KvStoreBenchCli 4 LlmSessionCli 3 LlmTrainRun 3 PlanBenchRun 3 PthConvert 3)
+    KvStoreCli 4 KvStoreBenchCli 4 LlmSessionCli 3 LlmTrainRun 3 PlanBenchRun 3 PthConvert 3 LingbotRender 2)
 set(wm_suites_alone FunctionLength Layering DocLinks FuzzSources)
 set(wm_batch_size 16)
 # Every program that links wm_runtime re-executes itself once when it starts without an OpenMP
@@ -38,6 +38,11 @@ set(wm_suite_env "")
 if(NOT DEFINED ENV{OMP_WAIT_POLICY} AND NOT DEFINED ENV{GOMP_SPINCOUNT})
   set(wm_suite_env "OMP_WAIT_POLICY=passive")
 endif()
+# The suites whose programs run forked from the test process (tests/cli/program_runner.h,
+# Launch::Forked): a forked program's OpenMP takes the test process's settings, read when it
+# loaded, so these start with those an executed program gets, one thread (and passive, above);
+# a thread count the user set is kept, and their runs are then executed.
+set(wm_forking_suites BadInput Serve KvStoreCli LlmSessionCli LingbotRender TrainResume)
 # One ctest test running the suites `suites` in one process.
 function(wm_add_suites_test suites)
   string(REPLACE ";" "+" name "${suites}")
@@ -46,8 +51,13 @@ function(wm_add_suites_test suites)
   set_tests_properties("${name}" PROPERTIES
     WORKING_DIRECTORY "${WM_TESTS_DIR}"
     SKIP_REGULAR_EXPRESSION "\\[  PASSED  \\] 0 tests\\.")
-  if(wm_suite_env)
-    set_tests_properties("${name}" PROPERTIES ENVIRONMENT "${wm_suite_env}")
+  set(env ${wm_suite_env})
+  list(FIND wm_forking_suites "${suites}" forking)
+  if(forking GREATER_EQUAL 0 AND NOT DEFINED ENV{OMP_NUM_THREADS})
+    list(APPEND env "OMP_NUM_THREADS=1")
+  endif()
+  if(env)
+    set_tests_properties("${name}" PROPERTIES ENVIRONMENT "${env}")
   endif()
   list(FIND wm_suite_costs "${suites}" at)
   if(at GREATER_EQUAL 0)
