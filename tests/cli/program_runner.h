@@ -98,9 +98,10 @@ struct RunResult {
 //   counts this process's pages; what the test binary registered at its start (a test payload
 //   kind of the block store) is registered in the child too; after a backward pass in this
 //   process, libtorch refuses one in the child.
-//   It falls back to Exec: for a file that is not this build's wm_tools, or a wm_tools newer than
-//   this binary (its programs' code would be older than the file's); when this process runs more
-//   than one thread (a fork copies only the calling one: OpenMP's pool, for one, would be lost);
+//   It falls back to Exec: for a file that is not this build's wm_tools, or when the programs'
+//   library (libwm_programs.a) is newer than this binary (its copy of them would be older than
+//   wm_tools'); when this process runs more than one thread (a fork copies only the calling one:
+//   OpenMP's pool, for one, would be lost);
 //   when this process was not started with OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (libgomp
 //   read them when it loaded, and the threads a program starts take them: the ctest entries of
 //   the suites that fork set them, tests/cmake/add_suites.cmake); and when the caller sets a
@@ -146,10 +147,12 @@ inline bool can_fork_program(const std::vector<std::string>& argv,
   std::error_code ec;
   const fs::path exe = fs::canonical(argv[0], ec);
   if (ec || exe != fs::canonical(build_dir() / "tools" / "wm_tools", ec) || ec) return false;
-  const auto tools_time = fs::last_write_time(exe, ec);
+  // This binary's copy of the programs is current when it was linked after the library was last
+  // written (a newer wm_tools alone says nothing: the two link in either order).
+  const auto library_time = fs::last_write_time(build_dir() / "tools" / "libwm_programs.a", ec);
   if (ec) return false;
   const auto self_time = fs::last_write_time("/proc/self/exe", ec);
-  if (ec || tools_time > self_time) return false;
+  if (ec || library_time > self_time) return false;
   for (const auto& [k, v] : env) {
     bool allowed = false;
     for (const char* name : kForkVariables) allowed = allowed || k == name;
