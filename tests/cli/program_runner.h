@@ -101,12 +101,12 @@ struct RunResult {
 //   It falls back to Exec: for a file that is not this build's wm_tools, or when the programs'
 //   library (libwm_programs.a) is newer than this binary (its copy of them would be older than
 //   wm_tools'); when this process runs more than one thread (a fork copies only the calling one:
-//   OpenMP's pool, for one, would be lost);
-//   when this process was not started with OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (libgomp
-//   read them when it loaded, and the threads a program starts take them: the ctest entries of
-//   the suites that fork set them, tests/cmake/add_suites.cmake); and when the caller sets a
-//   variable other than those a program reads as it runs (kForkVariables), since a library may
-//   have read it when it loaded. Tests of the start itself (the wait policy, the dispatcher) and
+//   OpenMP's pool, for one, would be lost); when this process was not started with
+//   OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (libgomp read them when it loaded, and the
+//   threads a program starts take them: the ctest entries of the suites that fork set them,
+//   tests/cmake/add_suites.cmake, wm_forking_suites); and when the caller sets a variable other
+//   than those a program reads as it runs (kForkVariables), since a library may have read it
+//   when it loaded. Tests of the start itself (the wait policy, the dispatcher) and
 //   of signals at their default action, memory limits and peak memory (LlmHardening) use Exec;
 //   BadInput.ForkedRunIsTheExecutedRun (tests/cli/bad_input_test.cpp) holds Forked to Exec.
 enum class Launch { Exec, Forked };
@@ -254,8 +254,8 @@ class Started {
   }
 
  private:
-  // The child of a Forked start: the variables set, OpenMP at one thread (the libraries read
-  // OMP_NUM_THREADS when they loaded, in this process), the program run, its streams flushed.
+  // The child of a Forked start: what an exec would close closed and reset, the variables set,
+  // libtorch's state as at a start, the program run, its streams flushed.
   [[noreturn]] static void run_forked(std::vector<char*>& args, std::vector<char*>& envp, size_t own) noexcept {
 #if WM_TESTS_LINK_PROGRAMS
     // What an exec would close: this process's close-on-exec descriptors (a client's socket to
