@@ -25,13 +25,15 @@ struct MaskGeometry {
   int64_t visible(int64_t x) const { return block == 0 ? n_cur : std::min(n_cur, (x / block + 1) * block); }
 };
 
-// Queries [q_begin, q_begin + n_rows) over keys [0, n_keys). Keys before diag_begin are seen by
-// every query of the chunk; keys [diag_begin, diag_begin + diag_width) by some (the diagonal
-// tile, see diag_tile()); later keys by none.
+// Queries [q_begin, q_begin + n_rows) of kv heads [kh0, kh0 + nkh) of batch elements [b0, b0 +
+// nb) (whole batch elements, or a part of one: nb == 1 when nkh < KH) over keys [0, n_keys). Keys
+// before diag_begin are seen by every query of the chunk; keys [diag_begin, diag_begin +
+// diag_width) by some (the diagonal tile, see diag_tile()); later keys by none.
 struct Chunk {
   int64_t q_begin, n_rows, n_keys, diag_begin, diag_width, phase;
+  int64_t b0, nb, kh0, nkh;
 };
-constexpr int64_t kChunkInts = 6;
+constexpr int64_t kChunkInts = 10;
 
 // The shapes of one call: q [B, KH * G, nq, d], k/v [B, KH, nk, d], and its query chunks.
 struct Geometry {
@@ -39,21 +41,31 @@ struct Geometry {
   std::vector<Chunk> chunks;
 };
 
-// Score elements per chunk when the caller leaves it to us. On the CPU a chunk's scores (4 MiB
-// in float32) come from the allocator's free lists rather than fresh pages (first-touch page
-// faults cost more than the arithmetic of a T x T score matrix) and stay mostly in cache; on an
-// accelerator fewer, larger launches win.
-int64_t default_chunk_elems(const at::Device& dev) { return dev.is_cpu() ? (int64_t{1} << 20) : (int64_t{1} << 28); }
-
 constexpr int64_t kMinRows = 8;  // fewer query rows per chunk cost more in calls than they save
 
-// Splits the queries so that batch x heads x rows x keys stays near `budget`. A masked chunk
-// reads only the keys its last query may see, so with a causal mask the chunks cover about half
-// of the score matrix. With a block-causal mask every query of a block sees the same keys: a
-// chunk stays inside one block (no mask to add, no hidden score computed) unless blocks are
-// smaller than kMinRows, when its end moves on to a block boundary.
-std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, int64_t batch_heads, int64_t budget) {
-  std::vector<Chunk> chunks;
+// Query rows per head that make a chunk's two products efficient: with fewer, each product
+// reads its heads' keys for little arithmetic (bound by memory), so a chunk that would cover every
+// head with fewer rows covers fewer heads instead. LingBot-World-Fast's self-attention at 480 x
+// 832 (40 heads, 4,680 queries over 28,080 keys, float32, 2 threads): 8 rows over the 40 heads
+// 18 GFLOP/s; one head at 64 rows 74, at 256 rows 100, at 1,170 rows 82.
+constexpr int64_t kHeadRows = 256;
+
+// Score elements per chunk when the caller leaves it to us. On the CPU a chunk's scores (4 MiB
+// in float32) come from the allocator's free lists rather than fresh pages (first-touch page
+// faults cost more than the arithmetic of a T x T score matrix) and stay mostly in cache, unless
+// one kv head's kHeadRows query rows over all keys need more; on an accelerator fewer, larger
+// launches win.
+int64_t default_chunk_elems(const at::Device& dev, int64_t G, int64_t nk) {
+  return dev.is_cpu() ? std::max(int64_t{1} << 20, G * kHeadRows * nk) : (int64_t{1} << 28);
+}
+
+// Splits the queries so that heads x rows x keys stays near `budget`. A masked chunk reads only
+// the keys its last query may see, so with a causal mask the chunks cover about half of the
+// score matrix. With a block-causal mask every query of a block sees the same keys: a chunk
+// stays inside one block (no mask to add, no hidden score computed) unless blocks are smaller
+// than kMinRows, when its end moves on to a block boundary.
+void plan_queries(const MaskGeometry& m, int64_t nq, int64_t nk, int64_t batch_heads, int64_t budget,
+                  const Chunk& heads, std::vector<Chunk>& chunks) {
   const double per_row =
       std::max(1.0, static_cast<double>(budget) / static_cast<double>(std::max<int64_t>(1, batch_heads)));
   for (int64_t a = 0; a < nq;) {
@@ -71,7 +83,12 @@ std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, in
       c = m.block >= kMinRows ? std::min(c, block_end) : ((s + c + m.block - 1) / m.block) * m.block - s;
       c = std::min(c, nq - a);
     }
-    Chunk ch{a, c, nk, nk, 0, 0};
+    Chunk ch = heads;
+    ch.q_begin = a;
+    ch.n_rows = c;
+    ch.n_keys = nk;
+    ch.diag_begin = nk;
+    ch.diag_width = ch.phase = 0;
     if (m.block > 0) {
       const int64_t f = m.visible(s), e = m.visible(s + c - 1);
       ch.n_keys = m.n_window + e;
@@ -82,6 +99,24 @@ std::vector<Chunk> plan_chunks(const MaskGeometry& m, int64_t nq, int64_t nk, in
     chunks.push_back(ch);
     a += c;
   }
+}
+
+// The chunks of a call: every head at once when the budget gives them kHeadRows query rows each
+// (or there is one kv head), else groups of kv heads within a batch element, each group's queries
+// in turn (a group's keys are read while they are warm).
+std::vector<Chunk> plan_chunks(const MaskGeometry& m, const Geometry& g, int64_t budget) {
+  std::vector<Chunk> chunks;
+  const int64_t nk = std::max<int64_t>(1, g.nk), BK = g.B * g.KH;
+  if (BK == 1 || budget / (BK * g.G * nk) >= kHeadRows) {
+    plan_queries(m, g.nq, g.nk, BK * g.G, budget, Chunk{0, 0, 0, 0, 0, 0, 0, g.B, 0, g.KH}, chunks);
+    return chunks;
+  }
+  const int64_t hb = std::min(g.KH, std::max<int64_t>(1, budget / (g.G * kHeadRows * nk)));
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.KH; h += hb) {
+      const int64_t n = std::min(hb, g.KH - h);
+      plan_queries(m, g.nq, g.nk, n * g.G, budget, Chunk{0, 0, 0, 0, 0, 0, b, 1, h, n}, chunks);
+    }
   return chunks;
 }
 
@@ -152,6 +187,11 @@ at::Tensor batch_bias(const at::Tensor& bias, int64_t B, int64_t nq, int64_t nk,
 // The dtype scores and softmax run in.
 at::ScalarType score_type(at::ScalarType ct) { return ct == at::kDouble ? at::kDouble : at::kFloat; }
 
+// A chunk's part of an output laid out [B, nq, KH, G, d]: [nb, rows, nkh, G, d].
+at::Tensor chunk_rows(const at::Tensor& t5, const Chunk& c) {
+  return t5.narrow(0, c.b0, c.nb).narrow(1, c.q_begin, c.n_rows).narrow(2, c.kh0, c.nkh);
+}
+
 // Forward over the chunks, without autograd. qs [B*KH, nq*G, d]: the queries already scaled by
 // 1/sqrt(d), rows ordered (query, group) so that a chunk is a slice; k3, v3 [B*KH, nk, d];
 // logw [nk] or undefined; bias4 [1 or B, 1, nq, nk] in the score dtype or undefined. Writes out
@@ -160,29 +200,35 @@ at::ScalarType score_type(at::ScalarType ct) { return ct == at::kDouble ? at::kD
 void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& qs, const at::Tensor& k3,
                     const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& bias4, const at::Tensor& out,
                     std::vector<at::Tensor>* keep_p, const at::Tensor& mass, int64_t mass_from = 0) {
-  const int64_t BK = g.B * g.KH;
   const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
   at::Tensor lw = logw.defined() ? logw.to(qs.device(), st) : at::Tensor();
   at::Tensor out5 = out.view({g.B, g.nq, g.KH, g.G, g.d});
   for (const Chunk& c : g.chunks) {
-    at::Tensor kc = k3.narrow(1, 0, c.n_keys), vc = v3.narrow(1, 0, c.n_keys);
-    at::Tensor s = at::bmm(qs.narrow(1, c.q_begin * g.G, c.n_rows * g.G), kc.transpose(1, 2));
+    const int64_t h0 = c.b0 * g.KH + c.kh0, hc = c.nb * c.nkh;  // the chunk's rows of the B*KH
+    at::Tensor kc = k3.narrow(0, h0, hc).narrow(1, 0, c.n_keys), vc = v3.narrow(0, h0, hc).narrow(1, 0, c.n_keys);
+    at::Tensor s = at::bmm(qs.narrow(0, h0, hc).narrow(1, c.q_begin * g.G, c.n_rows * g.G), kc.transpose(1, 2));
     if (s.scalar_type() != st) s = s.to(st);
     if (lw.defined()) s.add_(lw.narrow(0, 0, c.n_keys));
     if (bias4.defined())  // rows (query, group): the bias of query r reaches its G rows
-      s.view({g.B, g.KH, c.n_rows, g.G, c.n_keys})
-          .add_(bias4.narrow(2, c.q_begin, c.n_rows).narrow(3, 0, c.n_keys).unsqueeze(3));
+      s.view({c.nb, c.nkh, c.n_rows, g.G, c.n_keys})
+          .add_((bias4.size(0) == 1 ? bias4 : bias4.narrow(0, c.b0, c.nb))
+                    .narrow(2, c.q_begin, c.n_rows)
+                    .narrow(3, 0, c.n_keys)
+                    .unsqueeze(3));
     if (c.diag_width > 0)
-      s.view({BK, c.n_rows, g.G, c.n_keys})
+      s.view({hc, c.n_rows, g.G, c.n_keys})
           .narrow(3, c.diag_begin, c.diag_width)
           .add_(diag_tile(c.n_rows, c.diag_width, m.block, c.phase, st, s.device()));
     at::_softmax_out(s, s, -1, false);  // in place: s holds the probabilities from here on
     if (mass.defined()) {
       const int64_t from = std::max(mass_from, c.q_begin), to = c.q_begin + c.n_rows;
-      if (to > from) mass.narrow(1, 0, c.n_keys).add_(s.narrow(1, (from - c.q_begin) * g.G, (to - from) * g.G).sum(1));
+      if (to > from)
+        mass.narrow(0, h0, hc)
+            .narrow(1, 0, c.n_keys)
+            .add_(s.narrow(1, (from - c.q_begin) * g.G, (to - from) * g.G).sum(1));
     }
-    at::Tensor o = at::bmm(st == ct ? s : s.to(ct), vc);  // [B*KH, rows*G, d]
-    out5.narrow(1, c.q_begin, c.n_rows).copy_(o.view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
+    at::Tensor o = at::bmm(st == ct ? s : s.to(ct), vc);  // [hc, rows*G, d]
+    chunk_rows(out5, c).copy_(o.view({c.nb, c.nkh, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
     if (keep_p) keep_p->push_back(s);
   }
 }
@@ -197,14 +243,14 @@ at::Tensor grouped_queries(const Geometry& g, const at::Tensor& q, double scale)
 std::vector<int64_t> pack(const Geometry& g) {
   std::vector<int64_t> v{g.B, g.KH, g.G, g.nq, g.nk, g.d};
   for (const Chunk& c : g.chunks)
-    v.insert(v.end(), {c.q_begin, c.n_rows, c.n_keys, c.diag_begin, c.diag_width, c.phase});
+    v.insert(v.end(), {c.q_begin, c.n_rows, c.n_keys, c.diag_begin, c.diag_width, c.phase, c.b0, c.nb, c.kh0, c.nkh});
   return v;
 }
 
 Geometry unpack(const std::vector<int64_t>& v) {
   Geometry g{v[0], v[1], v[2], v[3], v[4], v[5], {}};
   for (size_t i = 6; i + kChunkInts <= v.size(); i += kChunkInts)
-    g.chunks.push_back({v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5]});
+    g.chunks.push_back({v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5], v[i + 6], v[i + 7], v[i + 8], v[i + 9]});
   return g;
 }
 
@@ -257,20 +303,19 @@ struct ChunkedAttention : torch::autograd::Function<ChunkedAttention> {
     at::Tensor dk = at::zeros({BK, g.nk, g.d}, qs.options()), dv = at::zeros({BK, g.nk, g.d}, qs.options());
     for (size_t i = 0; i < g.chunks.size(); ++i) {
       const Chunk& c = g.chunks[i];
-      const at::Tensor& p = saved[4 + i];  // [BK, rows*G, keys]
+      const at::Tensor& p = saved[4 + i];  // [hc, rows*G, keys]
+      const int64_t h0 = c.b0 * g.KH + c.kh0, hc = c.nb * c.nkh, r0 = c.q_begin * g.G, nr = c.n_rows * g.G;
       at::Tensor pc = st == ct ? p : p.to(ct);
-      at::Tensor qc = qs.narrow(1, c.q_begin * g.G, c.n_rows * g.G),
-                 dOc = dO.narrow(1, c.q_begin * g.G, c.n_rows * g.G);
-      at::Tensor kc = k3.narrow(1, 0, c.n_keys), vc = v3.narrow(1, 0, c.n_keys);
+      at::Tensor qc = qs.narrow(0, h0, hc).narrow(1, r0, nr), dOc = dO.narrow(0, h0, hc).narrow(1, r0, nr);
+      at::Tensor kc = k3.narrow(0, h0, hc).narrow(1, 0, c.n_keys), vc = v3.narrow(0, h0, hc).narrow(1, 0, c.n_keys);
       // bmm then add: an in-place baddbmm_ on the narrowed accumulator runs batch by batch.
-      dv.narrow(1, 0, c.n_keys).add_(at::bmm(pc.transpose(1, 2), dOc));
+      dv.narrow(0, h0, hc).narrow(1, 0, c.n_keys).add_(at::bmm(pc.transpose(1, 2), dOc));
       at::Tensor ds = at::bmm(dOc, vc.transpose(1, 2));
       if (ds.scalar_type() != st) ds = ds.to(st);
-      ds.sub_(rowdot.narrow(1, c.q_begin * g.G, c.n_rows * g.G)).mul_(p);
+      ds.sub_(rowdot.narrow(0, h0, hc).narrow(1, r0, nr)).mul_(p);
       if (st != ct) ds = ds.to(ct);
-      dk.narrow(1, 0, c.n_keys).add_(at::bmm(ds.transpose(1, 2), qc));
-      dq5.narrow(1, c.q_begin, c.n_rows)
-          .copy_(at::bmm(ds, kc).view({g.B, g.KH, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
+      dk.narrow(0, h0, hc).narrow(1, 0, c.n_keys).add_(at::bmm(ds.transpose(1, 2), qc));
+      chunk_rows(dq5, c).copy_(at::bmm(ds, kc).view({c.nb, c.nkh, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
     }
     dq.mul_(scale);
     // One entry per forward argument after ctx: q, k, v, then none for logw, bias4, g, m, scale,
@@ -416,8 +461,8 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   }
 
   Geometry g{B, KH, G, nq, nk, d, {}};
-  const int64_t budget = opt.chunk_elems > 0 ? opt.chunk_elems : default_chunk_elems(q.device());
-  g.chunks = plan_chunks(mask, nq, nk, B * H, budget);
+  const int64_t budget = opt.chunk_elems > 0 ? opt.chunk_elems : default_chunk_elems(q.device(), G, nk);
+  g.chunks = plan_chunks(mask, g, budget);
   at::Tensor out, mass;
   if (grad && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     torch::autograd::variable_list r =

@@ -16,8 +16,10 @@
 // Without fused SDPA (libtorch 1.x, a mass capture, or allow_fused off) the queries run in
 // chunks whose scores stay small (cache-sized on the CPU): a masked chunk reads only the keys it
 // may see, the mask touches only the chunk's diagonal keys (a cached tile), the softmax runs in
-// place, and autograd sees one node per call whose backward walks the same chunks. K/V are
-// never repeated per query head.
+// place, and autograd sees one node per call whose backward walks the same chunks. Over many
+// keys a chunk covers a group of heads (down to one kv head) with enough query rows for its
+// products to be efficient, rather than every head with a few rows. K/V are never repeated per
+// query head.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -41,8 +43,8 @@ struct AttentionOptions {
   int64_t mass_queries = 0;    // the mass of the last mass_queries queries only (0: of all), e.g.
                                // SnapKV's observation window
   bool allow_fused = true;     // use fused SDPA (libtorch 2.x) when no capture is asked
-  int64_t chunk_elems = 0;     // score elements (batch x heads x queries x keys) per query chunk;
-                               // 0: automatic. Results do not depend on it beyond rounding
+  int64_t chunk_elems = 0;     // score elements (batch x heads x queries x keys) per chunk; 0:
+                               // automatic. Results do not depend on it beyond rounding
 };
 
 struct AttentionResult {

@@ -51,8 +51,9 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-// Chunk sizes to try: automatic, one query row per chunk (the minimum rows), a few rows.
-const int64_t kChunkSizes[] = {0, 1, 200, 1500};
+// Chunk sizes to try: automatic, one query row per chunk (the minimum rows), a few rows, and
+// budgets that split the heads into groups of one, two or more kv heads.
+const int64_t kChunkSizes[] = {0, 1, 200, 1500, 9000, 40000};
 
 AttentionOptions options(AttentionMask::Kind kind, int64_t block, int64_t n_window, int64_t chunk_elems) {
   AttentionOptions o;
