@@ -22,12 +22,40 @@ KvWindow::KvWindow(KvSpec spec, std::vector<std::string> regions, int64_t initia
   reallocs_.assign(L, 0);
   for (int l = 0; l < L; ++l) {
     const int64_t cap = initial_capacity > 0 ? staggered_capacity(l, initial_capacity, 1.0) : 0;
-    k_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
-    v_[l] = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+    k_[l] = kv_buffer(cap);
+    v_[l] = kv_buffer(cap);
     logw_[l] = at::empty({cap}, spec_.options().dtype(at::kFloat));
     pos_[l] = at::empty({cap, spec_.rope.n_axes()}, at::TensorOptions().dtype(at::kLong));
     cap_[l] = cap;
   }
+}
+
+at::Tensor KvWindow::kv_buffer(int64_t cap) const {
+  if (!storage_) return at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+  return storage_->empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.dtype);
+}
+
+void KvWindow::use_storage(std::shared_ptr<const MappedStorage> storage) {
+  WM_CHECK(!storage || spec_.device.is_cpu(), "a window on ", spec_.device, " cannot keep its K/V in files");
+  std::shared_ptr<const MappedStorage> before = std::move(storage_);
+  storage_ = std::move(storage);
+  std::vector<at::Tensor> k(k_.size()), v(v_.size());
+  try {
+    for (size_t l = 0; l < k_.size(); ++l) {
+      k[l] = kv_buffer(cap_[l]);
+      v[l] = kv_buffer(cap_[l]);
+      const int64_t used = layout_.size(static_cast<int>(l));
+      if (used > 0) {
+        k[l].narrow(1, 0, used).copy_(k_[l].narrow(1, 0, used));
+        v[l].narrow(1, 0, used).copy_(v_[l].narrow(1, 0, used));
+      }
+    }
+  } catch (...) {
+    storage_ = std::move(before);
+    throw;
+  }
+  k_ = std::move(k);
+  v_ = std::move(v);
 }
 
 int64_t KvWindow::staggered_capacity(int l, int64_t need, double factor) const {
@@ -46,8 +74,8 @@ void KvWindow::ensure(int l, int64_t need, double factor) {
   // factor <= 1 is an explicit reserve: exactly what was asked.
   const int64_t cap = factor <= 1.0 ? need : staggered_capacity(l, need, factor);
   const int64_t used = layout_.size(l);
-  at::Tensor k = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
-  at::Tensor v = at::empty({spec_.n_kv_heads, cap, spec_.head_dim}, spec_.options());
+  at::Tensor k = kv_buffer(cap);
+  at::Tensor v = kv_buffer(cap);
   at::Tensor w = at::empty({cap}, spec_.options().dtype(at::kFloat));
   at::Tensor p = at::empty({cap, spec_.rope.n_axes()}, at::TensorOptions().dtype(at::kLong));
   if (used > 0) {

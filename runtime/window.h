@@ -7,6 +7,7 @@
 // keeps its block's metadata and statistics: what is placed comes back out with them.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 
 #include "runtime/block.h"
 #include "runtime/kv_spec.h"
+#include "runtime/mapped_storage.h"
 #include "runtime/window_layout.h"
 
 namespace wm {
@@ -43,6 +45,13 @@ class KvWindow {
 
   const KvSpec& spec() const { return spec_; }
   const WindowLayout& layout() const { return layout_; }
+
+  // Keeps K and V in files of `storage` from here on (mapped_storage.h: the kernel pages them
+  // to disk when memory runs short), the tokens held so far moved there; null: back in memory.
+  // Log-weights and positions stay in memory. Throws wm::Error on a window that is not on the
+  // CPU, or when the storage cannot take the buffers (the window is then unchanged).
+  void use_storage(std::shared_ptr<const MappedStorage> storage);
+  const std::shared_ptr<const MappedStorage>& storage() const { return storage_; }
 
   // Appends n tokens to layer l of segment `id` at the end of `region` (the segment is created
   // there if new, with empty metadata). k, v [n_kv_heads, n, head_dim] already rotated; pos
@@ -180,6 +189,8 @@ class KvWindow {
   void insert_at(int l, int64_t at, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
                  const at::Tensor& logw);
   void erase_at(int l, int64_t at, int64_t n);
+  // A K or V buffer of `cap` tokens: in the storage when there is one.
+  at::Tensor kv_buffer(int64_t cap) const;
 
   KvSpec spec_;
   WindowLayout layout_;
@@ -193,6 +204,7 @@ class KvWindow {
     BlockStats stats;
   };
   std::unordered_map<std::string, Info> info_;  // per segment id, exactly the layout's segments
+  std::shared_ptr<const MappedStorage> storage_;
 };
 
 }  // namespace wm

@@ -24,6 +24,10 @@ struct MemoryConfig {
   // tokens_per_frame) with compressed chunks, so it holds more of them than worldkv does.
   bool fill_by_tokens = false;
   StoreConfig bank;  // tiers and budgets of the bank
+  // A folder: the window's K/V live in files there (runtime/mapped_storage.h), paged to disk by
+  // the kernel when memory runs short (a window larger than memory, LingBot-World-Fast at full
+  // width); empty: in memory.
+  std::string kv_files_dir;
   std::string time_axis = "t";
 
   // Throws wm::Error unless sizes are whole chunks and tokens_per_frame > 0.

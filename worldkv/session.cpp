@@ -51,6 +51,9 @@ void WorldSession::reset(uint64_t seed, const std::string& policy) {
     throw Error(str_cat("the ", model_->info().kind, " model has no window of its own (policy native): give a ",
                         "video policy"));
   if (!next.native_window) next.memory.validate();
+  if (next.native_window && !next.memory.kv_files_dir.empty())
+    throw Error(str_cat("the window in files (", next.memory.kv_files_dir, ") is a memory policy's; policy native ",
+                        "keeps the model's own window in memory: give a video policy"));
   // The old windows go before the new ones are made (on a GPU both at once may not fit).
   memory_.reset();
   model_->reset(next.native_window);

@@ -41,6 +41,7 @@ WorldMemory::WorldMemory(KvSpec spec, MemoryConfig cfg) : spec_(std::move(spec))
   spec_.rope.axis_index(cfg_.time_axis);  // throws if the spec has no such axis
   policy_ = make_policy(cfg_);
   memory_ = std::make_unique<KvMemory>(spec_, policy_->regions(), cfg_.bank);
+  if (!cfg_.kv_files_dir.empty()) memory_->window().use_storage(std::make_shared<MappedStorage>(cfg_.kv_files_dir));
   // Everything a bounded window will ever hold, the staged current chunk included: its memory
   // is allocated once and stays constant however long the rollout.
   memory_->window().reserve(static_cast<int64_t>(cfg_.sink_frames + cfg_.retrieved_frames + cfg_.recent_frames +

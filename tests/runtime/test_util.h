@@ -2,9 +2,14 @@
 // Helpers shared by the runtime tests.
 #include <ATen/ATen.h>
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +18,24 @@
 #include "runtime/block.h"
 
 namespace wm::test {
+
+// A folder made for the test alone by mkdtemp under the system's temporary folder (a name no
+// one had, mode 0700), removed with what the test put there when it goes out of scope.
+struct TempFolder {
+  explicit TempFolder(const std::string& prefix) {
+    std::string name = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    if (::mkdtemp(name.data()) == nullptr)
+      throw std::runtime_error("cannot make a folder " + name + ": " + std::strerror(errno));
+    path = name;
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  std::filesystem::path path;
+};
 
 // A block payload for the core's tests (each path defines its own): a few numbers, readable
 // back from spill files.

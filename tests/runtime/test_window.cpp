@@ -53,14 +53,23 @@ void expect_matches(const KvWindow& w, const Reference& ref, int step) {
   }
 }
 
-TEST(Window, RandomPlaceDropCompactKeepsOrderAndContents) {
+// Random places, removals, drops of regions and of token ranges, each checked against the
+// reference. With `storage`, the window keeps its K/V in files from the start, moves them back to
+// memory at step 200 and into files again at step 300.
+void random_place_drop_compact(const std::shared_ptr<const MappedStorage>& storage) {
   at::manual_seed(11);
   std::mt19937 rng(2024);
   const std::vector<std::string> regions = {"sink", "retrieved", "recent"};
   KvWindow w(small_spec(), regions, 8);
+  if (storage) w.use_storage(storage);
   Reference ref{regions, {{"sink", {}}, {"retrieved", {}}, {"recent", {}}}};
   int next_id = 0;
   for (int step = 0; step < 400; ++step) {
+    if (storage && (step == 200 || step == 300)) {
+      w.use_storage(step == 200 ? nullptr : storage);
+      ASSERT_EQ(storage->bytes() > 0, step == 300) << "step " << step;
+      expect_matches(w, ref, step);
+    }
     const int op = rng() % 10;
     const std::string& region = regions[rng() % regions.size()];
     auto& list = ref.by_region[region];
@@ -108,6 +117,17 @@ TEST(Window, RandomPlaceDropCompactKeepsOrderAndContents) {
     expect_matches(w, ref, step);
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+TEST(Window, RandomPlaceDropCompactKeepsOrderAndContents) { random_place_drop_compact(nullptr); }
+
+// The same in files (runtime/mapped_storage.h): the same contents at every step, the storage
+// holding the buffers while the window uses it and nothing once the window is gone.
+TEST(Window, KeepsItsKvInFilesWithTheSameContents) {
+  const test::TempFolder dir("wm_window_files_");
+  auto storage = std::make_shared<const MappedStorage>(dir.path.string());
+  random_place_drop_compact(storage);
+  EXPECT_EQ(storage->bytes(), 0u);
 }
 
 // What a block carries besides its tensors comes back out of the window with it: place, then

@@ -17,6 +17,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "tests/dit/mg2_fixture.h"
+#include "tests/runtime/test_util.h"
 #include "worldkv/lingbot_adapter.h"
 #include "worldkv/policy.h"
 #include "worldkv/session.h"
@@ -189,6 +190,36 @@ TEST(LingbotSession, EveryVideoPolicyRunsAndWorldKvRetrievesOnReturn) {
       EXPECT_GT(out.back().bank_bytes[0] + out.back().bank_bytes[1] + out.back().bank_bytes[2], 0u);
     }
   }
+}
+
+// WorldKV's window kept in files (MemoryConfig::kv_files_dir, the K/V mapped from unnamed files
+// in the folder) gives the latents the window in memory gives, bit for bit, over chunks that
+// evict, bank and retrieve; while the session lives its window's bytes are mapped from there.
+TEST(LingbotSession, WorldKvWindowInFilesGivesTheSameLatents) {
+  const int chunks = 7;
+  const std::vector<Pose> poses = walk(video_frames(chunks));
+  SessionConfig cfg;
+  cfg.memory.sink_frames = 3;
+  cfg.memory.retrieved_frames = 3;
+  cfg.memory.recent_frames = 3;
+  cfg.seed = 5;
+  const auto in_memory = roll(*session("worldkv", cfg), poses, chunks);
+  const test::TempFolder dir("wm_lingbot_kv_files_");
+  cfg.memory.kv_files_dir = dir.path.string();
+  auto s = session("worldkv", cfg);
+  const auto in_files = roll(*s, poses, chunks);
+  bool retrieved = false;
+  for (int k = 0; k < chunks; ++k) {
+    EXPECT_TRUE(in_files[size_t(k)].latents.equal(in_memory[size_t(k)].latents)) << "chunk " << k;
+    retrieved = retrieved || !in_files[size_t(k)].retrieved.empty();
+  }
+  EXPECT_TRUE(retrieved);
+  const MappedStorage* files = s->memory()->window().storage().get();
+  ASSERT_NE(files, nullptr);
+  EXPECT_EQ(files->dir(), dir.path.string());
+  EXPECT_GT(files->bytes(), 0u);
+  // The model's own window (policy native) is not the memory's: asking for it in files is refused.
+  EXPECT_THROW(s->reset(1, "native"), Error);
 }
 
 TEST(LingbotSession, ControlsTrajectoryAndNativeWindowChunks) {

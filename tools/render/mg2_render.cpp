@@ -41,6 +41,12 @@ void Mg2RenderOptions::add_to(CLI::App& app) {
       ->check(CLI::Range(0, 300));
   app.add_option("--recent-frames", recent_frames, "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: recent frames")
       ->check(CLI::Range(3, 300));
+  app.add_option("--kv-files", kv_files,
+                 "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: keep the window's K/V in files in this "
+                 "folder (unnamed, gone with the process), paged to disk by the kernel when memory runs short: for a "
+                 "window larger than memory (LingBot-World-Fast's 40 blocks at 480x832 under worldkv: 23 GB in bf16); "
+                 "give a folder on a disk, not tmpfs")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--dtype", dtype, "Matrix-Game-2.0, LingBot-World-Fast: DiT precision, f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--cond-latents", cond_latents,
                  "Matrix-Game-2.0, LingBot-World-Fast: latent frames of the image condition to encode (0: all; later ones reuse the last)")

@@ -23,6 +23,7 @@ struct Mg2RenderOptions {
   std::string policy = "native";
   int sink_frames = 0, retrieved_frames = 9, recent_frames = 3;
   std::string placement = "original";
+  std::string kv_files;    // keep the window's K/V in files in this folder (empty: in memory)
   std::string dtype = "f32";
   std::string out;         // MP4 (needs the VAE)
   int fps = 12;            // upstream writes its demos at 12 frames/s

@@ -17,6 +17,7 @@ worldkv::SessionConfig session_config(const Mg2RenderOptions& o) {
   sc.memory.retrieved_frames = o.retrieved_frames;
   sc.memory.recent_frames = o.recent_frames;
   sc.memory.placement = worldkv::parse_placement(o.placement);
+  sc.memory.kv_files_dir = o.kv_files;
   return sc;
 }
 
