@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -362,8 +363,7 @@ TEST(DocLinks, GitHubSlugs) {
 TEST(DocLinks, TheCheckFindsEveryKindOfBrokenLink) {
   // A small tree with good links of every form and one broken link of each kind: the check must
   // name exactly the broken ones.
-  const fs::path root = fs::temp_directory_path() / ("wm_doc_links_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const fs::path root = wm::testing::make_temp_dir("wm_doc_links_");
   auto write = [&](const std::string& rel, const std::string& text) {
     fs::create_directories((root / rel).parent_path());
     std::ofstream(root / rel) << text;

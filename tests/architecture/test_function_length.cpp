@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#include "tests/temp_dir.h"
 
 namespace wm::function_length_test {
 
@@ -737,8 +738,7 @@ TEST(FunctionLength, UnbalancedOrUnterminatedSourcesAreErrors) {
 // The check itself, on a tree of two files: one function of 99 lines passes, one of 100 fails,
 // named with its file, line and length; an allowlist entry lets it pass, a stale one is named.
 TEST(FunctionLength, FailsOnAFunctionOf100Lines) {
-  const fs::path root = fs::temp_directory_path() / ("wm_function_length_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const fs::path root = wm::testing::make_temp_dir("wm_function_length_");
   fs::create_directories(root / "lib");
   std::ofstream(root / "lib" / "short.cpp") << "// header\n" << function_of("fine", 97);
   std::ofstream(root / "lib" / "long.cpp") << "namespace wm {\n\n" << function_of("too_long", 98) << "}\n";

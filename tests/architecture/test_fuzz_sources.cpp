@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -82,7 +83,7 @@ TEST(FuzzSources, TheReaderLibraryListsEverySourceItsTargetsNeed) {
 // The check finds the case that once broke the fuzz build: a listed reader including a header
 // whose .cpp the list lacks.
 TEST(FuzzSources, TheCheckFindsAnUnlistedDependency) {
-  const fs::path root = fs::temp_directory_path() / ("wm_fuzz_sources_" + std::to_string(::getpid()));
+  const fs::path root = wm::testing::make_temp_dir("wm_fuzz_sources_");
   fs::create_directories(root / "lib");
   std::ofstream(root / "lib/reader.cpp") << "#include \"lib/reader.h\"\n#include \"lib/json.h\"\n";
   std::ofstream(root / "lib/reader.h") << "#include <string>\n";

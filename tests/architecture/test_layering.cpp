@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -112,8 +113,7 @@ TEST(Layering, TheLibraryIncludesOneWay) {
 
 TEST(Layering, TheScanFindsEveryWayOfBreakingIt) {
   // A small tree with one include of each kind; the scan must name exactly the bad ones.
-  const fs::path root = fs::temp_directory_path() / ("wm_layering_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const fs::path root = wm::testing::make_temp_dir("wm_layering_");
   auto write = [&](const std::string& rel, const std::string& text) {
     fs::create_directories((root / rel).parent_path());
     std::ofstream(root / rel) << text;

@@ -16,6 +16,7 @@
 
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tools/media/png.h"
 
 namespace wm::testing {
@@ -35,9 +36,7 @@ class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_bad_input_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir(std::string("wm_bad_input_") + info->name() + "_");
     src_ = fs::path(WM_SOURCE_DIR);
     write(dir_ / "garbage.safetensors", "this is not a safetensors file at all");
     write(dir_ / "garbage.json", "{ \"not\": json ]");

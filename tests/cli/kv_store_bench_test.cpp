@@ -14,6 +14,7 @@
 
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tests/runtime/redis_server.h"
 
 namespace wm::testing {
@@ -25,11 +26,8 @@ class KvStoreBenchCli : public ::testing::Test {
     if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
     exe_ = program_path("wm_bench_kv_store");
     if (exe_.empty()) GTEST_SKIP() << "wm_bench_kv_store is not built";
-    dir_ = fs::temp_directory_path() /
-           ("wm_kv_store_bench_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir(std::string("wm_kv_store_bench_cli_") +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_");
   }
   void TearDown() override {
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);

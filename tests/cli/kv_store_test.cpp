@@ -17,6 +17,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/spill_file.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tests/runtime/redis_server.h"
 
 namespace wm::testing {
@@ -99,11 +100,8 @@ class KvStoreCli : public ::testing::Test {
     if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
     exe_ = program_path("wm_plan_bench");
     if (exe_.empty()) GTEST_SKIP() << "wm_plan_bench is not built";
-    dir_ = fs::temp_directory_path() /
-           ("wm_kv_store_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir(std::string("wm_kv_store_cli_") +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_");
     ASSERT_TRUE(server_.start()) << "redis-server did not answer in " << server_.dir();
   }
   void TearDown() override {

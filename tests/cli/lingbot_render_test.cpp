@@ -24,6 +24,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tools/cli/npy.h"
 #include "tools/media/mp4_reader.h"
 #include "tools/media/png.h"
@@ -38,9 +39,7 @@ class LingbotRender : public ::testing::Test {
     bench_ = program_path("wm_bench_dit");
     if (render_.empty() || bench_.empty()) GTEST_SKIP() << "wm_render or wm_bench_dit is not built";
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_lingbot_render_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir(std::string("wm_lingbot_render_") + info->name() + "_");
     std::vector<std::string> hub{bench_, "--lingbot", "tiny", "--lingbot-hub", (dir_ / "hub").string(),
                                  "--vae-dim", "1", "--shard-mib", "0.1", "--threads", "1"};
     // The umT5 tokenizer --prompt needs: the tokenizer tests' SentencePiece model.

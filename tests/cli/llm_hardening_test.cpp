@@ -26,6 +26,7 @@
 
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tools/cli/output_file.h"
 
 namespace wm::testing {
@@ -166,9 +167,7 @@ class LlmHardening : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_llm_hard_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir(std::string("wm_llm_hard_") + info->name() + "_");
     src_ = WM_SOURCE_DIR;
     model_ = (src_ / "assets/models/tiny-llm").string();
   }

@@ -14,6 +14,7 @@
 #include "llmkv/model.h"
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 
 namespace wm::testing {
 namespace {
@@ -32,9 +33,7 @@ double max_param_diff(llm::LlmModelImpl& a, llm::LlmModelImpl& b) {
 TEST(LlmTrainRun, InitFromStartsFromTheFolderWeights) {
   const std::string exe = program_path("wm_llm_train");
   if (exe.empty()) GTEST_SKIP() << "wm_llm_train is not built";
-  const fs::path dir = fs::temp_directory_path() / ("wm_llm_train_run_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_llm_train_run_");
   const fs::path cfg = dir / "config.json";
   std::ofstream(cfg) << R"({"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/temp_dir.h"
 #include "tools/serve/openai_api.h"
 
 namespace wm::serve {
@@ -104,7 +105,8 @@ TEST(OpenAIApi, BearerSchemeIsCaseInsensitiveAndKeysCompareWhole) {
 }
 
 TEST(OpenAIApi, KeyFileAndSessionIds) {
-  const auto p = std::filesystem::temp_directory_path() / ("wm_keys_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = wm::testing::make_temp_dir("wm_keys_");
+  const auto p = dir / "keys";
   {
     std::ofstream f(p);
     f << "# keys\n  k-one  \n\nk-two\n";
@@ -117,6 +119,7 @@ TEST(OpenAIApi, KeyFileAndSessionIds) {
   EXPECT_THROW(read_key_file(p.string()), Error);
   std::filesystem::remove(p);
   EXPECT_THROW(read_key_file(p.string()), Error);
+  std::filesystem::remove_all(dir);
   EXPECT_TRUE(valid_session_id("a-b_c.9"));
   EXPECT_FALSE(valid_session_id(std::string("abc\0def", 7)));
   EXPECT_FALSE(valid_session_id("../x/y"));

@@ -12,6 +12,7 @@
 
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 #include "tools/llm_tasks/prose.h"
 
 namespace wm::testing {
@@ -31,9 +32,7 @@ nlohmann::json run_bench(const std::string& exe, const fs::path& dir, const std:
 TEST(PlanBenchRun, LayoutsAndPairingWithFullRecompute) {
   const std::string exe = program_path("wm_plan_bench");
   if (exe.empty()) GTEST_SKIP() << "wm_plan_bench is not built";
-  const fs::path dir = fs::temp_directory_path() / ("wm_plan_bench_run_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_plan_bench_run_");
   const nlohmann::json shrt = run_bench(exe, dir, "short"), lng = run_bench(exe, dir, "long");
   ASSERT_EQ(shrt.at("config").at("layout"), "short");
   ASSERT_EQ(lng.at("config").at("layout"), "long");
@@ -67,9 +66,7 @@ TEST(PlanBenchRun, ProseMemoryFromTheEpisodesSplit) {
   if (exe.empty()) GTEST_SKIP() << "wm_plan_bench is not built";
   if (!fs::is_directory(wm::llmtasks::default_prose_dir()))
     GTEST_SKIP() << "the Debian Administrator's Handbook is not installed at " << wm::llmtasks::default_prose_dir();
-  const fs::path dir = fs::temp_directory_path() / ("wm_plan_bench_prose_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_plan_bench_prose_");
   for (const std::string split : {"dev", "test"}) {
     const std::string json = (dir / (split + ".json")).string();
     const RunResult r = run_program({exe, "--memory-text", "prose", "--first-episode", split == "dev" ? "3" : "2000003",

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/build_paths.h"
+#include "tests/temp_dir.h"  // make_temp_dir
 #if WM_TESTS_LINK_PROGRAMS
 #include "tools/wm_tools.h"
 #endif
@@ -54,16 +55,6 @@ inline std::string program_path(const std::string& name) {
   const fs::path p = name == "wm_viewer" ? b / "viewer" / name : b / "tools" / name.substr(3) / name;
   std::error_code ec;
   return fs::exists(p, ec) ? p.string() : std::string();
-}
-
-// A new folder under the system's temporary folder, made for the caller alone by mkdtemp (a name
-// no one had, mode 0700), so that removing it afterwards removes only what the test put there.
-// Throws when it cannot be made.
-inline fs::path make_temp_dir(const std::string& prefix) {
-  std::string name = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
-  if (::mkdtemp(name.data()) == nullptr)
-    throw std::runtime_error("cannot make a folder " + name + ": " + std::strerror(errno));
-  return fs::path(name);
 }
 
 inline std::string read_text(const fs::path& p) {

@@ -31,6 +31,7 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/build_paths.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 
 namespace wm::testing {
 namespace {
@@ -44,9 +45,7 @@ class ServeProcess {
   explicit ServeProcess(std::vector<std::string> extra, std::vector<std::pair<std::string, std::string>> env = {},
                         std::vector<std::string> prefix = {}) {
     const std::string exe = program_path("wm_serve");
-    dir_ = fs::temp_directory_path() / ("wm_serve_test_" + std::to_string(::getpid()) + "_" + std::to_string(++n_));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = make_temp_dir("wm_serve_test_");
     std::vector<std::string> argv = prefix;
     for (const std::string& a : {exe, std::string("--port"), std::string("0"), std::string("--threads"), std::string("1")})
       argv.push_back(a);
@@ -75,7 +74,6 @@ class ServeProcess {
   }
 
  private:
-  static inline int n_ = 0;
   fs::path dir_;
   std::unique_ptr<Started> proc_;
   int port_ = 0;
@@ -570,10 +568,11 @@ TEST(Serve, LoadTestLosesAndMixesUpNothing) {
   if (load.empty()) GTEST_SKIP() << "wm_serve_load is not built";
   ServeProcess s({"--parallel", "2", "--queue", "4"});
   ASSERT_GT(s.port(), 0) << s.err();
-  const fs::path out = fs::temp_directory_path() / ("wm_serve_load_" + std::to_string(::getpid()) + ".json");
+  const fs::path dir = make_temp_dir("wm_serve_load_");
+  const fs::path out = dir / "load.json";
   const RunResult r = run_program({load, "--port", std::to_string(s.port()), "--clients", "8", "--requests", "6",
                                    "--drop-every", "3", "--json", out.string()},
-                                  fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 300);
+                                  dir, fs::path(WM_SOURCE_DIR), 300);
   EXPECT_TRUE(r.exited && r.code == 0) << r.out << r.err;
   const json j = json::parse(read_text(out));
   EXPECT_EQ(j["lost"], 0);
@@ -581,7 +580,7 @@ TEST(Serve, LoadTestLosesAndMixesUpNothing) {
   EXPECT_EQ(j["dropped"], 16);
   EXPECT_EQ(j["answered"].get<int>() + j["refused"].get<int>(), 32);
   EXPECT_GT(j["answered"].get<int>(), 0);
-  fs::remove(out);
+  fs::remove_all(dir);
 }
 
 // A state folder: a session continued after a restart answers as one never interrupted; the
@@ -589,8 +588,8 @@ TEST(Serve, LoadTestLosesAndMixesUpNothing) {
 // afresh, the others found.
 TEST(Serve, SessionsSurviveRestartAndADamagedFileIsNotUsed) {
   SKIP_WITHOUT_SERVE();
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_state_" + std::to_string(::getpid()));
-  fs::remove_all(state);
+  const fs::path root = make_temp_dir("wm_serve_state_");
+  const fs::path state = root / "state";  // made by the server
   const std::vector<std::string> turns = {"Recall fada: 3117.", "Recall piti: 42.", "Recall fada?"};
   const std::vector<std::string> want = reference_chat(turns, 12);
   {
@@ -645,15 +644,15 @@ TEST(Serve, SessionsSurviveRestartAndADamagedFileIsNotUsed) {
     EXPECT_FALSE(fs::exists(damaged)) << "the damaged file stays";
     EXPECT_EQ(chat_turn(s, "conv-r", turns[0], 12), want[0]) << "a fresh session answers otherwise";
   }
-  fs::remove_all(state);
+  fs::remove_all(root);
 }
 
 // With no memory for idle sessions, each leaves memory for the folder when its request ends and
 // comes back on its next: the replies are those of one uninterrupted conversation.
 TEST(Serve, IdleSessionsLeaveMemoryForTheFolderAndComeBack) {
   SKIP_WITHOUT_SERVE();
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_unload_" + std::to_string(::getpid()));
-  fs::remove_all(state);
+  const fs::path root = make_temp_dir("wm_serve_unload_");
+  const fs::path state = root / "state";  // made by the server
   const std::vector<std::string> turns = {"Recall fada: 3117.", "Recall piti: 42.", "Recall fada?"};
   const std::vector<std::string> want = reference_chat(turns, 12);
   ServeProcess s({"--state-dir", state.string(), "--session-memory", "0"});
@@ -666,15 +665,15 @@ TEST(Serve, IdleSessionsLeaveMemoryForTheFolderAndComeBack) {
   }
   EXPECT_EQ(metric(s, "wm_serve_sessions_unloaded_total"), 3);
   EXPECT_EQ(metric(s, "wm_serve_session_loads_total"), 2);
-  fs::remove_all(state);
+  fs::remove_all(root);
 }
 
 // Under evoke with a small budget, turns leave the window for the bank and the one a message
 // needs comes back; the bank persists between requests and through a restart.
 TEST(Serve, EvokeBanksTurnsAndBringsThemBackAcrossARestart) {
   SKIP_WITHOUT_SERVE();
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_evoke_" + std::to_string(::getpid()));
-  fs::remove_all(state);
+  const fs::path root = make_temp_dir("wm_serve_evoke_");
+  const fs::path state = root / "state";  // made by the server
   const std::vector<std::string> facts = {"Recall fada: 3117.", "Recall piti: 42.", "Recall hemo: 55.",
                                           "Recall sora: 17.", "Recall rode: 90.", "Recall fada: 3117."};
   {
@@ -692,7 +691,7 @@ TEST(Serve, EvokeBanksTurnsAndBringsThemBackAcrossARestart) {
   auto info = s.client().Get("/v1/sessions/ev");
   ASSERT_TRUE(info);
   EXPECT_EQ(json::parse(info->body)["turns"], 7);
-  fs::remove_all(state);
+  fs::remove_all(root);
 }
 
 // kill -9 during the load test, a restart on the same folder: every session whose last request
@@ -701,11 +700,11 @@ TEST(Serve, KilledDuringLoadEveryAnsweredSessionIsFound) {
   SKIP_WITHOUT_SERVE();
   const std::string load = program_path("wm_serve_load");
   if (load.empty()) GTEST_SKIP() << "wm_serve_load is not built";
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()));
-  const fs::path rec = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()) + ".jsonl");
-  const fs::path out = fs::temp_directory_path() / ("wm_serve_crash_" + std::to_string(::getpid()) + ".json");
-  fs::remove_all(state);
-  const fs::path logs = fs::temp_directory_path() / ("wm_serve_crash_logs_" + std::to_string(::getpid()));
+  const fs::path root = make_temp_dir("wm_serve_crash_");
+  const fs::path state = root / "state";  // made by the server
+  const fs::path rec = root / "record.jsonl";
+  const fs::path out = root / "verify.json";
+  const fs::path logs = root / "logs";
   fs::create_directories(logs);
   int sessions_answered = 0;
   {
@@ -739,10 +738,7 @@ TEST(Serve, KilledDuringLoadEveryAnsweredSessionIsFound) {
   EXPECT_EQ(j["continued"], j["found"]);
   EXPECT_EQ(j["in_flight_ok"], j["in_flight"]);
   EXPECT_GT(j["answered_last"].get<int>() + j["in_flight"].get<int>(), 0);
-  fs::remove_all(state);
-  fs::remove_all(logs);
-  fs::remove(rec);
-  fs::remove(out);
+  fs::remove_all(root);
 }
 
 // Generations whose bytes are not valid UTF-8 (a byte-level token ending mid-character, sampled
@@ -750,8 +746,8 @@ TEST(Serve, KilledDuringLoadEveryAnsweredSessionIsFound) {
 // up, and the sessions they went into can still be read and saved.
 TEST(Serve, InvalidUtf8GenerationsNeitherCrashNorBreakSessions) {
   SKIP_WITHOUT_SERVE();
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_utf8_" + std::to_string(::getpid()));
-  fs::remove_all(state);
+  const fs::path root = make_temp_dir("wm_serve_utf8_");
+  const fs::path state = root / "state";  // made by the server
   ServeProcess s({"--state-dir", state.string()});
   ASSERT_GT(s.port(), 0) << s.err();
   auto c = s.client();
@@ -779,7 +775,7 @@ TEST(Serve, InvalidUtf8GenerationsNeitherCrashNorBreakSessions) {
   EXPECT_EQ(metric(s, "wm_serve_session_save_failed_total"), 0);
   s.proc().signal(SIGTERM);
   EXPECT_EQ(s.proc().wait(30).code, 0);
-  fs::remove_all(state);
+  fs::remove_all(root);
 }
 
 // API keys from a file (several) or the environment, never needing the command line; the bearer
@@ -787,7 +783,8 @@ TEST(Serve, InvalidUtf8GenerationsNeitherCrashNorBreakSessions) {
 // deletes them.
 TEST(Serve, KeysFromFileOrEnvironmentAndSessionsScopedToTheKey) {
   SKIP_WITHOUT_SERVE();
-  const fs::path keys = fs::temp_directory_path() / ("wm_serve_keys_" + std::to_string(::getpid()));
+  const fs::path dir = make_temp_dir("wm_serve_keys_");
+  const fs::path keys = dir / "keys";
   {
     std::ofstream f(keys);
     f << "# two tenants\nkey-alice\nkey-bob\n";
@@ -812,7 +809,7 @@ TEST(Serve, KeysFromFileOrEnvironmentAndSessionsScopedToTheKey) {
   EXPECT_EQ(json::parse(c.Get("/v1/sessions/shared-name", {{"Authorization", "Bearer key-alice"}})->body)["turns"], 1)
       << "bob's request went into alice's session";
   EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer key-carol"}})->status, 401);
-  fs::remove(keys);
+  fs::remove_all(dir);
   ServeProcess e({}, {{"WM_SERVE_API_KEY", "from-env"}});
   ASSERT_GT(e.port(), 0) << e.err();
   auto ce = e.client();
@@ -833,11 +830,13 @@ TEST(Serve, SighupDrainsAndContradictoryLimitsAreRefused) {
     EXPECT_TRUE(r.exited && r.code == 0) << "signal " << r.signal << " " << r.err;
     EXPECT_NE(r.err.find("stopping"), std::string::npos) << r.err;
   }
+  const fs::path dir = make_temp_dir("wm_serve_limits_");
   const RunResult bad = run_program({program_path("wm_serve"), "--port", "0", "--default-max-tokens", "300",
                                      "--max-tokens-limit", "100"},
-                                    fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 60);
+                                    dir, fs::path(WM_SOURCE_DIR), 60);
   EXPECT_TRUE(bad.exited && bad.code == 1) << bad.err;
   EXPECT_NE(bad.err.find("--default-max-tokens"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
 }
 
 // A disk that takes no more (the file-size limit of prlimit: writes fail as on a full disk): every
@@ -845,8 +844,8 @@ TEST(Serve, SighupDrainsAndContradictoryLimitsAreRefused) {
 TEST(Serve, FailedSavesAreVisibleAndMemoryStaysBounded) {
   SKIP_WITHOUT_SERVE();
   if (!fs::exists("/usr/bin/prlimit")) GTEST_SKIP() << "no /usr/bin/prlimit (util-linux)";
-  const fs::path state = fs::temp_directory_path() / ("wm_serve_full_" + std::to_string(::getpid()));
-  fs::remove_all(state);
+  const fs::path root = make_temp_dir("wm_serve_full_");
+  const fs::path state = root / "state";  // made by the server
   ServeProcess s({"--state-dir", state.string(), "--max-sessions", "2"}, {}, {"/usr/bin/prlimit", "--fsize=4096"});
   ASSERT_GT(s.port(), 0) << s.err();
   auto c = s.client();
@@ -863,7 +862,7 @@ TEST(Serve, FailedSavesAreVisibleAndMemoryStaysBounded) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(h, m, std::regex("\nwm_serve_sessions_in_memory (\\d+)")));
   EXPECT_LE(std::stoi(m[1]), 2) << "sessions whose saves failed stayed in memory beyond --max-sessions";
-  fs::remove_all(state);
+  fs::remove_all(root);
 }
 
 // A retried request (same Idempotency-Key) is answered again, not fed into the session twice.
@@ -893,8 +892,7 @@ TEST(Serve, IdempotencyKeyRetryIsNotFedTwice) {
 // outside is untouched. A second server on the same folder is refused while the first runs.
 TEST(Serve, StateFolderTouchesNothingOutsideAndTakesALock) {
   SKIP_WITHOUT_SERVE();
-  const fs::path root = fs::temp_directory_path() / ("wm_serve_crafted_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const fs::path root = make_temp_dir("wm_serve_crafted_");
   const fs::path state = root / "a" / "b" / "state";
   fs::create_directories(state);
   const fs::path sentinel = root / "sentinel";
@@ -911,7 +909,7 @@ TEST(Serve, StateFolderTouchesNothingOutsideAndTakesALock) {
   EXPECT_TRUE(fs::exists(sentinel)) << "a file outside the state folder was removed";
   EXPECT_EQ(read_text(sentinel), "not the server's");
   const RunResult second = run_program({program_path("wm_serve"), "--port", "0", "--state-dir", state.string()},
-                                       fs::temp_directory_path(), fs::path(WM_SOURCE_DIR), 60);
+                                       root, fs::path(WM_SOURCE_DIR), 60);
   EXPECT_TRUE(second.exited && second.code == 1) << second.out << second.err;
   EXPECT_NE(second.err.find(state.string()), std::string::npos) << second.err;
   s.proc().signal(SIGTERM);

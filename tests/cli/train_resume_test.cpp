@@ -11,6 +11,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 
 namespace wm::testing {
 namespace {
@@ -44,9 +45,7 @@ void expect_pieces_equal_straight(const fs::path& dir, std::initializer_list<con
 TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNothing) {
   const std::string train = program_path("wm_train");
   if (train.empty()) GTEST_SKIP() << "wm_train is not built (it needs the media libraries)";
-  const fs::path dir = fs::temp_directory_path() / ("wm_train_resume_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_train_resume_");
   const fs::path src(WM_SOURCE_DIR);
   // Self-generated context on, so that the model's own predictions enter the samples too.
   auto run = [&](const std::string& out, int steps, const std::vector<std::string>& extra) {
@@ -78,9 +77,7 @@ TEST(TrainResume, StoppedAndResumedEqualsStraightThroughAndDataThreadsChangeNoth
 TEST(TrainResume, WarpReferenceModelFromInitResumesExactly) {
   const std::string train = program_path("wm_train");
   if (train.empty()) GTEST_SKIP() << "wm_train is not built (it needs the media libraries)";
-  const fs::path dir = fs::temp_directory_path() / ("wm_train_resume_warp_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_train_resume_warp_");
   const fs::path src(WM_SOURCE_DIR);
   auto run = [&](const std::string& out, int steps, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {train, "--config", "configs/tiny-ae-warp.json", "--out", (dir / out).string(),
@@ -104,9 +101,7 @@ TEST(TrainResume, WarpReferenceModelFromInitResumesExactly) {
 TEST(TrainResume, CodecStoppedAndResumedEqualsStraightThrough) {
   const std::string train = program_path("wm_train_codec");
   if (train.empty()) GTEST_SKIP() << "wm_train_codec is not built";
-  const fs::path dir = fs::temp_directory_path() / ("wm_train_codec_resume_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = make_temp_dir("wm_train_codec_resume_");
   auto run = [&](const std::string& out, int steps, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {train, "--out", (dir / out).string(), "--steps", std::to_string(steps),
                                      "--seed", "4", "--batch", "3", "--frames-per-scene", "2", "--widths", "4",

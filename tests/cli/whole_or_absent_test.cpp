@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/output_file.h"
 #include "tools/cli/output_folder.h"
@@ -28,9 +29,7 @@ class WholeOrAbsent : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_whole_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir(std::string("wm_whole_") + info->name() + "_");
   }
   void TearDown() override {
     std::error_code ec;

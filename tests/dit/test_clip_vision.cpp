@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/pth.h"
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 #include "tools/media/png.h"
 
 namespace wm::dit {
@@ -233,10 +234,11 @@ TEST(ClipVisionTest, MissingOrMisshapedKeyIsNamed) {
     std::vector<std::pair<std::string, at::Tensor>> kept;
     for (const auto& [k, v] : full)
       if (k != "visual.transformer.1.attn.to_qkv.weight") kept.emplace_back(k, v);
-    const std::string path = ::testing::TempDir() + "clip_missing_key.safetensors";
+    const std::filesystem::path dir = wm::testing::make_temp_dir("wm_clip_vision_");
+    const std::string path = (dir / "clip_missing_key.safetensors").string();
     save_safetensors(path, kept);
     const std::string msg = error_of([&] { ClipVision::load(path, tiny_config()); });
-    std::remove(path.c_str());
+    std::filesystem::remove_all(dir);
     EXPECT_NE(msg.find("visual.transformer.1.attn.to_qkv.weight"), std::string::npos) << msg;
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
   }

@@ -15,6 +15,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 #include "tools/media/metrics.h"
 #include "tools/world/raycaster.h"
 #include "tools/world/rng.h"
@@ -29,11 +30,8 @@ namespace fs = std::filesystem;
 class ConvAeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("wm_conv_ae_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir(std::string("wm_conv_ae_") +
+                                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_");
   }
   void TearDown() override {
     std::error_code ec;

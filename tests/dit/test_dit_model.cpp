@@ -22,6 +22,7 @@
 #include "runtime/rope.h"
 #include "runtime/safetensors.h"
 #include "runtime/window.h"
+#include "tests/temp_dir.h"
 
 namespace wm::dit {
 namespace {
@@ -452,9 +453,16 @@ TEST(DitModel, SequenceMatchesPlainReferenceAttention) {
   }
 }
 
+// A folder of its own per test (mkdtemp), removed after it.
 class DitWeights : public ::testing::Test {
  protected:
-  std::string path(const std::string& name) { return ::testing::TempDir() + "dit_" + name + ".safetensors"; }
+  void SetUp() override { dir_ = wm::testing::make_temp_dir("wm_dit_weights_"); }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) { return (dir_ / ("dit_" + name + ".safetensors")).string(); }
+  std::filesystem::path dir_;
 };
 
 TEST_F(DitWeights, RoundTripGivesIdenticalOutputs) {

@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/temp_dir.h"
 #include "tools/bench_dit/fixture_inputs.h"
 
 namespace wm::dit {
@@ -233,10 +234,12 @@ TEST(LingbotModel, PerTokenTimestepsEqualOnePerChunk) {
                Error);
 }
 
-// The fixture model re-saved as the hub shards it: two shards and an index, in a scratch folder.
+// The fixture model re-saved as the hub shards it: two shards and an index, in a folder `dir` of
+// a scratch folder `root` of its own.
 struct ShardedCopy {
   ShardedCopy() {
-    dir = fs::temp_directory_path() / ("wm_lingbot_" + std::to_string(::getpid()));
+    root = wm::testing::make_temp_dir("wm_lingbot_");
+    dir = root / "model";
     fs::create_directories(dir);
     fs::copy_file(fixture_dir() + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
     SafeTensors st = SafeTensors::open(fixture_dir() + "/diffusion_pytorch_model.safetensors");
@@ -251,7 +254,7 @@ struct ShardedCopy {
   }
   ~ShardedCopy() {
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    fs::remove_all(root, ec);
   }
   void write() const {
     save_safetensors((dir / kShard1).string(), shard1);
@@ -268,7 +271,7 @@ struct ShardedCopy {
   }
   static constexpr const char* kShard1 = "diffusion_pytorch_model-00001-of-00002.safetensors";
   static constexpr const char* kShard2 = "diffusion_pytorch_model-00002-of-00002.safetensors";
-  fs::path dir;
+  fs::path root, dir;
   nlohmann::json index;
   std::vector<std::pair<std::string, at::Tensor>> shard1, shard2;
 };
@@ -287,7 +290,7 @@ TEST(LingbotWeights, ShardedCheckpointLoadsAsTheSingleFile) {
 // is refused before anything is opened, even when the file it points to exists.
 TEST(LingbotWeights, AnIndexCannotNameAShardOutsideItsFolder) {
   ShardedCopy m;
-  const fs::path outside = m.dir.parent_path() / ("wm_lingbot_outside_" + std::to_string(::getpid()) + ".safetensors");
+  const fs::path outside = m.dir.parent_path() / "wm_lingbot_outside.safetensors";
   fs::copy_file(m.dir / ShardedCopy::kShard1, outside, fs::copy_options::overwrite_existing);
   for (const std::string& name : {"../" + outside.filename().string(), outside.string()}) {
     m.index["weight_map"]["head.head.weight"] = name;

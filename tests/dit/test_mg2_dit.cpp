@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/dit/mg2_fixture.h"
+#include "tests/temp_dir.h"
 
 namespace wm::dit {
 namespace {
@@ -206,8 +207,7 @@ TEST(Mg2ActionWindow, LatentFrameReadsThe12VideoFramesBeforeIt) {
 // A scratch copy of a fixture model folder whose files a test may spoil.
 struct ScratchModel {
   explicit ScratchModel(const std::string& mode) {
-    dir = fs::temp_directory_path() / ("wm_mg2_" + mode + "_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    dir = wm::testing::make_temp_dir("wm_mg2_" + mode + "_");
     fs::copy_file(fixture_dir(mode) + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
     fs::copy_file(fixture_dir(mode) + "/model.safetensors", dir / "model.safetensors",
                   fs::copy_options::overwrite_existing);

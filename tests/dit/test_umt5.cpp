@@ -22,6 +22,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm::dit {
 namespace umt5_test {
@@ -36,15 +37,13 @@ Umt5Encoder encoder(at::ScalarType dtype = at::kFloat) {
 }
 double rel(const at::Tensor& a, const at::Tensor& b) { return test::rel_diff(a, b); }
 
-// A copy of the fixture's weights with `edit` applied, written to a temporary file.
-std::string edited_checkpoint(const std::string& name,
+// A copy of the fixture's weights with `edit` applied, written as `name` in the scratch folder `dir`.
+std::string edited_checkpoint(const fs::path& dir, const std::string& name,
                               const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit) {
   const SafeTensors st = SafeTensors::open(fixture("umt5_encoder.safetensors"));
   std::vector<std::pair<std::string, at::Tensor>> t;
   for (const auto& n : st.names()) t.emplace_back(n, st.get(n));
   edit(t);
-  const fs::path dir = fs::temp_directory_path() / ("wm_umt5_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   const std::string path = (dir / name).string();
   save_safetensors(path, t);
   return path;
@@ -128,6 +127,7 @@ TEST(Umt5Encoder, ContextIsThePipelinesZeroPaddedOutput) {
 // The fixtures catch a wrong bucketing and a bias shared across blocks: either changes the output
 // by far more than the tolerance.
 TEST(Umt5Encoder, WrongBucketsOrSharedBiasWouldFail) {
+  const fs::path dir = wm::testing::make_temp_dir("wm_umt5_test_");
   const SafeTensors f = io();
   at::NoGradGuard ng;
   {
@@ -137,7 +137,7 @@ TEST(Umt5Encoder, WrongBucketsOrSharedBiasWouldFail) {
     EXPECT_GT(d, 100 * kTol) << "max_dist 64 instead of 128";
   }
   {
-    const std::string p = edited_checkpoint("shared.safetensors", [](auto& t) {
+    const std::string p = edited_checkpoint(dir, "shared.safetensors", [](auto& t) {
       at::Tensor b0;
       for (auto& [n, v] : t)
         if (n == "blocks.0.pos_embedding.embedding.weight") b0 = v;
@@ -151,6 +151,7 @@ TEST(Umt5Encoder, WrongBucketsOrSharedBiasWouldFail) {
   const at::Tensor rel_pos = f.get("buckets.rel");
   EXPECT_FALSE(at::equal(umt5_relative_position_bucket(rel_pos, 32, false, 128), f.get("buckets.bidirectional")));
   EXPECT_FALSE(at::equal(umt5_relative_position_bucket(-rel_pos, 32, true, 128), f.get("buckets.bidirectional")));
+  fs::remove_all(dir);
 }
 
 TEST(Umt5Encoder, Bfloat16RunNearUpstreams) {
@@ -180,6 +181,7 @@ TEST(Umt5Encoder, TorchSaveBf16CheckpointLoads) {
 }
 
 TEST(Umt5Encoder, BadCheckpointsNameFileAndKey) {
+  const fs::path dir = wm::testing::make_temp_dir("wm_umt5_test_");
   auto expect_error = [](const std::string& path, const std::vector<std::string>& words) {
     try {
       load_umt5_encoder(path);
@@ -188,24 +190,25 @@ TEST(Umt5Encoder, BadCheckpointsNameFileAndKey) {
       for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
     }
   };
-  const std::string missing = edited_checkpoint("missing.safetensors", [](auto& t) {
+  const std::string missing = edited_checkpoint(dir, "missing.safetensors", [](auto& t) {
     t.erase(std::remove_if(t.begin(), t.end(), [](const auto& p) { return p.first == "blocks.1.ffn.fc2.weight"; }),
             t.end());
   });
   expect_error(missing, {"missing.safetensors", "blocks.1.ffn.fc2.weight"});
-  const std::string shape = edited_checkpoint("shape.safetensors", [](auto& t) {
+  const std::string shape = edited_checkpoint(dir, "shape.safetensors", [](auto& t) {
     for (auto& [n, v] : t)
       if (n == "blocks.2.attn.o.weight") v = v.narrow(1, 0, 32).contiguous();
   });
   expect_error(shape, {"shape.safetensors", "blocks.2.attn.o.weight", "[64, 32]"});
-  const std::string extra = edited_checkpoint("extra.safetensors", [](auto& t) {
+  const std::string extra = edited_checkpoint(dir, "extra.safetensors", [](auto& t) {
     t.emplace_back("blocks.0.attn.q.bias", at::zeros({64}, at::kBFloat16));
   });
   expect_error(extra, {"extra.safetensors", "blocks.0.attn.q.bias"});
-  const std::string shared = edited_checkpoint("shared_t5.safetensors", [](auto& t) {
+  const std::string shared = edited_checkpoint(dir, "shared_t5.safetensors", [](auto& t) {
     t.emplace_back("pos_embedding.embedding.weight", at::zeros({32, 4}, at::kBFloat16));
   });
   expect_error(shared, {"shared_t5.safetensors", "pos_embedding.embedding.weight"});
+  fs::remove_all(dir);
 }
 
 }  // namespace umt5_test

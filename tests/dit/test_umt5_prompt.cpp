@@ -23,6 +23,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/temp_dir.h"
 #include "tools/bench_dit/random_umt5.h"
 
 namespace wm::dit {
@@ -35,9 +36,7 @@ class Umt5PromptFolder : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_umt5_prompt_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir(std::string("wm_umt5_prompt_") + info->name() + "_");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

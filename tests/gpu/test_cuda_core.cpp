@@ -21,6 +21,7 @@
 #include "runtime/window.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/runtime/test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm {
 namespace {
@@ -126,8 +127,8 @@ TEST(CudaWindow, InPlaceOperationsMatchTheCpuWindow) {
 TEST(CudaBlockStore, DeviceHostDiskTiersRoundTripBitExact) {
   WM_REQUIRE_CUDA();
   const at::Device gpu(at::kCUDA, 0);
-  const fs::path dir = fs::temp_directory_path() / ("wm_cuda_store_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const fs::path root = wm::testing::make_temp_dir("wm_cuda_store_");
+  const fs::path dir = root / "spill";  // made by the store
   std::vector<Block> blocks;
   for (int i = 0; i < 6; ++i) blocks.push_back(test::random_block("c" + std::to_string(i), 3, 2, 16, 12, at::kBFloat16, 3));
   const size_t one = blocks[0].nbytes();
@@ -155,15 +156,15 @@ TEST(CudaBlockStore, DeviceHostDiskTiersRoundTripBitExact) {
     }
   }
   EXPECT_TRUE(!fs::exists(dir) || fs::is_empty(dir)) << "spill files left behind";
-  fs::remove_all(dir);
+  fs::remove_all(root);
 }
 
 // The layer-wise loader hands over blocks on the GPU, from host and disk tiers, in queue order.
 TEST(CudaLayerLoader, DeliversHostAndDiskBlocksOnTheGpu) {
   WM_REQUIRE_CUDA();
   const at::Device gpu(at::kCUDA, 0);
-  const fs::path dir = fs::temp_directory_path() / ("wm_cuda_loader_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const fs::path root = wm::testing::make_temp_dir("wm_cuda_loader_");
+  const fs::path dir = root / "spill";  // made by the store
   std::vector<Block> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(test::random_block("k" + std::to_string(i), 1, 2, 32, 12, at::kFloat, 1));
   StoreConfig cfg;
@@ -189,7 +190,7 @@ TEST(CudaLayerLoader, DeliversHostAndDiskBlocksOnTheGpu) {
     }
     EXPECT_EQ(loader.finish().blocks, 4);
   }
-  fs::remove_all(dir);
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 #include "tools/llm_tasks/prose.h"
 #include "tools/llm_tasks/sample.h"
 #include "tools/llm_train/data.h"
@@ -69,7 +70,8 @@ TEST(ProseTasks, HtmlParagraphsToText) {
   // A surrogate or out-of-range code point is no character: kept as the text it was, never as
   // invalid UTF-8.
   EXPECT_EQ(html_to_text("x &#xD800; &#55296; &#x110000; y"), "x &#xD800; &#55296; &#x110000; y");
-  const std::string dir = testing::TempDir() + "prose_html";
+  const std::filesystem::path scratch = wm::testing::make_temp_dir("wm_prose_html_");
+  const std::string dir = (scratch / "prose_html").string();
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/a.html") << "<div class=\"para\">One two three four five six seven eight.</div>"
                                     "<div class=\"para\">Too short here.</div>"
@@ -80,6 +82,7 @@ TEST(ProseTasks, HtmlParagraphsToText) {
   EXPECT_EQ(c.paragraphs(ProseSplit::Test),
             std::vector<std::string>{"Nine ten eleven twelve thirteen fourteen fifteen sixteen."});
   EXPECT_THROW(ProseCorpus::load_html_dir(dir + "/missing"), Error);
+  std::filesystem::remove_all(scratch);
 }
 
 TEST(ProseTasks, RepeatedParagraphsLeaveBothSplits) {

@@ -7,6 +7,7 @@
 
 #include "llm_test_util.h"
 #include "runtime/memory.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 namespace {
@@ -35,8 +36,8 @@ TEST(BankSplice, ASplicedBlockGivesTheLogitsOfOneComputedInPlace) {
 
   // The block computed where it was first seen: alone, at positions [0, B); banked with a bank
   // that holds nothing in memory, so it goes to disk.
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "wm_bank_splice_test";
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path folder = wm::testing::make_temp_dir("wm_bank_splice_test_");
+  const std::filesystem::path dir = folder / "bank";  // made by the bank
   StoreConfig bank;
   bank.device_budget = 0;
   bank.host_budget = 0;
@@ -87,7 +88,7 @@ TEST(BankSplice, ASplicedBlockGivesTheLogitsOfOneComputedInPlace) {
   unmoved.place("blocks", original);
   const at::Tensor wrong = run(*model, unmoved, tail, P + B, "recent", "recent", true).logits;
   EXPECT_GT((wrong - want).abs().max().item<double>(), 1e-3);
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(folder);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/gguf.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm::chat_template_test {
 
@@ -41,16 +42,8 @@ void spit(const fs::path& path, const std::string& text) {
 
 struct TempDir {
   fs::path path;
-  TempDir()
-      : path(fs::temp_directory_path() /
-             ("wm_chat_template_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++))) {
-    fs::create_directories(path);
-  }
+  TempDir() : path(wm::testing::make_temp_dir("wm_chat_template_")) {}
   ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
 };
 
 const char* const kFixtures[] = {"chatml",   "smollm2",  "qwen2",           "qwen2.5",    "llama3",

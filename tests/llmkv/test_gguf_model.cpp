@@ -21,6 +21,7 @@
 #include "llmkv/gguf_tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/gguf.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm::gguf_model_test {
 
@@ -148,8 +149,7 @@ LlmConfig llama_config() {
 class GgufModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("wm_gguf_model_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_gguf_model_test_");
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }

@@ -18,6 +18,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "runtime/window.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 // Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
@@ -44,11 +45,7 @@ KvWindow new_window(LlmModelImpl& m, std::vector<std::string> regions = {"recent
 
 // A scratch folder removed at the end of the test.
 struct TempDir {
-  explicit TempDir(const std::string& tag) {
-    path = (fs::temp_directory_path() / str_cat("wm_llm_", tag, "_", ::getpid())).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
+  explicit TempDir(const std::string& tag) : path(wm::testing::make_temp_dir("wm_llm_" + tag + "_").string()) {}
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);

@@ -12,6 +12,7 @@
 #include "llm_test_util.h"
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 #include "tools/cli/npy.h"
 
 namespace wm::llm {
@@ -149,7 +150,8 @@ TEST(LlmSession, AFailedFeedChangesNothingAndGenerationFollowsAFeed) {
 }
 
 TEST(LlmSession, NpyFilesCarryShapeAndData) {
-  const std::string path = (fs::temp_directory_path() / "wm_test_logits.npy").string();
+  const fs::path dir = wm::testing::make_temp_dir("wm_test_logits_");
+  const std::string path = (dir / "wm_test_logits.npy").string();
   at::Tensor t = at::randn({3, 5});
   cli::save_npy(path, t);
   std::ifstream f(path, std::ios::binary);
@@ -166,7 +168,7 @@ TEST(LlmSession, NpyFilesCarryShapeAndData) {
   EXPECT_NE(cli::npy_header({7}).find("'shape': (7,)"), std::string::npos);
   // An unwritable folder: an error, and nothing under the final name.
   EXPECT_THROW(cli::save_npy("/proc/wm_no/x.npy", t), Error);
-  fs::remove(path);
+  fs::remove_all(dir);
 }
 
 }  // namespace

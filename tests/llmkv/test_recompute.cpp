@@ -16,6 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/rope.h"
 #include "tests/runtime/test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 // Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
@@ -94,10 +95,7 @@ RecomputeConfig keep_config(int check_layer, int head_tokens) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return wm::testing::make_temp_dir(name + "_").string();
 }
 
 TEST(ChunkCache, KeysFollowTokensModelAndPrefix) {

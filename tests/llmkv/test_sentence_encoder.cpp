@@ -27,6 +27,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 namespace {
@@ -68,10 +69,7 @@ std::string error_of(F&& f) {
 
 // A scratch folder removed at the end of the test.
 struct TempDir {
-  TempDir() {
-    path = (fs::temp_directory_path() / str_cat("wm_bert_", ::getpid(), "_", std::random_device{}())).string();
-    fs::create_directories(path);
-  }
+  TempDir() : path(wm::testing::make_temp_dir("wm_bert_").string()) {}
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);

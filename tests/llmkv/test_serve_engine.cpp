@@ -17,6 +17,7 @@
 #include "llmkv/serve_engine.h"
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 namespace serve_engine_test {
@@ -35,12 +36,6 @@ ServeRequest request(const Tokenizer& tok, const std::string& session, const std
   r.blocks.push_back({tok.encode(text, false), "user", true});
   r.gen.max_new_tokens = max_tokens;
   return r;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
 }
 
 TEST(ServeEngine, ContextLimitHoldsForConcurrentRequestsOfOneSession) {
@@ -95,7 +90,8 @@ TEST(ServeEngine, TextIsValidUtf8WhateverIsSampled) {
 
 TEST(ServeEngine, MemoryLimitsHoldWhenTheFolderRefusesWrites) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_serve_engine_full_disk");
+  const fs::path root = wm::testing::make_temp_dir("wm_serve_engine_full_disk_");
+  const fs::path d = root / "state";
   ServeOptions o;
   o.max_sessions = 2;
   o.state_dir = d.string();
@@ -122,7 +118,7 @@ TEST(ServeEngine, MemoryLimitsHoldWhenTheFolderRefusesWrites) {
   EXPECT_LE(engine.sessions_in_memory(), 2);
   EXPECT_GE(engine.counters().ended, 6);
   EXPECT_EQ(engine.counters().save_failed, 8);
-  fs::remove_all(d);
+  fs::remove_all(root);
 }
 
 TEST(ServeEngine, DrainCutSaysInterrupted) {
@@ -147,7 +143,8 @@ TEST(ServeEngine, DrainCutSaysInterrupted) {
 
 TEST(ServeEngine, RepeatedIdempotencyKeyIsAnsweredWithoutFeedingAgain) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_serve_engine_idem");
+  const fs::path root = wm::testing::make_temp_dir("wm_serve_engine_idem_");
+  const fs::path d = root / "state";
   ServeOptions o;
   o.state_dir = d.string();
   ServeResult first, again, other;
@@ -180,12 +177,13 @@ TEST(ServeEngine, RepeatedIdempotencyKeyIsAnsweredWithoutFeedingAgain) {
     EXPECT_FALSE(other.replayed);
     EXPECT_GT(engine.session_position("chat"), after_first);
   }
-  fs::remove_all(d);
+  fs::remove_all(root);
 }
 
 TEST(ServeEngine, StateFolderBudgetEndsTheLeastRecentlyUsedSavedSessions) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_serve_engine_budget");
+  const fs::path root = wm::testing::make_temp_dir("wm_serve_engine_budget_");
+  const fs::path d = root / "state";
   ServeOptions o;
   o.max_sessions = 1;  // idle sessions leave memory for the folder
   o.state_dir = d.string();
@@ -206,7 +204,7 @@ TEST(ServeEngine, StateFolderBudgetEndsTheLeastRecentlyUsedSavedSessions) {
   for (const auto& e : fs::directory_iterator(d))
     if (e.path().extension() == ".wmsess") bytes += fs::file_size(e.path());
   EXPECT_LE(bytes, 60000u);
-  fs::remove_all(d);
+  fs::remove_all(root);
 }
 
 // The pieces a listener got cover the generation's tokens once, in order, their text the

@@ -17,6 +17,7 @@
 #include "llmkv/session_files.h"
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 // Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
@@ -67,12 +68,6 @@ struct Fixture {
   }
 };
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
-
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -110,7 +105,8 @@ std::vector<int64_t> next_tokens(const Fixture& fx, LlmSession& s) {
 
 TEST(SessionFiles, SavedSessionContinuesWithTheSameTokens) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_a");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_a_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.generate(fx.tok.encode("rode 42\nsora 17\n", false), fx.go());
   std::vector<std::string> logs;
@@ -133,12 +129,13 @@ TEST(SessionFiles, SavedSessionContinuesWithTheSameTokens) {
   EXPECT_FALSE(files.erase("conv"));
   EXPECT_FALSE(fs::exists(d / files.found().at("conv").file));
   EXPECT_EQ(files.total_bytes(), 0u);
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, DamagedFilesAreMovedAsideWithTheirBytesAndNeverUsed) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_b");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_b_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.feed(fx.tok.encode("rode 42\nsora 17\n", false));
   {
@@ -193,13 +190,14 @@ TEST(SessionFiles, DamagedFilesAreMovedAsideWithTheirBytesAndNeverUsed) {
   const size_t n_files = static_cast<size_t>(std::distance(fs::directory_iterator(d), fs::directory_iterator()));
   EXPECT_THROW(SessionFiles(d.string(), {}), CorruptData);
   EXPECT_EQ(static_cast<size_t>(std::distance(fs::directory_iterator(d), fs::directory_iterator())), n_files);
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, ACraftedIndexNeverTouchesAPathOutside) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_c");
-  const fs::path sentinel = fresh_dir("wm_session_files_c_sentinel");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_c_");
+  const fs::path d = scratch / "sessions";
+  const fs::path sentinel = scratch / "wm_session_files_c_sentinel";
   write_bytes(sentinel, "not the folder's");
   fs::create_directories(d);
   const nlohmann::json index = {
@@ -220,14 +218,14 @@ TEST(SessionFiles, ACraftedIndexNeverTouchesAPathOutside) {
   EXPECT_EQ(read_bytes(sentinel), "not the folder's");
   // The index rewritten without the crafted entries.
   EXPECT_EQ(read_bytes(d / "index.json").find(sentinel.filename().string()), std::string::npos);
-  fs::remove(sentinel);
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, SymbolicLinksAreNeverFollowed) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_d");
-  const fs::path outside = fresh_dir("wm_session_files_d_outside");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_d_");
+  const fs::path d = scratch / "sessions";
+  const fs::path outside = scratch / "wm_session_files_d_outside";
   fs::create_directories(d);
   write_bytes(outside, "outside");
   const std::string f = SessionFiles::file_of("conv");
@@ -266,13 +264,13 @@ TEST(SessionFiles, SymbolicLinksAreNeverFollowed) {
   const auto aside = named(d, f + ".damaged-");
   ASSERT_EQ(aside.size(), 1u);
   EXPECT_TRUE(fs::is_symlink(d / aside[0]));
-  fs::remove(outside);
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, AMissingIndexIsRebuiltAndOrphansAreAdopted) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_e");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_e_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.feed(fx.tok.encode("rode 42\nsora 17\n", false));
   {
@@ -306,12 +304,13 @@ TEST(SessionFiles, AMissingIndexIsRebuiltAndOrphansAreAdopted) {
     SessionFiles files(d.string(), [&](const std::string& m) { logs.push_back(m); });
     EXPECT_TRUE(logs.empty()) << ::testing::PrintToString(logs);
   }
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, FilesNotOfTheFoldersOwnPatternsAreNeverTouched) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_f");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_f_");
+  const fs::path d = scratch / "sessions";
   fs::create_directories(d);
   const std::vector<std::string> theirs = {"s-notes.txt", "foo.tmp", "index.json.tmp", "s-0123456789abcdef.wmsess.bak",
                                            "s-0123456789ABCDEF.wmsess", "index.json.tmp-0123456789abcdeg",
@@ -333,12 +332,13 @@ TEST(SessionFiles, FilesNotOfTheFoldersOwnPatternsAreNeverTouched) {
   for (const auto& f : theirs) EXPECT_EQ(read_bytes(d / f), "theirs: " + f) << f;
   EXPECT_FALSE(fs::exists(d / "index.json.tmp-0123456789abcdef"));
   EXPECT_FALSE(fs::exists(d / "s-0123456789abcdef.wmsess.tmp-fedcba9876543210"));
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, UnreadableFilesAreMovedAsideNotDeleted) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_g");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_g_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.feed(fx.tok.encode("rode 42\n", false));
   {
@@ -368,11 +368,12 @@ TEST(SessionFiles, UnreadableFilesAreMovedAsideNotDeleted) {
     fs::permissions(d / aside2[0], fs::perms::owner_read);
     EXPECT_EQ(read_bytes(d / aside2[0]), bytes);
   }
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, OneOwnerAtATime) {
-  const fs::path d = fresh_dir("wm_session_files_h");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_h_");
+  const fs::path d = scratch / "sessions";
   {
     auto first = std::make_unique<SessionFiles>(d.string(), nullptr);
     try {
@@ -386,12 +387,13 @@ TEST(SessionFiles, OneOwnerAtATime) {
     first.reset();
     EXPECT_NO_THROW(SessionFiles(d.string(), {}));
   }
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 // Saves after the first append what the file lacks; the file loads to the same session.
 void check_incremental(const Fixture& fx, const SessionOptions& so, const std::string& tag) {
-  const fs::path d = fresh_dir("wm_session_files_i_" + tag);
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_i_" + tag + "_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU, at::kFloat, so);
   SessionFiles files(d.string(), {});
   fx.turn(a, 0);
@@ -417,7 +419,7 @@ void check_incremental(const Fixture& fx, const SessionOptions& so, const std::s
   EXPECT_EQ(files.load("conv", b)["turns"], 4);
   EXPECT_EQ(b.next_position(), a.next_position());
   EXPECT_EQ(next_tokens(fx, a), next_tokens(fx, b)) << tag;
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, SavesAppendOnlyWhatTheFileLacksUnderEvoke) {
@@ -432,7 +434,8 @@ TEST(SessionFiles, SavesAppendOnlyWhatTheFileLacksUnderFull) {
 
 TEST(SessionFiles, ACutTailFallsBackToTheLastWholeManifest) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_j");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_j_");
+  const fs::path d = scratch / "sessions";
   const SessionOptions so = fx.served();
   LlmSession a(fx.model, fx.tok, at::kCPU, at::kFloat, so);
   const fs::path f = d / SessionFiles::file_of("conv");
@@ -488,12 +491,13 @@ TEST(SessionFiles, ACutTailFallsBackToTheLastWholeManifest) {
     EXPECT_EQ(files.found().count("conv"), 0u);
     EXPECT_TRUE(any_has(logs, "moved aside")) << ::testing::PrintToString(logs);
   }
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, DeadBytesBeyondTheLiveOnesAreCompactedAway) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_k");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_k_");
+  const fs::path d = scratch / "sessions";
   SessionFiles files(d.string(), {});
   LlmSession a(fx.model, fx.tok, at::kCPU);
   bool compacted = false;
@@ -511,12 +515,13 @@ TEST(SessionFiles, DeadBytesBeyondTheLiveOnesAreCompactedAway) {
   LlmSession b(fx.model, fx.tok, at::kCPU);
   EXPECT_EQ(files.load("conv", b)["round"], 5);
   EXPECT_EQ(next_tokens(fx, a), next_tokens(fx, b));
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, FilesOfTheFormatBeforeStillLoad) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_l");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_l_");
+  const fs::path d = scratch / "sessions";
   fs::create_directories(d);
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.generate(fx.tok.encode("rode 42\nsora 17\n", false), fx.go());
@@ -539,12 +544,13 @@ TEST(SessionFiles, FilesOfTheFormatBeforeStillLoad) {
   LlmSession c(fx.model, fx.tok, at::kCPU);
   EXPECT_EQ(files.load("old", c)["turns"], 9);
   EXPECT_EQ(next_tokens(fx, b), next_tokens(fx, c));
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 TEST(SessionFiles, TheBudgetErasesTheLeastRecentlyUsed) {
   Fixture fx;
-  const fs::path d = fresh_dir("wm_session_files_m");
+  const fs::path scratch = wm::testing::make_temp_dir("wm_session_files_m_");
+  const fs::path d = scratch / "sessions";
   LlmSession a(fx.model, fx.tok, at::kCPU);
   a.feed(fx.tok.encode("rode 42\nsora 17\n", false));
   const SessionSnapshot snap = a.snapshot();
@@ -586,7 +592,7 @@ TEST(SessionFiles, TheBudgetErasesTheLeastRecentlyUsed) {
     SessionFiles files(d.string(), {});
     EXPECT_EQ(files.size(), 2u);
   }
-  fs::remove_all(d);
+  fs::remove_all(scratch);
 }
 
 // The bytes a 60-turn chat writes per save, in format 2 (the file whole each time, as the folder
@@ -599,7 +605,8 @@ TEST(SessionFiles, DISABLED_BytesPerTurnOfASixtyTurnChat) {
     SessionOptions so = evoke ? fx.served() : SessionOptions{};
     if (budget > 0) so.memory.budget = budget, so.memory.reserve = budget / 4;
     const std::string tag = evoke ? str_cat("evoke budget ", so.memory.budget) : std::string("full");
-    const fs::path d = fresh_dir(std::string("wm_session_files_z_") + (evoke ? "evoke" : "full"));
+    const fs::path scratch = wm::testing::make_temp_dir(std::string("wm_session_files_z_") + (evoke ? "evoke_" : "full_"));
+    const fs::path d = scratch / "sessions";
     LlmSession a(fx.model, fx.tok, at::kCPU, at::kFloat, so);
     SessionFiles files(d.string(), {});
     uint64_t before = 0, after = 0, rewrites = 0;
@@ -626,7 +633,7 @@ TEST(SessionFiles, DISABLED_BytesPerTurnOfASixtyTurnChat) {
     LlmSession b(fx.model, fx.tok, at::kCPU, at::kFloat, so);
     files.load("conv", b);
     EXPECT_EQ(next_tokens(fx, a), next_tokens(fx, b));
-    fs::remove_all(d);
+    fs::remove_all(scratch);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "llmkv/tokenizer.h"
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 namespace tokenizer_test {
@@ -72,11 +73,7 @@ bool is_valid_utf8(const std::string& s) {
 // A scratch folder removed at the end of the test.
 struct TempDir {
   fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("wm_tok_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
+  TempDir() : path(wm::testing::make_temp_dir("wm_tok_")) {}
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);

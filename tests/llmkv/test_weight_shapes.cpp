@@ -17,6 +17,7 @@
 #include "llmkv/weight_shapes.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 
 namespace wm::llm {
 namespace {
@@ -82,7 +83,8 @@ TEST(LlmWeightShapes, DefaultStartIsLibtorchsAndLoadingAllocatesUninitialisedInI
 
 TEST(LlmWeightShapes, ACheckpointThatDisagreesIsRefusedNamingTheFields) {
   const LlmConfig c = config("qwen2", true, true, false);
-  const std::string path = (fs::temp_directory_path() / ("wm_weight_shapes_" + std::to_string(::getpid()))).string();
+  const fs::path dir = wm::testing::make_temp_dir("wm_weight_shapes_");
+  const std::string path = (dir / "model.safetensors").string();
   std::vector<std::pair<std::string, at::Tensor>> ts;
   for (const auto& [name, shape] : llm_parameter_shapes(c)) ts.emplace_back(name, at::zeros(shape));
   save_safetensors(path, ts);
@@ -108,7 +110,7 @@ TEST(LlmWeightShapes, ACheckpointThatDisagreesIsRefusedNamingTheFields) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("num_hidden_layers 3"), std::string::npos) << e.what();
   }
-  fs::remove(path);
+  fs::remove_all(dir);
 }
 
 TEST(LlmWeightShapes, ModelsLargerThanMemoryAreRefusedNamingTheFields) {

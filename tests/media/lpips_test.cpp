@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 #include "tools/media/lpips.h"
 
 namespace fs = std::filesystem;
@@ -38,10 +39,6 @@ Tensors random_weights(bool torchvision_names) {
   return t;
 }
 
-std::string temp_file(const std::string& name) {
-  return (fs::temp_directory_path() / ("wm_lpips_" + std::to_string(::getpid()) + "_" + name)).string();
-}
-
 wm::Image noise_image(int w, int h, int seed) {
   wm::Image img(w, h);
   uint32_t s = static_cast<uint32_t>(seed) * 2654435761u + 1;
@@ -55,7 +52,8 @@ wm::Image noise_image(int w, int h, int seed) {
 }  // namespace
 
 TEST(Lpips, PropertiesWithRandomWeights) {
-  const std::string path = temp_file("w.safetensors");
+  const fs::path dir = wm::testing::make_temp_dir("wm_lpips_");
+  const std::string path = (dir / "w.safetensors").string();
   wm::save_safetensors(path, random_weights(false));
   wm::media::Lpips lpips = wm::media::Lpips::load(path);
   wm::Image a = noise_image(64, 64, 1), b = noise_image(64, 64, 2);
@@ -68,14 +66,13 @@ TEST(Lpips, PropertiesWithRandomWeights) {
   for (size_t i = 0; i < a2.rgb.size(); i += 97) a2.rgb[i] ^= 8;
   EXPECT_LT(lpips.distance(a, a2), ab);
   // Torchvision backbone names load to the same network.
-  const std::string tv = temp_file("tv.safetensors");
+  const std::string tv = (dir / "tv.safetensors").string();
   wm::save_safetensors(tv, random_weights(true));
   EXPECT_DOUBLE_EQ(wm::media::Lpips::load(tv).distance(a, b), ab);
   // Size errors.
   EXPECT_THROW(lpips.distance(a, noise_image(64, 63, 3)), wm::Error);
   EXPECT_THROW(lpips.distance(noise_image(20, 20, 1), noise_image(20, 20, 2)), wm::Error);
-  fs::remove(path);
-  fs::remove(tv);
+  fs::remove_all(dir);
 }
 
 TEST(Lpips, MissingOrMisshapenTensorIsNamed) {
@@ -83,7 +80,8 @@ TEST(Lpips, MissingOrMisshapenTensorIsNamed) {
   Tensors missing;
   for (auto& p : t)
     if (p.first != "lin3.model.1.weight") missing.push_back(p);
-  const std::string path = temp_file("missing.safetensors");
+  const fs::path dir = wm::testing::make_temp_dir("wm_lpips_");
+  const std::string path = (dir / "missing.safetensors").string();
   wm::save_safetensors(path, missing);
   try {
     wm::media::Lpips::load(path);
@@ -103,6 +101,6 @@ TEST(Lpips, MissingOrMisshapenTensorIsNamed) {
     EXPECT_NE(m.find("net.slice2.3.weight"), std::string::npos) << m;
     EXPECT_NE(m.find("[192, 64, 5, 5]"), std::string::npos) << m;
   }
-  fs::remove(path);
+  fs::remove_all(dir);
   EXPECT_EQ(wm::media::Lpips::expected_tensor_names().size(), 15u);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "tests/temp_dir.h"
 #include "tools/media/metrics.h"
 #include "tools/media/mp4_reader.h"
 #include "tools/media/mp4_writer.h"
@@ -19,16 +20,10 @@ using wm::Image;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
+// A fresh directory of its own (mkdtemp) under the system temp dir, removed at the end of the test.
 class TempDir {
  public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("wm_media_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
+  TempDir() : path_(wm::testing::make_temp_dir("wm_media_test_")) {}
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);

@@ -13,6 +13,7 @@
 #include "runtime/hash.h"
 #include "runtime/spill_file.h"
 #include "test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm {
 namespace {
@@ -20,10 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("wm_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return wm::testing::make_temp_dir("wm_test_" + name + "_").string();
 }
 
 TEST(SpillFile, RoundTripIsBitExact) {

@@ -18,6 +18,7 @@
 #include "runtime/build_paths.h"
 #include "runtime/error.h"
 #include "runtime/gguf.h"
+#include "tests/temp_dir.h"
 
 namespace gguf_test {
 
@@ -71,8 +72,7 @@ class Writer {
 class GgufTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("wm_gguf_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_gguf_test_");
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& bytes, const std::string& name = "t.gguf") {

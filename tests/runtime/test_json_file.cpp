@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "tests/temp_dir.h"
 
 namespace wm::json_file_test {
 namespace {
@@ -25,9 +26,7 @@ std::string slurp(const fs::path& p) {
 class JsonFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("wm_json_file_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_json_file_");
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;

@@ -14,6 +14,7 @@
 #include "runtime/error.h"
 #include "runtime/layer_loader.h"
 #include "test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm {
 namespace {
@@ -21,10 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return wm::testing::make_temp_dir(name + "_").string();
 }
 
 // Waits (at most 5 s) until the loader's queue holds at most `n` blocks; returns what it holds.

@@ -17,6 +17,7 @@
 #include "runtime/safetensors.h"
 #include "tests/cli/program_runner.h"
 #include "tests/runtime/pth_test_zip.h"
+#include "tests/temp_dir.h"
 #include "test_util.h"
 
 namespace wm {
@@ -59,9 +60,7 @@ class PthTemp : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("wm_pth_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::make_temp_dir(std::string("wm_pth_") + info->name() + "_");
   }
   void TearDown() override {
     std::error_code ec;

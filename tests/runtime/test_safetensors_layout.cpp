@@ -11,22 +11,33 @@
 
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "tests/temp_dir.h"
 
 namespace wm {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A file of a header text and `data` bytes (0, 1, 2, ...).
-std::string write_file(const std::string& name, const std::string& header, size_t data) {
-  const std::string path = (fs::temp_directory_path() / ("wm_st_layout_" + std::to_string(::getpid()) + name)).string();
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  f << header;
-  for (size_t i = 0; i < data; ++i) f.put(static_cast<char>(i & 0xff));
-  return path;
-}
+// A folder of its own per test (mkdtemp), removed after it.
+class SafetensorsLayout : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = wm::testing::make_temp_dir("wm_st_layout_"); }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // A file of a header text and `data` bytes (0, 1, 2, ...) in the folder.
+  std::string write_file(const std::string& name, const std::string& header, size_t data) const {
+    const std::string path = (dir_ / name).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    f << header;
+    for (size_t i = 0; i < data; ++i) f.put(static_cast<char>(i & 0xff));
+    return path;
+  }
+  fs::path dir_;
+};
 
 std::string open_error(const std::string& path) {
   try {
@@ -39,7 +50,7 @@ std::string open_error(const std::string& path) {
   return "";
 }
 
-TEST(SafetensorsLayout, OverlappingRangesAreRefusedNamingBothTensors) {
+TEST_F(SafetensorsLayout, OverlappingRangesAreRefusedNamingBothTensors) {
   // A norm weight [4] F32 whose 16 bytes lie inside the embedding's 32.
   const std::string m = open_error(write_file(
       "overlap", R"({"embed":{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]},)"
@@ -57,7 +68,7 @@ TEST(SafetensorsLayout, OverlappingRangesAreRefusedNamingBothTensors) {
   EXPECT_NE(same.find("'b'"), std::string::npos) << same;
 }
 
-TEST(SafetensorsLayout, GapsAndUncoveredBytesAreRefused) {
+TEST_F(SafetensorsLayout, GapsAndUncoveredBytesAreRefused) {
   const std::string gap = open_error(write_file(
       "gap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
       24));
@@ -71,7 +82,7 @@ TEST(SafetensorsLayout, GapsAndUncoveredBytesAreRefused) {
   EXPECT_NE(head.find("[0, 4)"), std::string::npos) << head;
 }
 
-TEST(SafetensorsLayout, ContiguousFilesInAnyHeaderOrderAreRead) {
+TEST_F(SafetensorsLayout, ContiguousFilesInAnyHeaderOrderAreRead) {
   // Header order need not be offset order; empty tensors sit between the others.
   const std::string path = write_file(
       "ok", R"({"z":{"dtype":"U8","shape":[4],"data_offsets":[8,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
@@ -83,7 +94,7 @@ TEST(SafetensorsLayout, ContiguousFilesInAnyHeaderOrderAreRead) {
   EXPECT_EQ(st.get("e").numel(), 0);
   fs::remove(path);
   // What save_safetensors writes passes.
-  const std::string saved = (fs::temp_directory_path() / ("wm_st_layout_saved_" + std::to_string(::getpid()))).string();
+  const std::string saved = (dir_ / "saved.safetensors").string();
   save_safetensors(saved, {{"x", at::ones({3})}, {"y", at::zeros({0})}, {"w", at::ones({2, 2}, at::kBFloat16)}});
   EXPECT_EQ(SafeTensors::open(saved).names().size(), 3u);
   fs::remove(saved);

@@ -6,6 +6,7 @@
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "test_util.h"
+#include "tests/temp_dir.h"
 
 namespace wm {
 namespace {
@@ -13,7 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(Safetensors, RoundTripByName) {
-  const std::string path = (fs::temp_directory_path() / "wm_test_rt.safetensors").string();
+  const fs::path dir = wm::testing::make_temp_dir("wm_test_rt_");
+  const std::string path = (dir / "wm_test_rt.safetensors").string();
   std::vector<std::pair<std::string, at::Tensor>> ts = {
       {"blocks.0.attn.q.weight", at::randn({4, 3})},
       {"blocks.0.norm.weight", at::randn({7}).to(at::kHalf)},
@@ -25,11 +27,12 @@ TEST(Safetensors, RoundTripByName) {
   for (auto& [name, t] : ts) EXPECT_TRUE(test::bit_equal(st.get(name), t)) << name;
   EXPECT_EQ(st.metadata().at("format"), "pt");
   EXPECT_THROW(st.get("missing"), Error);
-  fs::remove(path);
+  fs::remove_all(dir);
 }
 
 TEST(Safetensors, DamagedFilesAreReported) {
-  const std::string path = (fs::temp_directory_path() / "wm_test_bad.safetensors").string();
+  const fs::path dir = wm::testing::make_temp_dir("wm_test_bad_");
+  const std::string path = (dir / "wm_test_bad.safetensors").string();
   save_safetensors(path, {{"w", at::randn({64})}});
   const auto size = fs::file_size(path);
   fs::resize_file(path, size - 8);
@@ -54,7 +57,7 @@ TEST(Safetensors, DamagedFilesAreReported) {
   }
   EXPECT_THROW(SafeTensors::open(path), CorruptData);
   EXPECT_THROW(SafeTensors::open(path + ".absent"), Error);
-  fs::remove(path);
+  fs::remove_all(dir);
 }
 
 // Writes a safetensors file from a header's text and `data_bytes` zero bytes of data.
@@ -68,7 +71,8 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
 // A header that lies must give CorruptData naming the file and the tensor: element counts
 // that overflow, fields of the wrong JSON type, negative dimensions.
 TEST(Safetensors, LyingHeadersNameFileAndTensor) {
-  const std::string path = (fs::temp_directory_path() / "wm_test_lying.safetensors").string();
+  const fs::path dir = wm::testing::make_temp_dir("wm_test_lying_");
+  const std::string path = (dir / "wm_test_lying.safetensors").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"overflow", R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})"},
       {"overflow", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})"},
@@ -96,7 +100,7 @@ TEST(Safetensors, LyingHeadersNameFileAndTensor) {
   // A zero dimension makes an empty tensor whatever the others say.
   write_raw(path, R"({"w":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}})", 0);
   EXPECT_EQ(SafeTensors::open(path).get("w").numel(), 0);
-  fs::remove(path);
+  fs::remove_all(dir);
 }
 
 }  // namespace

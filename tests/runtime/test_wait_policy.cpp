@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/cli/program_runner.h"
+#include "tests/temp_dir.h"
 
 extern char** environ;
 // runtime/omp_wait_policy.cpp: the OpenBLAS kernel set a program is given on this CPU, or null;
@@ -45,7 +46,7 @@ struct Output {
 
 // Runs argv (the file `file`, argv[0] when empty) with this process's environment less
 // OMP_WAIT_POLICY, GOMP_SPINCOUNT and GoogleTest's variables, plus `add` and
-// OMP_DISPLAY_ENV=verbose; stdout and stderr go to one file, read back.
+// OMP_DISPLAY_ENV=verbose; stdout and stderr go to one file in a folder of its own, read back.
 Output run_with(const std::vector<std::string>& argv, const std::vector<std::string>& add,
                 const std::string& file = "") {
   std::vector<std::string> envs = add;
@@ -65,7 +66,8 @@ Output run_with(const std::vector<std::string>& argv, const std::vector<std::str
   for (const auto& e : envs) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  const fs::path log = fs::temp_directory_path() / ("wm_wait_policy_" + std::to_string(::getpid()) + ".out");
+  const fs::path dir = wm::testing::make_temp_dir("wm_wait_policy_");
+  const fs::path log = dir / "run.out";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -76,6 +78,8 @@ Output run_with(const std::vector<std::string>& argv, const std::vector<std::str
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     r.text = "posix_spawn failed: " + std::to_string(rc);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
     return r;
   }
   // A guard against a child that hangs, not a timing: --help and a test listing end at once.
@@ -92,7 +96,7 @@ Output run_with(const std::vector<std::string>& argv, const std::vector<std::str
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.text = wm::testing::read_text(log);
   std::error_code ec;
-  fs::remove(log, ec);
+  fs::remove_all(dir, ec);
   return r;
 }
 

@@ -47,6 +47,7 @@ TEST(Viewer, NotConfigured) {
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tools/media/png.h"
+#include "tests/temp_dir.h"
 #include "tests/worldkv/synthetic.h"
 #include "tools/bench_dit/random_umt5.h"
 #include "tools/bench_dit/random_wan_vae.h"
@@ -377,8 +378,7 @@ TEST(ViewerMg2, RecognisesModelsAndFindsTheHubsFilesBesideThem) {
   EXPECT_FALSE(wv::is_mg2_model("", ""));
   EXPECT_FALSE(wv::is_mg2_model((fs::path(WM_SOURCE_DIR) / "assets/models/tiny/model.safetensors").string(), ""));
   // A config.json of something else beside a file does not make it Matrix-Game-2.0.
-  const fs::path other = fs::temp_directory_path() / ("wm_viewer_mg2_" + std::to_string(::getpid()));
-  fs::create_directories(other);
+  const fs::path other = wm::testing::make_temp_dir("wm_viewer_mg2_");
   std::ofstream(other / "config.json") << R"({"_class_name": "LlamaForCausalLM"})";
   EXPECT_FALSE(wv::is_mg2_model((other / "model.safetensors").string(), ""));
   std::ofstream(other / "config.json") << "{not json";
@@ -529,8 +529,7 @@ class ViewerProgram : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     x_ = new XDisplay();
-    dir_ = fs::temp_directory_path() / ("wm_viewer_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = wm::testing::make_temp_dir("wm_viewer_test_");
     // The embedded model when it is there, else random weights of the tiny config.
     const fs::path shipped = fs::path(WM_SOURCE_DIR) / "assets/models/tiny/model.safetensors";
     if (fs::exists(shipped)) {

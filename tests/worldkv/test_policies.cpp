@@ -10,6 +10,7 @@
 #include "runtime/error.h"
 #include "runtime/spill_file.h"
 #include "synthetic.h"
+#include "tests/temp_dir.h"
 #include "worldkv/world_memory.h"
 
 namespace wm::worldkv {
@@ -186,8 +187,7 @@ TEST(WorldKvPolicies, EvictedChunksKeepTheirPoseInTheBank) {
 
 TEST(WorldKvPolicies, ChunkPayloadSurvivesASpillFile) {
   Synthetic s;
-  const std::string dir = (std::filesystem::temp_directory_path() / "wm_test_chunk_payload").string();
-  std::filesystem::create_directories(dir);
+  const std::string dir = wm::testing::make_temp_dir("wm_test_chunk_payload_").string();
   Block b;
   b.id = "chunk:7";
   b.layers = s.chunk(7, 3);

@@ -12,6 +12,7 @@
 #include "worldkv/pose_index.h"
 #include "worldkv/world_memory.h"
 #include "synthetic.h"
+#include "tests/temp_dir.h"
 
 namespace wm::worldkv {
 // Named, not anonymous: in the unity build this file shares a unit with suites whose helpers
@@ -304,7 +305,8 @@ TEST(WorldKvMemory, FillByTokensRetrievesAsManyCompressedChunksAsTheRegionHolds)
 
 TEST(WorldKvMemory, BankSpillsToDiskAndComesBackIntact) {
   Synthetic s;
-  const std::string dir = (std::filesystem::temp_directory_path() / "wm_test_worldkv_spill").string();
+  const std::filesystem::path scratch = wm::testing::make_temp_dir("wm_test_worldkv_spill_");
+  const std::string dir = (scratch / "spill").string();  // made by the bank
   MemoryConfig cfg;
   cfg.tokens_per_frame = s.tpf;
   cfg.policy = Policy::WorldKv;
@@ -329,7 +331,7 @@ TEST(WorldKvMemory, BankSpillsToDiskAndComesBackIntact) {
     EXPECT_TRUE(mem.window().k(l).narrow(1, b, n).equal(made[1][l].k));
     EXPECT_TRUE(mem.window().v(l).narrow(1, b, n).equal(made[1][l].v));
   }
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(scratch);
 }
 
 TEST(WorldKvMemory, BadConfigAndOrderAreRejected) {
