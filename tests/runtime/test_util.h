@@ -2,32 +2,24 @@
 // Helpers shared by the runtime tests.
 #include <ATen/ATen.h>
 
-#include <stdlib.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "runtime/block.h"
+#include "tests/temp_dir.h"
 
 namespace wm::test {
 
-// A folder made for the test alone by mkdtemp under the system's temporary folder (a name no
-// one had, mode 0700), removed with what the test put there when it goes out of scope.
+// A folder of the test's own (make_temp_dir: mkdtemp under the system's temporary folder),
+// removed with what the test put there when it goes out of scope.
 struct TempFolder {
-  explicit TempFolder(const std::string& prefix) {
-    std::string name = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
-    if (::mkdtemp(name.data()) == nullptr)
-      throw std::runtime_error("cannot make a folder " + name + ": " + std::strerror(errno));
-    path = name;
-  }
+  explicit TempFolder(const std::string& prefix) : path(wm::testing::make_temp_dir(prefix)) {}
   ~TempFolder() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);

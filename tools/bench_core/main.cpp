@@ -4,6 +4,8 @@
 //  2. Attention over windows of 1k..64k keys: tokens per second.
 //  3. worldkv_c's compression of one chunk as it enters the bank, by merge mode (drop, votes,
 //     merge), timed interleaved in one run.
+// Or (--window-gib) a window larger than memory kept in files: fill and read rates.
+#include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "runtime/block_store.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/mapped_storage.h"
 #include "runtime/window.h"
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
@@ -201,6 +204,53 @@ class SpillFolder {
   int slot_ = -1;
 };
 
+// /proc/self/status's field `name` (e.g. "RssAnon:") in GiB, 0 when absent.
+double status_gib(const char* name) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(name);
+  while (std::getline(f, line))
+    if (line.compare(0, n, name) == 0) return std::atof(line.c_str() + n) / (1024.0 * 1024.0);
+  return 0;
+}
+
+// --window-gib: a window of `layers` layers (LingBot-World-Fast's 40 kv heads of 128, bfloat16)
+// filled to `gib` GiB a layer at a time, then read `passes` times a layer at a time, as the
+// DiT's blocks read it at each call, in files of `dir` (runtime/mapped_storage.h) or, when dir
+// is empty, in memory. Prints each pass's rate and the resident memory (anonymous and file pages).
+void bench_window_in_files(const std::string& dir, double gib, int layers, int passes) {
+  wm::KvSpec spec = spec_of({"", layers, 40, 128, at::kBFloat16});
+  const double per_token = double(spec.bytes_per_token_layer()) * layers;
+  const int64_t tokens = int64_t(gib * double(int64_t{1} << 30) / per_token);
+  WM_CHECK(tokens > 0, "--window-gib ", gib, " holds no token");
+  wm::KvWindow w(spec, {"recent"});
+  if (!dir.empty()) w.use_storage(std::make_shared<wm::MappedStorage>(dir));
+  w.reserve(tokens);
+  std::printf("window: %d layers x 40 kv heads x 128, bf16, %lld tokens (%.2f GiB) %s%s\n", layers,
+              static_cast<long long>(tokens), tokens * per_token / double(int64_t{1} << 30),
+              dir.empty() ? "in memory" : "in files in ", dir.c_str());
+  const int64_t piece = std::min<int64_t>(tokens, 1560);  // a latent frame of 480 x 832
+  at::Tensor kv = at::randn({40, piece, 128}, at::detail::createCPUGenerator(1)).to(at::kBFloat16), pos = at::zeros({piece, spec.rope.n_axes()}, at::kLong);
+  const double bytes = tokens * per_token;
+  auto t0 = Clock::now();
+  for (int l = 0; l < layers; ++l)
+    for (int64_t done = 0; done < tokens; done += piece) {
+      const int64_t n = std::min(piece, tokens - done);
+      w.append("recent", "chunk", l, kv.narrow(1, 0, n), kv.narrow(1, 0, n), pos.narrow(0, 0, n));
+    }
+  std::printf("  fill     %7.2f s  %6.2f GB/s  RssAnon %.2f GiB  RssFile %.2f GiB\n", seconds_since(t0),
+              bytes / seconds_since(t0) / 1e9, status_gib("RssAnon:"), status_gib("RssFile:"));
+  for (int p = 0; p < passes; ++p) {
+    t0 = Clock::now();
+    double sum = 0;
+    for (int l = 0; l < layers; ++l) sum += w.k(l).sum().item<double>() + w.v(l).sum().item<double>();
+    std::printf("  read %-3d %7.2f s  %6.2f GB/s  RssAnon %.2f GiB  RssFile %.2f GiB  (sum %.3g)\n", p + 1,
+                seconds_since(t0), bytes / seconds_since(t0) / 1e9, status_gib("RssAnon:"), status_gib("RssFile:"),
+                sum);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +270,18 @@ int main(int argc, char** argv) {
   app.add_option("--keys", keys, "attention window sizes in keys (64 queries attend to the last of them)")
       ->check(CLI::Range(64, 262144));
   app.add_option("--json", json_out, "also write the figures as JSON to this file");
+  std::string window_dir;
+  double window_gib = 0;
+  int window_layers = 40, window_passes = 3;
+  app.add_option("--window-gib", window_gib,
+                 "instead of the figures above: fill a window of --window-layers layers (40 kv heads of 128, bf16) "
+                 "to this many GiB a layer at a time and read it --window-passes times, in files of --window-files "
+                 "or in memory; rates and resident memory")
+      ->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--window-files", window_dir, "--window-gib: the window's K/V in files in this folder")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--window-layers", window_layers, "--window-gib: layers")->check(CLI::Range(1, 1000));
+  app.add_option("--window-passes", window_passes, "--window-gib: passes reading the window")->check(CLI::Range(1, 1000));
   app.add_flag("--quick", quick,
                "a smoke run: 2 repetitions, blocks of 20 and 80 tokens, 1024 keys, a smaller compression chunk; "
                "--reps, --tokens and --keys given beside it still apply");
@@ -230,6 +292,11 @@ int main(int argc, char** argv) {
       if (!app.count("--reps")) reps = 2;
       if (!app.count("--tokens")) tokens = {20, 80};
       if (!app.count("--keys")) keys = {1024};
+    }
+    if (window_gib > 0) {
+      wm::init_threads(threads);
+      bench_window_in_files(window_dir, window_gib, window_layers, window_passes);
+      return 0;
     }
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
