@@ -15,19 +15,27 @@ namespace wm {
 
 struct MappedStorage::State {
   std::string dir;
+  int dir_fd = -1;  // the folder as opened once: later renames or links in its path do not move it
   uint64_t max_bytes = 0;
   std::mutex mu;
   uint64_t bytes = 0;  // under mu
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (dir_fd >= 0) ::close(dir_fd);
+  }
 };
 
 namespace {
 
-// A file in `dir` that no one else can name, open for reading and writing; -1 with errno set.
-int unnamed_file(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+// A file in the folder that no one else can name, open for reading and writing; -1 with errno set.
+int unnamed_file(int dir_fd) {
+  int fd = ::openat(dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
-  // No O_TMPFILE on this file system: a random name, unlinked before anything is written.
-  std::string name = dir + "/wm_mapped_XXXXXX";
+  // No O_TMPFILE on this file system: a random name in the folder, unlinked before anything is
+  // written (mkostemp takes a path: the folder through its descriptor).
+  std::string name = "/proc/self/fd/" + std::to_string(dir_fd) + "/wm_mapped_XXXXXX";
   fd = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd >= 0) ::unlink(name.c_str());
   return fd;
@@ -38,11 +46,16 @@ std::string describe_errno(int e) { return std::strerror(e); }
 }  // namespace
 
 MappedStorage::MappedStorage(const std::string& dir, uint64_t max_bytes) : state_(std::make_shared<State>()) {
-  struct stat st {};
   WM_CHECK(!dir.empty(), "a mapped storage needs a folder");
-  WM_CHECK(::lstat(dir.c_str(), &st) == 0, "mapped storage folder '", dir, "': ", describe_errno(errno));
-  WM_CHECK(!S_ISLNK(st.st_mode), "mapped storage folder '", dir, "' is a symbolic link; give the folder itself");
-  WM_CHECK(S_ISDIR(st.st_mode), "mapped storage folder '", dir, "' is not a folder");
+  // O_NOFOLLOW: a symbolic link as the folder is refused (ELOOP), not followed.
+  state_->dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (state_->dir_fd < 0) {
+    const int e = errno;
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+      throw Error(str_cat("mapped storage folder '", dir, "' is a symbolic link; give the folder itself"));
+    throw Error(str_cat("mapped storage folder '", dir, "': ", e == ENOTDIR ? "not a folder" : describe_errno(e)));
+  }
   state_->dir = dir;
   state_->max_bytes = max_bytes;
 }
@@ -66,7 +79,7 @@ at::Tensor MappedStorage::empty(at::IntArrayRef sizes, at::ScalarType dtype) con
     std::lock_guard<std::mutex> lock(st->mu);
     st->bytes -= bytes;
   };
-  const int fd = unnamed_file(state_->dir);
+  const int fd = unnamed_file(state_->dir_fd);
   if (fd < 0) {
     const int e = errno;
     give_back();

@@ -28,6 +28,12 @@ void SessionConfig::set_policy(const std::string& name) {
 
 std::string SessionConfig::policy_name() const { return native_window ? "native" : memory.policy.name(); }
 
+void SessionConfig::check() const {
+  if (native_window && !memory.kv_files_dir.empty())
+    throw Error(str_cat("the window in files (", memory.kv_files_dir, ") is a memory policy's; policy native ",
+                        "keeps the model's own window in memory: give a video policy"));
+}
+
 WorldSession::WorldSession(std::unique_ptr<ModelAdapter> model, SessionConfig cfg)
     : model_(std::move(model)), cfg_(std::move(cfg)) {
   WM_CHECK(model_ != nullptr, "WorldSession: no model");
@@ -50,10 +56,8 @@ void WorldSession::reset(uint64_t seed, const std::string& policy) {
   if (next.native_window && !model_->info().native_window)
     throw Error(str_cat("the ", model_->info().kind, " model has no window of its own (policy native): give a ",
                         "video policy"));
+  next.check();
   if (!next.native_window) next.memory.validate();
-  if (next.native_window && !next.memory.kv_files_dir.empty())
-    throw Error(str_cat("the window in files (", next.memory.kv_files_dir, ") is a memory policy's; policy native ",
-                        "keeps the model's own window in memory: give a video policy"));
   // The old windows go before the new ones are made (on a GPU both at once may not fit).
   memory_.reset();
   model_->reset(next.native_window);

@@ -36,6 +36,9 @@ struct SessionConfig {
   void set_policy(const std::string& name);
   // "native" or memory.policy's name.
   std::string policy_name() const;
+  // Throws wm::Error for what no session could run: a window in files (memory.kv_files_dir) with
+  // the model's own window, which stays in memory. The model-dependent checks come at reset.
+  void check() const;
 };
 
 // One chunk of the rollout as the session made it, and the memory's size right after it: what

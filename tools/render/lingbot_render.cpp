@@ -80,7 +80,7 @@ int run_lingbot_render(const Mg2RenderOptions& c, const LingbotRenderOptions& o)
   if (!c.latents_in.empty() || !c.actions.empty() || !c.mode.empty() || !c.clip.empty())
     throw Error("--latents, --actions, --mode and --clip are Matrix-Game-2.0's; LingBot-World-Fast takes --image, "
                 "--prompt or --text-context, and --poses or --trajectory");
-  worldkv::SessionConfig().set_policy(c.policy);
+  session_config(c).check();  // before the minutes of loading
   const PlannedCamera planned = plan_camera(c, o);
   const Image image = media::read_image(c.image);
   const rollout::LingbotVideoSize size = rollout::lingbot_video_size(image.height, image.width, rollout::lingbot_max_area(o.size));

@@ -63,7 +63,7 @@ void check_options(const Mg2RenderOptions& o) {
       fs::weakly_canonical(fs::absolute(o.out)) == fs::weakly_canonical(fs::absolute(o.latents_out)))
     throw Error(str_cat("-o and --latents-out name the same file '", o.out, "'"));
   if (o.image.empty() == o.latents_in.empty()) throw Error("give exactly one of --image FILE and --latents FILE");
-  worldkv::SessionConfig().set_policy(o.policy);
+  session_config(o).check();  // before the minutes of loading
 }
 
 // Every video frame's input and the chunks they make: 9 video frames for the first chunk, 12
