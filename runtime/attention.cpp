@@ -53,10 +53,10 @@ constexpr int64_t kHeadRows = 256;
 // Score elements per chunk when the caller leaves it to us. On the CPU a chunk's scores (4 MiB
 // in float32) come from the allocator's free lists rather than fresh pages (first-touch page
 // faults cost more than the arithmetic of a T x T score matrix) and stay mostly in cache, unless
-// one kv head's kHeadRows query rows over all keys need more; on an accelerator fewer, larger
-// launches win.
+// one kv head's kHeadRows query rows over all keys need more (up to 128 MiB of float32 scores);
+// on an accelerator fewer, larger launches win.
 int64_t default_chunk_elems(const at::Device& dev, int64_t G, int64_t nk) {
-  return dev.is_cpu() ? std::max(int64_t{1} << 20, G * kHeadRows * nk) : (int64_t{1} << 28);
+  return dev.is_cpu() ? std::clamp(G * kHeadRows * nk, int64_t{1} << 20, int64_t{1} << 25) : (int64_t{1} << 28);
 }
 
 // Splits the queries so that heads x rows x keys stays near `budget`. A masked chunk reads only
@@ -101,13 +101,15 @@ void plan_queries(const MaskGeometry& m, int64_t nq, int64_t nk, int64_t batch_h
   }
 }
 
-// The chunks of a call: every head at once when the budget gives them kHeadRows query rows each
-// (or there is one kv head), else groups of kv heads within a batch element, each group's queries
-// in turn (a group's keys are read while they are warm).
+// The chunks of a call: every head at once when the budget gives them kHeadRows query rows each,
+// or all of the call's rows when it has fewer (a decoding step), or there is one kv head; else
+// groups of kv heads within a batch element, each group's queries in turn (a group's keys are
+// read while they are warm). No chunk for a call without queries or heads.
 std::vector<Chunk> plan_chunks(const MaskGeometry& m, const Geometry& g, int64_t budget) {
   std::vector<Chunk> chunks;
   const int64_t nk = std::max<int64_t>(1, g.nk), BK = g.B * g.KH;
-  if (BK == 1 || budget / (BK * g.G * nk) >= kHeadRows) {
+  if (BK * g.G == 0 || g.nq == 0) return chunks;
+  if (BK == 1 || budget / (BK * g.G * nk) >= std::min(kHeadRows, g.nq)) {
     plan_queries(m, g.nq, g.nk, BK * g.G, budget, Chunk{0, 0, 0, 0, 0, 0, 0, g.B, 0, g.KH}, chunks);
     return chunks;
   }

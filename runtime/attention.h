@@ -14,9 +14,10 @@
 // repeats K/V per query head.
 //
 // Without fused SDPA (libtorch 1.x, a mass capture, or allow_fused off) the queries run in
-// chunks whose scores stay small (cache-sized on the CPU): a masked chunk reads only the keys it
-// may see, the mask touches only the chunk's diagonal keys (a cached tile), the softmax runs in
-// place, and autograd sees one node per call whose backward walks the same chunks. Over many
+// chunks whose scores stay bounded (cache-sized on the CPU for short windows, up to 128 MiB over
+// long ones): a masked chunk reads only the keys it may see, the mask touches only the chunk's
+// diagonal keys (a cached tile), the softmax runs in place, and autograd sees one node per call
+// whose backward walks the same chunks. Over many
 // keys a chunk covers a group of heads (down to one kv head) with enough query rows for its
 // products to be efficient, rather than every head with a few rows. K/V are never repeated per
 // query head.

@@ -31,7 +31,8 @@ namespace {
 
 // A file in the folder that no one else can name, open for reading and writing; -1 with errno set.
 int unnamed_file(int dir_fd) {
-  int fd = ::openat(dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  // O_EXCL: the file can never be given a name later.
+  int fd = ::openat(dir_fd, ".", O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
   // No O_TMPFILE on this file system: a random name in the folder, unlinked before anything is
   // written (mkostemp takes a path: the folder through its descriptor).
@@ -47,7 +48,7 @@ std::string describe_errno(int e) { return std::strerror(e); }
 
 MappedStorage::MappedStorage(const std::string& dir, uint64_t max_bytes) : state_(std::make_shared<State>()) {
   WM_CHECK(!dir.empty(), "a mapped storage needs a folder");
-  // O_NOFOLLOW: a symbolic link as the folder is refused (ELOOP), not followed.
+  // O_NOFOLLOW: a symbolic link as the folder is refused, not followed.
   state_->dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (state_->dir_fd < 0) {
     const int e = errno;
@@ -95,13 +96,19 @@ at::Tensor MappedStorage::empty(at::IntArrayRef sizes, at::ScalarType dtype) con
     throw Error(str_cat("cannot ", fe != 0 ? "reserve" : "map", " ", bytes, " bytes in '", state_->dir,
                         "': ", describe_errno(fe != 0 ? fe : me)));
   }
-  return at::from_blob(
-      p, sizes,
-      [bytes, give_back](void* q) {
-        ::munmap(q, bytes);
-        give_back();
-      },
-      at::TensorOptions().dtype(dtype));
+  try {
+    return at::from_blob(
+        p, sizes,
+        [bytes, give_back](void* q) {
+          ::munmap(q, bytes);
+          give_back();
+        },
+        at::TensorOptions().dtype(dtype));
+  } catch (...) {
+    ::munmap(p, bytes);
+    give_back();
+    throw;
+  }
 }
 
 uint64_t MappedStorage::bytes() const {

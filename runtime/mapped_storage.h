@@ -6,8 +6,11 @@
 // them to the file and drops them, and reads them back when they are touched. A K/V window
 // larger than memory (LingBot-World-Fast's 40 blocks under WorldKV: 23 GB in bfloat16 beside
 // the streamed weights) then runs from disk a layer at a time, as the weights do. The file's
-// blocks are reserved when it is made (posix_fallocate), so a full disk is an error there,
-// never a fault on a later write. Give a folder on a disk: on tmpfs the pages stay in memory.
+// blocks are reserved when it is made (posix_fallocate): on ext4 and xfs a full disk is then an
+// error there, not a fault on a later write; on a copy-on-write file system (btrfs, ZFS) a write
+// may still fail for space, and the process gets SIGBUS. Give a folder on such a disk: on tmpfs
+// the pages stay in memory. A child forked without exec shares the mappings (writes reach the
+// parent's tensors), unlike anonymous memory.
 #include <ATen/ATen.h>
 
 #include <cstdint>

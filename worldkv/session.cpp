@@ -29,9 +29,11 @@ void SessionConfig::set_policy(const std::string& name) {
 std::string SessionConfig::policy_name() const { return native_window ? "native" : memory.policy.name(); }
 
 void SessionConfig::check() const {
-  if (native_window && !memory.kv_files_dir.empty())
+  if (memory.kv_files_dir.empty()) return;
+  if (native_window)
     throw Error(str_cat("the window in files (", memory.kv_files_dir, ") is a memory policy's; policy native ",
                         "keeps the model's own window in memory: give a video policy"));
+  MappedStorage(memory.kv_files_dir).empty({1}, at::kByte);  // the folder takes a file
 }
 
 WorldSession::WorldSession(std::unique_ptr<ModelAdapter> model, SessionConfig cfg)

@@ -37,7 +37,8 @@ struct SessionConfig {
   // "native" or memory.policy's name.
   std::string policy_name() const;
   // Throws wm::Error for what no session could run: a window in files (memory.kv_files_dir) with
-  // the model's own window, which stays in memory. The model-dependent checks come at reset.
+  // the model's own window, which stays in memory, or in a folder that cannot take a file. The
+  // model-dependent checks come at reset.
   void check() const;
 };
 

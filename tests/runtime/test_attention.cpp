@@ -361,6 +361,54 @@ TEST(Attention, DenseBiasMatchesReference) {
 }
 
 // A bias that requires grad gets its gradient (the plain path), equal to the reference's.
+// More query rows than a chunk of every head takes (kHeadRows): the heads stay together and the
+// queries run in several chunks, with a batched bias and GQA, forward, mass and gradients.
+TEST(Attention, AllHeadsInSeveralQueryChunksMatchReference) {
+  at::manual_seed(13);
+  const int64_t B = 2, H = 4, KH = 2, nq = 300, nw = 10, d = 8, nk = nw + nq;
+  at::Tensor q = at::randn({B, H, nq, d}).requires_grad_();
+  at::Tensor k = at::randn({B, KH, nk, d}).requires_grad_(), v = at::randn({B, KH, nk, d}).requires_grad_();
+  at::Tensor bias = at::randn({B, 1, nq, nk});
+  at::Tensor w = at::randn({B, H, nq, d});
+  AttentionOptions o = options(AttentionMask::Causal, 1, nw, 256 * B * H * nk);  // 256 rows of every head
+  o.bias = bias;
+  o.allow_fused = false;
+  o.capture_mass = true;
+  auto r = attention(q, k, v, at::Tensor(), o);
+  (r.out * w).sum().backward();
+  at::Tensor qd = q.detach().to(at::kDouble).requires_grad_(), kd = k.detach().to(at::kDouble).requires_grad_();
+  at::Tensor vd = v.detach().to(at::kDouble).requires_grad_();
+  Ref ref = reference4(qd, kd, vd, at::Tensor(), 1, nw, bias);
+  (ref.out * w.to(at::kDouble)).sum().backward();
+  EXPECT_LT(max_diff(r.out, ref.out), 1e-5);
+  EXPECT_LT(max_diff(r.key_mass, ref.mass), 1e-3);
+  EXPECT_LT(max_diff(q.grad(), qd.grad()), 1e-5);
+  EXPECT_LT(max_diff(k.grad(), kd.grad()), 1e-5);
+  EXPECT_LT(max_diff(v.grad(), vd.grad()), 1e-5);
+}
+
+// A call without batch elements, heads or queries gives an empty output (and mass), with no
+// chunk to run.
+TEST(Attention, EmptyCallsGiveEmptyOutputs) {
+  struct Case {
+    int64_t B, H, KH, nq;
+  };
+  for (const Case& c : {Case{0, 4, 2, 5}, Case{1, 4, 2, 0}, Case{2, 0, 2, 3}}) {
+    at::Tensor q = at::randn({c.B, c.H, c.nq, 8}), k = at::randn({c.B, c.KH, 7, 8}), v = at::randn({c.B, c.KH, 7, 8});
+    for (int64_t ce : kChunkSizes) {
+      AttentionOptions o = options(AttentionMask::None, 1, 0, ce);
+      o.allow_fused = false;
+      o.capture_mass = true;
+      auto r = attention(q, k, v, at::Tensor(), o);
+      EXPECT_EQ(r.out.sizes(), (at::IntArrayRef{c.B, c.H, c.nq, 8})) << "chunk_elems " << ce;
+      EXPECT_EQ(r.key_mass.sizes(), (at::IntArrayRef{c.B, c.KH, 7}));
+    }
+  }
+  // No kv heads at all is refused.
+  EXPECT_THROW(attention(at::randn({1, 0, 3, 8}), at::randn({1, 0, 7, 8}), at::randn({1, 0, 7, 8}), at::Tensor()),
+               Error);
+}
+
 TEST(Attention, DenseBiasGradientMatchesReference) {
   at::manual_seed(13);
   const int64_t nq = 6, nk = 9, d = 8;

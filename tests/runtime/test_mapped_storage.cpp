@@ -11,8 +11,7 @@
 #include "runtime/mapped_storage.h"
 #include "test_util.h"
 
-namespace wm {
-namespace {
+namespace wm::mapped_storage_test {
 
 namespace fs = std::filesystem;
 
@@ -91,5 +90,4 @@ TEST(MappedStorage, RefusesWhatIsNotAFolder) {
   EXPECT_NO_THROW(MappedStorage((dir.path / "real").string()));
 }
 
-}  // namespace
-}  // namespace wm
+}  // namespace wm::mapped_storage_test

@@ -230,7 +230,8 @@ void bench_window_in_files(const std::string& dir, double gib, int layers, int p
               static_cast<long long>(tokens), tokens * per_token / double(int64_t{1} << 30),
               dir.empty() ? "in memory" : "in files in ", dir.c_str());
   const int64_t piece = std::min<int64_t>(tokens, 1560);  // a latent frame of 480 x 832
-  at::Tensor kv = at::randn({40, piece, 128}, at::detail::createCPUGenerator(1)).to(at::kBFloat16), pos = at::zeros({piece, spec.rope.n_axes()}, at::kLong);
+  const at::Tensor kv = at::randn({40, piece, 128}, at::detail::createCPUGenerator(1)).to(at::kBFloat16);
+  const at::Tensor pos = at::zeros({piece, spec.rope.n_axes()}, at::kLong);
   const double bytes = tokens * per_token;
   auto t0 = Clock::now();
   for (int l = 0; l < layers; ++l)
@@ -251,6 +252,42 @@ void bench_window_in_files(const std::string& dir, double gib, int layers, int p
   }
 }
 
+// --window-gib and its options (bench_window_in_files).
+struct WindowBench {
+  std::string dir;
+  double gib = 0;
+  int layers = 40, passes = 3;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--window-gib", gib,
+                   "instead of the figures above: fill a window of --window-layers layers (40 kv heads of 128, "
+                   "bf16) to this many GiB a layer at a time and read it --window-passes times, in files of "
+                   "--window-files or in memory; rates and resident memory")
+        ->check(CLI::Range(0.001, 4096.0));
+    app.add_option("--window-files", dir, "--window-gib: the window's K/V in files in this folder")
+        ->check(CLI::ExistingDirectory);
+    app.add_option("--window-layers", layers, "--window-gib: layers")->check(CLI::Range(1, 1000));
+    app.add_option("--window-passes", passes, "--window-gib: passes reading the window")->check(CLI::Range(1, 1000));
+  }
+  // Whether this run is the window's; throws wm::Error for its options without --window-gib, or
+  // the other figures' options beside it.
+  bool asked(const CLI::App& app) const {
+    const bool any = app.count("--window-files") || app.count("--window-layers") || app.count("--window-passes");
+    if (gib <= 0) {
+      if (any) throw wm::Error("--window-files, --window-layers and --window-passes go with --window-gib");
+      return false;
+    }
+    for (const char* o : {"--reps", "--tokens", "--keys", "--json", "--quick", "--device"})
+      if (app.count(o)) throw wm::Error(wm::str_cat(o, " is for the other figures, not --window-gib"));
+    return true;
+  }
+  int run(int threads) const {
+    wm::init_threads(threads);
+    bench_window_in_files(dir, gib, layers, passes);
+    return 0;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,18 +307,8 @@ int main(int argc, char** argv) {
   app.add_option("--keys", keys, "attention window sizes in keys (64 queries attend to the last of them)")
       ->check(CLI::Range(64, 262144));
   app.add_option("--json", json_out, "also write the figures as JSON to this file");
-  std::string window_dir;
-  double window_gib = 0;
-  int window_layers = 40, window_passes = 3;
-  app.add_option("--window-gib", window_gib,
-                 "instead of the figures above: fill a window of --window-layers layers (40 kv heads of 128, bf16) "
-                 "to this many GiB a layer at a time and read it --window-passes times, in files of --window-files "
-                 "or in memory; rates and resident memory")
-      ->check(CLI::Range(0.001, 4096.0));
-  app.add_option("--window-files", window_dir, "--window-gib: the window's K/V in files in this folder")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--window-layers", window_layers, "--window-gib: layers")->check(CLI::Range(1, 1000));
-  app.add_option("--window-passes", window_passes, "--window-gib: passes reading the window")->check(CLI::Range(1, 1000));
+  WindowBench window;
+  window.add_to(app);
   app.add_flag("--quick", quick,
                "a smoke run: 2 repetitions, blocks of 20 and 80 tokens, 1024 keys, a smaller compression chunk; "
                "--reps, --tokens and --keys given beside it still apply");
@@ -293,11 +320,7 @@ int main(int argc, char** argv) {
       if (!app.count("--tokens")) tokens = {20, 80};
       if (!app.count("--keys")) keys = {1024};
     }
-    if (window_gib > 0) {
-      wm::init_threads(threads);
-      bench_window_in_files(window_dir, window_gib, window_layers, window_passes);
-      return 0;
-    }
+    if (window.asked(app)) return window.run(threads);
     std::unique_ptr<wm::cli::OutputFile> json_file;  // opened first: a bad path fails before the work
     if (!json_out.empty()) json_file = std::make_unique<wm::cli::OutputFile>(json_out);
     const int nt = wm::init_threads(threads);

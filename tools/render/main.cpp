@@ -176,6 +176,7 @@ ChosenEpisode choose_episode(const Options& o) {
 wm::worldkv::SessionConfig session_config(const Options& o) {
   wm::worldkv::SessionConfig sc;
   sc.memory.policy = wm::worldkv::parse_policy(o.policy);
+  sc.memory.kv_files_dir = o.mg2.kv_files;
   o.ro.apply(sc);
   sc.seed = o.noise_seed;
   return sc;

@@ -42,7 +42,7 @@ void Mg2RenderOptions::add_to(CLI::App& app) {
   app.add_option("--recent-frames", recent_frames, "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: recent frames")
       ->check(CLI::Range(3, 300));
   app.add_option("--kv-files", kv_files,
-                 "Matrix-Game-2.0, LingBot-World-Fast with a memory policy: keep the window's K/V in files in this "
+                 "with a memory policy (any model): keep the window's K/V in files in this "
                  "folder (unnamed, gone with the process), paged to disk by the kernel when memory runs short: for a "
                  "window larger than memory (LingBot-World-Fast's 40 blocks at 480x832 under worldkv: 23 GB in bf16); "
                  "give a folder on a disk, not tmpfs")

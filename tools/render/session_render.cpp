@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "runtime/device.h"
+#include "runtime/error.h"
 #include "runtime/safetensors.h"
 
 namespace wm::render {
@@ -18,6 +20,9 @@ worldkv::SessionConfig session_config(const Mg2RenderOptions& o) {
   sc.memory.recent_frames = o.recent_frames;
   sc.memory.placement = worldkv::parse_placement(o.placement);
   sc.memory.kv_files_dir = o.kv_files;
+  if (!o.kv_files.empty() && !parse_device(o.device).is_cpu())
+    throw Error(str_cat("--kv-files keeps the window in files on the CPU; --device ", o.device, " puts it on ",
+                        parse_device(o.device), ": give --device cpu"));
   return sc;
 }
 
