@@ -30,6 +30,7 @@
 #include "tools/cli/cleanup.h"
 #include "tools/cli/error_text.h"
 #include "tools/cli/output_file.h"
+#include "tools/cli/proc_status.h"
 #include "worldkv/compression.h"
 
 // Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
@@ -205,14 +206,7 @@ class SpillFolder {
 };
 
 // /proc/self/status's field `name` (e.g. "RssAnon:") in GiB, 0 when absent.
-double status_gib(const char* name) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const size_t n = std::strlen(name);
-  while (std::getline(f, line))
-    if (line.compare(0, n, name) == 0) return std::atof(line.c_str() + n) / (1024.0 * 1024.0);
-  return 0;
-}
+double status_gib(const char* name) { return wm::cli::proc_status_bytes(name) / double(int64_t{1} << 30); }
 
 // --window-gib: a window of `layers` layers (LingBot-World-Fast's 40 kv heads of 128, bfloat16)
 // filled to `gib` GiB a layer at a time, then read `passes` times a layer at a time, as the

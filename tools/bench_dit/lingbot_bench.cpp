@@ -20,6 +20,7 @@
 #include "tools/bench_dit/bench_util.h"
 #include "tools/bench_dit/random_umt5.h"
 #include "tools/bench_dit/random_wan_vae.h"
+#include "tools/cli/proc_status.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
@@ -42,12 +43,7 @@ double peak_rss() {
 
 // The process's anonymous resident memory now (RssAnon: what it holds, without the file pages
 // of the mapped shards, which the kernel may drop), bytes; 0 where /proc says nothing.
-double anon_rss() {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("RssAnon:", 0) == 0) return std::atof(line.c_str() + 8) * 1024.0;
-  return 0;
-}
+double anon_rss() { return wm::cli::proc_status_bytes("RssAnon:"); }
 
 double param_bytes(torch::nn::Module& m) {
   double n = 0;

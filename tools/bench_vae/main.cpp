@@ -27,6 +27,7 @@
 #include "runtime/pth.h"
 #include "runtime/safetensors.h"
 #include "tools/cli/error_text.h"
+#include "tools/cli/proc_status.h"
 
 // Each program's code is in a namespace of its own: wm_tools, the one binary of the programs,
 // compiles several of them in one unit (tools/README.md, "Building").
@@ -43,13 +44,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
 
 // Peak resident memory of the process in MB (Linux; 0 elsewhere).
-double peak_rss_mb() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
+double peak_rss_mb() { return wm::cli::proc_status_bytes("VmHWM:") / (1024.0 * 1024.0); }
 
 struct Args {
   std::string weights;
