@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/onednn.h"
 
 namespace wm {
 namespace {
@@ -198,18 +199,29 @@ at::Tensor chunk_rows(const at::Tensor& t5, const Chunk& c) {
 // 1/sqrt(d), rows ordered (query, group) so that a chunk is a slice; k3, v3 [B*KH, nk, d];
 // logw [nk] or undefined; bias4 [1 or B, 1, nq, nk] in the score dtype or undefined. Writes out
 // [B, nq, KH*G, d]; keeps each chunk's probabilities [B*KH, rows*G, keys] in keep_p if given;
-// adds the key mass of queries mass_from.. into mass [B*KH, nk] if defined.
+// adds the key mass of queries mass_from.. into mass [B*KH, nk] if defined. With native_scale
+// > 0 (bfloat16 CPU tensors, onednn::native_bf16()) the queries are not scaled yet: the products
+// run on the CPU's bfloat16 units, the scores in float32 times native_scale, the probabilities
+// rounded to bfloat16 for the second product (as flash attention does).
 void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& qs, const at::Tensor& k3,
                     const at::Tensor& v3, const at::Tensor& logw, const at::Tensor& bias4, const at::Tensor& out,
-                    std::vector<at::Tensor>* keep_p, const at::Tensor& mass, int64_t mass_from = 0) {
+                    std::vector<at::Tensor>* keep_p, const at::Tensor& mass, int64_t mass_from = 0,
+                    double native_scale = 0) {
   const at::ScalarType ct = qs.scalar_type(), st = score_type(ct);
+  const bool native = native_scale > 0;
   at::Tensor lw = logw.defined() ? logw.to(qs.device(), st) : at::Tensor();
   at::Tensor out5 = out.view({g.B, g.nq, g.KH, g.G, g.d});
   for (const Chunk& c : g.chunks) {
     const int64_t h0 = c.b0 * g.KH + c.kh0, hc = c.nb * c.nkh;  // the chunk's rows of the B*KH
     at::Tensor kc = k3.narrow(0, h0, hc).narrow(1, 0, c.n_keys), vc = v3.narrow(0, h0, hc).narrow(1, 0, c.n_keys);
-    at::Tensor s = at::bmm(qs.narrow(0, h0, hc).narrow(1, c.q_begin * g.G, c.n_rows * g.G), kc.transpose(1, 2));
-    if (s.scalar_type() != st) s = s.to(st);
+    at::Tensor qc = qs.narrow(0, h0, hc).narrow(1, c.q_begin * g.G, c.n_rows * g.G), s;
+    if (native) {
+      s = at::empty({hc, c.n_rows * g.G, c.n_keys}, qs.options().dtype(st));
+      onednn::bmm_into(qc, kc.transpose(1, 2), s, static_cast<float>(native_scale));
+    } else {
+      s = at::bmm(qc, kc.transpose(1, 2));
+      if (s.scalar_type() != st) s = s.to(st);
+    }
     if (lw.defined()) s.add_(lw.narrow(0, 0, c.n_keys));
     if (bias4.defined())  // rows (query, group): the bias of query r reaches its G rows
       s.view({c.nb, c.nkh, c.n_rows, g.G, c.n_keys})
@@ -221,7 +233,14 @@ void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& 
       s.view({hc, c.n_rows, g.G, c.n_keys})
           .narrow(3, c.diag_begin, c.diag_width)
           .add_(diag_tile(c.n_rows, c.diag_width, m.block, c.phase, st, s.device()));
-    at::_softmax_out(s, s, -1, false);  // in place: s holds the probabilities from here on
+    at::Tensor p;  // the probabilities in the products' dtype
+    if (native) {  // s holds the float32 probabilities afterwards too
+      p = at::empty(s.sizes(), qs.options());
+      onednn::softmax_into(s, p);
+    } else {
+      at::_softmax_out(s, s, -1, false);  // in place: s holds the probabilities from here on
+      p = st == ct ? s : s.to(ct);
+    }
     if (mass.defined()) {
       const int64_t from = std::max(mass_from, c.q_begin), to = c.q_begin + c.n_rows;
       if (to > from)
@@ -229,7 +248,13 @@ void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& 
             .narrow(1, 0, c.n_keys)
             .add_(s.narrow(1, (from - c.q_begin) * g.G, (to - from) * g.G).sum(1));
     }
-    at::Tensor o = at::bmm(st == ct ? s : s.to(ct), vc);  // [hc, rows*G, d]
+    at::Tensor o;  // [hc, rows*G, d]
+    if (native) {
+      o = at::empty({hc, c.n_rows * g.G, g.d}, qs.options());
+      onednn::bmm_into(p, vc, o);
+    } else {
+      o = at::bmm(p, vc);
+    }
     chunk_rows(out5, c).copy_(o.view({c.nb, c.nkh, c.n_rows, g.G, g.d}).permute({0, 2, 1, 3, 4}));
     if (keep_p) keep_p->push_back(s);
   }
@@ -430,9 +455,11 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
     mask.q0 = mask.n_cur - nq;
   }
 
-  // CPU kernels for half types are slow or missing: compute there in float32.
+  // CPU kernels for half types are slow or missing: compute there in float32, except bfloat16's
+  // two products where the CPU has bfloat16 units (the no-grad chunked path, onednn.h).
   const bool upcast = q.device().is_cpu() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
   const auto ct = upcast ? at::kFloat : q.scalar_type();
+  const bool native = upcast && q.scalar_type() == at::kBFloat16 && opt.cpu_bf16_products && onednn::native_bf16();
 
   // The caller's dense bias as [1 or B, 1, nq, nk] in the score dtype (undefined if none).
   const at::Tensor bias4 = batch_bias(opt.bias, B, nq, nk, score_type(ct), q.device());
@@ -474,11 +501,13 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
     mass = r[1];
   } else {
     at::NoGradGuard no_grad;
-    at::Tensor qc = q.to(ct);
+    const auto pt = native ? at::kBFloat16 : ct;  // the products' dtype
+    at::Tensor qc = q.to(pt);
     out = at::empty({B, nq, H, d}, qc.options());
     if (opt.capture_mass) mass = at::zeros({B * KH, nk}, qc.options().dtype(score_type(ct)));
-    forward_chunks(g, mask, grouped_queries(g, qc, scale), k.to(ct).reshape({B * KH, nk, d}),
-                   v.to(ct).reshape({B * KH, nk, d}), logw, bias4, out, nullptr, mass, mass_from);
+    forward_chunks(g, mask, grouped_queries(g, qc, native ? 1.0 : scale), k.to(pt).reshape({B * KH, nk, d}),
+                   v.to(pt).reshape({B * KH, nk, d}), logw, bias4, out, nullptr, mass, mass_from,
+                   native ? scale : 0.0);
   }
   at::Tensor o = out.transpose(1, 2).to(q.scalar_type());  // [B, H, nq, d]
   res.out = batched ? o : o.squeeze(0);

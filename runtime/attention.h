@@ -20,7 +20,8 @@
 // whose backward walks the same chunks. Over many
 // keys a chunk covers a group of heads (down to one kv head) with enough query rows for its
 // products to be efficient, rather than every head with a few rows. K/V are never repeated per
-// query head.
+// query head. bfloat16 on a CPU with bfloat16 units (no-grad calls): the two products there
+// (runtime/onednn.h), the scores and softmax in float32; half types otherwise in float32.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -44,6 +45,11 @@ struct AttentionOptions {
   int64_t mass_queries = 0;    // the mass of the last mass_queries queries only (0: of all), e.g.
                                // SnapKV's observation window
   bool allow_fused = true;     // use fused SDPA (libtorch 2.x) when no capture is asked
+  bool cpu_bf16_products = true;  // bfloat16 on a CPU with bfloat16 units (onednn.h): the two
+                               // products in bfloat16 with float32 accumulation, the scores and
+                               // softmax in float32, the probabilities rounded to bfloat16 for the
+                               // second product, as flash attention computes on a GPU (no-grad
+                               // calls); off: in float32 throughout
   int64_t chunk_elems = 0;     // score elements (batch x heads x queries x keys) per chunk; 0:
                                // automatic. Results do not depend on it beyond rounding
 };

@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake ninja-build ccache mold pkg-config
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp libdnnl-dev
   libopencv-dev libeigen3-dev libsdl2-dev libsdl2-ttf-dev fonts-dejavu-core
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev

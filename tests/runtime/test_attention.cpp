@@ -7,6 +7,7 @@
 
 #include "runtime/attention.h"
 #include "runtime/error.h"
+#include "runtime/onednn.h"
 
 namespace wm {
 namespace {
@@ -460,6 +461,86 @@ TEST(Attention, AttentionBiasIsANewTensorEachCall) {
   ASSERT_EQ(b.sizes(), (at::IntArrayRef{2, 1, 3, 6}));
   EXPECT_TRUE(b[1][0].equal(want + lw + 0.5));
 }
+
+
+namespace bf16_products {
+
+// bfloat16 on a CPU with bfloat16 units (runtime/onednn.h): the products in bfloat16 with
+// float32 accumulation, the probabilities rounded to bfloat16. Against the float64 reference of
+// the same (bfloat16) values: the output's rounding (2^-8 of |out|: 8 significant bits) and the
+// probabilities' (2^-8 of each, so at most 2^-8 of max |v|) bound the error; every mask kind, GQA, a window with
+// log-weights, a dense bias, the key mass, every chunk size. The float32 path (the switch off)
+// is held to the output's rounding alone.
+TEST(Attention, Bf16ProductsOnTheCpuMatchTheReference) {
+  if (!onednn::native_bf16()) GTEST_SKIP() << "no oneDNN in this build or no bfloat16 units on this CPU";
+  struct Case {
+    AttentionMask::Kind kind;
+    int64_t block, nw;
+    bool logw, bias;
+  };
+  const Case cases[] = {{AttentionMask::None, 1, 0, false, false},
+                        {AttentionMask::None, 1, 9, true, true},
+                        {AttentionMask::Causal, 1, 5, true, false},
+                        {AttentionMask::BlockCausal, 4, 7, false, true}};
+  at::manual_seed(21);
+  const int64_t B = 2, H = 6, KH = 2, nq = 23, d = 32;
+  const double half_ulp = std::ldexp(1.0, -8);
+  for (const Case& c : cases) {
+    const int64_t nk = c.nw + nq + 3;
+    at::Tensor q = (at::randn({B, H, nq, d}) * 2).to(at::kBFloat16);
+    at::Tensor k = at::randn({B, KH, nk, d}).to(at::kBFloat16), v = at::randn({B, KH, nk, d}).to(at::kBFloat16);
+    at::Tensor lw = c.logw ? at::randn({nk}) : at::Tensor();
+    at::Tensor bias;
+    if (c.bias) {
+      bias = at::randn({nq, nk});
+      bias.masked_fill_(at::rand(bias.sizes()).lt(0.3), -std::numeric_limits<double>::infinity());
+      bias.select(1, 0).fill_(0.0);
+    }
+    const int64_t block = c.kind == AttentionMask::None ? 0 : c.block;
+    Ref ref = reference4(q, k, v, lw, block, c.nw, bias);
+    const double v_max = v.to(at::kDouble).abs().max().item<double>();
+    const double out_max = ref.out.abs().max().item<double>();
+    for (int64_t ce : kChunkSizes)
+      for (bool native : {true, false}) {
+        AttentionOptions o = options(c.kind, c.block, c.nw, ce);
+        o.bias = bias;
+        o.allow_fused = false;
+        o.capture_mass = ce % 2 == 1;  // the mass path rounds the float32 probabilities
+        o.cpu_bf16_products = native;
+        at::NoGradGuard no_grad;
+        auto r = attention(q, k, v, lw, o);
+        ASSERT_EQ(r.out.scalar_type(), at::kBFloat16);
+        const double bound = native ? 1.1 * half_ulp * (out_max + v_max) + 1e-5 : 1.1 * half_ulp * out_max + 1e-5;
+        EXPECT_LT(max_diff(r.out, ref.out), bound) << "block " << block << " chunk_elems " << ce << " native " << native;
+        if (o.capture_mass) EXPECT_LT(max_diff(r.key_mass, ref.mass), 1e-3) << "block " << block << " chunk_elems " << ce;
+      }
+  }
+}
+
+// Shapes the attention meets on the world models (a head of 256 query rows over thousands of
+// keys) and an LLM prefill's GQA: the two paths agree within the bound above.
+TEST(Attention, Bf16ProductsOnTheCpuAtModelShapes) {
+  if (!onednn::native_bf16()) GTEST_SKIP() << "no oneDNN in this build or no bfloat16 units on this CPU";
+  at::manual_seed(22);
+  struct Shape {
+    int64_t H, KH, nq, nk, d;
+    AttentionMask::Kind kind;
+  };
+  for (const Shape& s : {Shape{4, 4, 300, 3000, 128, AttentionMask::None}, Shape{9, 3, 200, 200, 64, AttentionMask::Causal}}) {
+    at::Tensor q = at::randn({s.H, s.nq, s.d}).to(at::kBFloat16);
+    at::Tensor k = at::randn({s.KH, s.nk, s.d}).to(at::kBFloat16), v = at::randn({s.KH, s.nk, s.d}).to(at::kBFloat16);
+    Ref ref = reference4(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), at::Tensor(),
+                         s.kind == AttentionMask::Causal ? 1 : 0, 0);
+    AttentionOptions o;
+    o.mask.kind = s.kind;
+    at::NoGradGuard no_grad;
+    auto r = attention(q, k, v, at::Tensor(), o);
+    const double bound = 1.1 * std::ldexp(1.0, -8) * (ref.out.abs().max().item<double>() + v.to(at::kDouble).abs().max().item<double>()) + 1e-5;
+    EXPECT_LT(max_diff(r.out, ref.out.squeeze(0)), bound) << "heads " << s.H << " keys " << s.nk;
+  }
+}
+
+}  // namespace bf16_products
 
 }  // namespace
 }  // namespace wm
