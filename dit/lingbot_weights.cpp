@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -200,49 +201,67 @@ LingbotDit load_lingbot_dit(const std::string& dir, at::Device device, at::Scala
 
 namespace {
 
-// The keys in the order they are written, packed into shards of at most `limit` bytes.
-std::vector<std::vector<std::pair<std::string, at::Tensor>>> pack_shards(const LingbotDitImpl& model, int64_t limit) {
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+// Indices into `keys` packed in order into shards of at most `limit` bytes (a larger tensor gets
+// a shard of its own).
+std::vector<std::vector<size_t>> pack_shards(const std::vector<std::pair<std::string, int64_t>>& keys, int64_t limit) {
+  std::vector<std::vector<size_t>> shards(1);
   int64_t used = 0;
-  for (const auto& p : model.named_parameters(true)) {
-    const int64_t n = int64_t(p.value().nbytes());
-    if (!shards.back().empty() && used + n > limit) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!shards.back().empty() && used + keys[i].second > limit) {
       shards.emplace_back();
       used = 0;
     }
-    shards.back().emplace_back(p.key(), p.value().detach());
-    used += n;
+    shards.back().push_back(i);
+    used += keys[i].second;
   }
   return shards;
 }
 
 }  // namespace
 
-void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes) {
+void save_lingbot_dit_streamed(const LingbotConfig& config, const std::vector<std::pair<std::string, int64_t>>& keys,
+                               const std::function<at::Tensor(size_t)>& next, const std::string& dir,
+                               int64_t shard_bytes) {
   WM_CHECK(shard_bytes > 0, "the shard size must be > 0, got ", shard_bytes);
+  WM_CHECK(!keys.empty(), "a model without tensors");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(str_cat(dir, ": cannot make the folder: ", ec.message()));
-  const auto shards = pack_shards(model, shard_bytes);
-  write_text_atomically((fs::path(dir) / "config.json").string(),
-                        lingbot_config_to_json(model.config()).dump(2) + "\n", "save_lingbot_dit");
-  if (shards.size() == 1) {
-    save_safetensors((fs::path(dir) / kSingleName).string(), shards[0]);
-    return;
-  }
+  const auto shards = pack_shards(keys, shard_bytes);
+  write_text_atomically((fs::path(dir) / "config.json").string(), lingbot_config_to_json(config).dump(2) + "\n",
+                        "save_lingbot_dit");
   nlohmann::json map = nlohmann::json::object();
   int64_t total = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (size_t k : shards[i]) {
+      at::Tensor t = next(k);
+      WM_CHECK(int64_t(t.nbytes()) == keys[k].second, keys[k].first, ": ", t.nbytes(), " bytes, announced ",
+               keys[k].second);
+      tensors.emplace_back(keys[k].first, std::move(t));
+    }
     char name[96];
     std::snprintf(name, sizeof(name), "diffusion_pytorch_model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    save_safetensors((fs::path(dir) / name).string(), shards[i]);
-    for (const auto& kv : shards[i]) {
-      map[kv.first] = name;
+    const std::string file = shards.size() == 1 ? kSingleName : name;
+    save_safetensors((fs::path(dir) / file).string(), tensors);
+    for (const auto& kv : tensors) {
+      map[kv.first] = file;
       total += int64_t(kv.second.nbytes());
     }
   }
+  if (shards.size() == 1) return;
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
   write_text_atomically((fs::path(dir) / kIndexName).string(), index.dump(2) + "\n", "save_lingbot_dit");
+}
+
+void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes) {
+  std::vector<std::pair<std::string, int64_t>> keys;
+  std::vector<at::Tensor> values;
+  for (const auto& p : model.named_parameters(true)) {
+    keys.emplace_back(p.key(), int64_t(p.value().nbytes()));
+    values.push_back(p.value().detach());
+  }
+  save_lingbot_dit_streamed(model.config(), keys, [&](size_t i) { return values[i]; }, dir, shard_bytes);
 }
 
 }  // namespace wm::dit

@@ -7,6 +7,7 @@
 // must be in the files with its shape, and nothing else may be.
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -42,6 +43,13 @@ void load_lingbot_weights(LingbotDitImpl& model, const LingbotFiles& files);
 // `diffusion_pytorch_model.safetensors` when everything fits in one. The folder is made; files
 // of those names are replaced (each written whole). Throws wm::Error on an I/O failure.
 void save_lingbot_dit(const LingbotDitImpl& model, const std::string& dir, int64_t shard_bytes = int64_t(5) << 30);
+
+// The same files for a model too large to hold: `keys` (Wan-native key, bytes) in the order they
+// are written, and next(i) makes key i's tensor when its shard is written (in order, each once), so
+// that no more than one shard's tensors are held. A tensor of other than the announced bytes throws.
+void save_lingbot_dit_streamed(const LingbotConfig& config, const std::vector<std::pair<std::string, int64_t>>& keys,
+                               const std::function<at::Tensor(size_t)>& next, const std::string& dir,
+                               int64_t shard_bytes = int64_t(5) << 30);
 
 // Config, weights, then the model on `device` in `dtype` (kFloat, kBFloat16 or kHalf), in eval mode.
 // streamed: layer-wise from disk, one block held at a time (LingbotDitImpl's constructor).

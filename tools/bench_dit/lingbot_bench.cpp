@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "dit/lingbot_sampler.h"
@@ -23,6 +24,7 @@
 #include "tools/cli/proc_status.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/mapped_storage.h"
 #include "runtime/safetensors.h"
 
 namespace wm::bench {
@@ -72,15 +74,21 @@ void write_hub_umt5(const LingbotHubOptions& o, const LingbotConfig& c) {
 
 // A window of `frames` latent frames ending just before first_frame: random K/V of the shapes
 // the clean pass writes, one block per layer.
+// With `files`, the K/V are tensors of that storage (CPU only).
 dit::LingbotChunkKv synthetic_window(const LingbotConfig& c, int64_t frames, int64_t first_frame, int64_t gh,
-                                     int64_t gw, at::ScalarType dt, at::Device dev, at::Generator& gen) {
+                                     int64_t gw, at::ScalarType dt, at::Device dev, at::Generator& gen,
+                                     const MappedStorage* files) {
   dit::LingbotChunkKv kv;
   const int64_t n = frames * gh * gw;
   const at::Tensor pos = dit::wan_positions(first_frame - frames, frames, gh, gw);
+  auto make = [&] {
+    at::Tensor r = at::randn({c.num_heads, n, c.head_dim()}, gen);
+    return files ? files->empty(r.sizes(), dt).copy_(r) : r.to(dev, dt);
+  };
   for (int l = 0; l < c.num_layers; ++l) {
     LayerKv lk;
-    lk.k = at::randn({c.num_heads, n, c.head_dim()}, gen).to(dev, dt);
-    lk.v = at::randn({c.num_heads, n, c.head_dim()}, gen).to(dev, dt);
+    lk.k = make();
+    lk.v = make();
     lk.pos = pos.to(dev);
     lk.logw = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(dev));
     kv.main.push_back(std::move(lk));
@@ -177,19 +185,74 @@ wm::dit::Umt5Config lingbot_hub_umt5_config(const LingbotConfig& c, int layers, 
   return u;
 }
 
+// The DiT of config c with randomize_lingbot's weights (seed), in dtype dt, saved into dir as
+// save_lingbot_dit lays it out, one block made at a time: a model of one block is randomized
+// once per block in the order randomize_lingbot visits the whole model's tensors, so the files
+// equal those of the whole model randomized and saved, and a model larger than memory (the
+// release's 40 blocks: 74 GB in float32) can be written. Returns the bytes written.
+double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarType dt, const std::string& dir,
+                            int64_t shard_bytes) {
+  WM_CHECK(c.num_layers >= 1, "a model of ", c.num_layers, " blocks");
+  LingbotConfig one = c;
+  one.num_layers = 1;
+  LingbotDit m(one);
+  struct Entry {
+    at::Tensor param;
+    bool norm;
+    std::string key;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::pair<std::string, int64_t>> keys;
+  std::vector<Entry> block;  // block 0's tensors, emitted once per block
+  auto emit = [&](const Entry& e) {
+    entries.push_back(e);
+    keys.emplace_back(e.key, e.param.numel() * int64_t(c10::elementSize(dt)));
+  };
+  auto flush_block = [&] {
+    for (int b = 0; b < c.num_layers; ++b)
+      for (Entry e : block) emit({e.param, e.norm, "blocks." + std::to_string(b) + e.key.substr(8)});
+    block.clear();
+  };
+  for (const auto& item : m->named_modules()) {  // pre-order, as named_parameters and randomize_lingbot
+    torch::nn::Module& mod = *item.value();
+    const bool norm = mod.as<torch::nn::LayerNormImpl>() || mod.as<dit::WanRmsNormImpl>();
+    const bool in_block = item.key().rfind("blocks.0", 0) == 0;
+    if (!in_block && !block.empty()) flush_block();
+    for (const auto& p : mod.named_parameters(/*recurse=*/false)) {
+      const std::string key = item.key().empty() ? p.key() : item.key() + "." + p.key();
+      (in_block ? block : entries).push_back({p.value(), norm, key});
+      if (!in_block) keys.emplace_back(key, p.value().numel() * int64_t(c10::elementSize(dt)));
+    }
+  }
+  if (!block.empty()) flush_block();
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  size_t expected = 0;
+  double bytes = 0;
+  dit::save_lingbot_dit_streamed(c, keys, [&](size_t i) {
+    WM_CHECK(i == expected++, "tensors asked out of order");
+    const Entry& e = entries[i];
+    at::Tensor t = e.param.detach();
+    if (e.norm)
+      e.key.size() >= 7 && e.key.compare(e.key.size() - 7, 7, ".weight") == 0 ? t.fill_(1.0) : t.zero_();
+    else
+      t.normal_(0.0, 0.02, gen);
+    bytes += double(keys[i].second);
+    return t.to(dt).clone();
+  }, dir, shard_bytes);
+  return bytes;
+}
+
 int run_lingbot_hub(const LingbotHubOptions& o) {
   at::NoGradGuard ng;
   const LingbotConfig c = lingbot_bench_config(o.size, o.layers);
   WM_CHECK(o.vae_dim > 0 && o.shard_mib > 0, "--vae-dim and --shard-mib must be > 0");
-  LingbotDit m(c);
-  randomize_lingbot(*m, o.seed);
-  m->to(o.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
   const std::string dit_dir = (std::filesystem::path(o.dir) / "lingbot_world_fast").string();
-  dit::save_lingbot_dit(*m, dit_dir, std::max<int64_t>(1, int64_t(o.shard_mib * double(1 << 20))));
+  const double bytes = write_random_lingbot(c, o.seed, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat, dit_dir,
+                                            std::max<int64_t>(1, int64_t(o.shard_mib * double(1 << 20))));
   const std::string vae = (std::filesystem::path(o.dir) / "Wan2.1_VAE.safetensors").string();
   save_safetensors(vae, random_wan_vae(o.vae_dim, o.seed + 1));
   std::printf("wrote %s (dim %d, %d blocks, %.1f MB %s) and %s (Wan VAE, base width %d, random)\n", dit_dir.c_str(),
-              c.dim, c.num_layers, param_bytes(*m) / 1e6, o.dtype.c_str(), vae.c_str(), o.vae_dim);
+              c.dim, c.num_layers, bytes / 1e6, o.dtype.c_str(), vae.c_str(), o.vae_dim);
   write_hub_umt5(o, c);
   return 0;
 }
@@ -226,8 +289,17 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
       std::printf("%s: the text K/V, every block read once: %.2f s (%.2f s a block)\n", dtype_name(dt).c_str(),
                   seconds_since(t_text), seconds_since(t_text) / c.num_layers);
     dit::LingbotNativeCache cache(o.window_frames + c.frames_per_chunk, 0, c.frames_per_chunk, tpf);
-    if (o.window_frames > 0)
-      cache.commit(synthetic_window(c, o.window_frames, o.window_frames, gh, gw, dt, dev, gen));
+    std::unique_ptr<MappedStorage> files;
+    if (!o.kv_files.empty()) {
+      WM_CHECK(dev.is_cpu(), "--kv-files keeps the window in CPU memory's files; the device is ", dev.str());
+      files = std::make_unique<MappedStorage>(o.kv_files);
+    }
+    if (o.window_frames > 0) {  // the first commit keeps the tensors as given (no copy)
+      const auto t_window = Clock::now();
+      cache.commit(synthetic_window(c, o.window_frames, o.window_frames, gh, gw, dt, dev, gen, files.get()));
+      std::fprintf(stderr, "[lingbot] the synthetic window of %d blocks: %.1f s%s\n", c.num_layers,
+                   seconds_since(t_window), files ? (" (in files in " + o.kv_files + ")").c_str() : "");
+    }
     double window_bytes = 0;
     for (const LayerKv& l : cache.main()) window_bytes += double(l.k.nbytes() + l.v.nbytes());
     for (int i = 0; i < o.warmup + o.repeats; ++i) {

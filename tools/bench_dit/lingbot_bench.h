@@ -14,7 +14,9 @@
 // lingbot_world_fast/) streamed: one block held in memory, each block read from the shards (and
 // converted to the dtype) before it runs, so a call reads every block; the text K/V pass is timed
 // as every block's read. weights_GB is then the resident part and one block; anon_GB the process's
-// anonymous memory (without the page cache's copy of the shards).
+// anonymous memory (without the page cache's copy of the shards). With kv_files the window's K/V
+// (19 GB for the release's 40 blocks in bfloat16) are kept in files as wm_render --kv-files keeps
+// them, so the whole model's chunk runs in this machine's memory.
 //
 // Check (--lingbot-check DIR): one forward of the full-width single-block model that
 // tools/lingbot_fixtures/make_full_block_check.py wrote (upstream's WanModelFast at dim 5120 with
@@ -46,6 +48,8 @@ struct LingbotBenchOptions {
   std::string from_dir;                // instead of random weights of `size`: this DiT folder, read a block at a time
   int64_t latent_height = 60, latent_width = 104;  // 480 x 832
   int window_frames = 15;
+  std::string kv_files;                // the synthetic window's K/V in unnamed files in this folder
+                                       // (runtime/mapped_storage.h), not in memory; empty: memory
   int warmup = 0, repeats = 1;
   uint64_t seed = 0;
 };

@@ -190,6 +190,7 @@ struct AllOptions {
 struct ModeOptions {
   CLI::Option *dtype = nullptr, *mg2 = nullptr, *mg2_model = nullptr, *mg2_check = nullptr, *mg2_rollout = nullptr;
   CLI::Option *lingbot = nullptr, *lingbot_hub = nullptr, *lingbot_check = nullptr, *lingbot_disk = nullptr;
+  CLI::Option* kv_files = nullptr;
   CLI::Option *latent_size = nullptr, *window_frames = nullptr;
   CLI::Option *policies = nullptr, *seconds = nullptr, *warmup = nullptr, *repeats = nullptr, *json = nullptr;
 };
@@ -285,6 +286,10 @@ void add_lingbot_options(CLI::App& app, AllOptions& o, ModeOptions& m) {
                                    "--lingbot, --lingbot-disk: latent frames the chunk attends to besides itself "
                                    "(15: WorldKV's sink 3, retrieved 9, recent 3)")
                         ->capture_default_str()->check(CLI::Range(0, 100000));
+  m.kv_files = app.add_option("--kv-files", o.lb.kv_files,
+                              "--lingbot, --lingbot-disk: keep the synthetic window's K/V in unnamed files in this "
+                              "folder (as wm_render --kv-files), not in memory; CPU only")
+                   ->check(CLI::ExistingDirectory)->excludes(m.lingbot_hub);
   app.add_option("--vae-dim", o.hub.vae_dim, "--lingbot-hub: the random Wan VAE's base width (the release: 96)")
       ->capture_default_str()->check(CLI::Range(1, 1024))->needs(m.lingbot_hub);
   app.add_option("--shard-mib", o.hub.shard_mib, "--lingbot-hub: the largest shard (MiB)")
@@ -323,7 +328,7 @@ int run_lingbot_mode(AllOptions& o, const ModeOptions& m) {
 int run_mode(AllOptions& o, const ModeOptions& m) {
   Args& a = o.a;
   if (*m.lingbot || *m.lingbot_disk) return run_lingbot_mode(o, m);
-  for (auto* opt : {m.latent_size, m.window_frames})
+  for (auto* opt : {m.latent_size, m.window_frames, m.kv_files})
     if (*opt) throw wm::Error(opt->get_name() + " applies to --lingbot and --lingbot-disk");
   if (*m.lingbot_check) {
     wm::init_threads(a.threads);
