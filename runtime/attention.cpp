@@ -263,7 +263,8 @@ void forward_chunks(const Geometry& g, const MaskGeometry& m, const at::Tensor& 
 // q [B, KH*G, nq, d] -> [B*KH, nq*G, d] scaled, rows ordered (query, group); a new tensor.
 at::Tensor grouped_queries(const Geometry& g, const at::Tensor& q, double scale) {
   at::Tensor qs = at::empty({g.B, g.KH, g.nq, g.G, g.d}, q.options());
-  qs.copy_(q.view({g.B, g.KH, g.G, g.nq, g.d}).permute({0, 1, 3, 2, 4})).mul_(scale);
+  qs.copy_(q.view({g.B, g.KH, g.G, g.nq, g.d}).permute({0, 1, 3, 2, 4}));
+  if (scale != 1.0) qs.mul_(scale);
   return qs.view({g.B * g.KH, g.nq * g.G, g.d});
 }
 
@@ -459,7 +460,8 @@ AttentionResult attention(const at::Tensor& q_in, const at::Tensor& k_in, const 
   // two products where the CPU has bfloat16 units (the no-grad chunked path, onednn.h).
   const bool upcast = q.device().is_cpu() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16);
   const auto ct = upcast ? at::kFloat : q.scalar_type();
-  const bool native = upcast && q.scalar_type() == at::kBFloat16 && opt.cpu_bf16_products && onednn::native_bf16();
+  const bool native = upcast && q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+                      v.scalar_type() == at::kBFloat16 && opt.cpu_bf16_products && onednn::native_bf16();
 
   // The caller's dense bias as [1 or B, 1, nq, nk] in the score dtype (undefined if none).
   const at::Tensor bias4 = batch_bias(opt.bias, B, nq, nk, score_type(ct), q.device());

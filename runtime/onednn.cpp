@@ -7,8 +7,8 @@
 
 #if defined(WM_WITH_ONEDNN)
 #include <oneapi/dnnl/dnnl.hpp>
-#if DNNL_VERSION_MAJOR != 2
-#undef WM_WITH_ONEDNN  // the calls below are oneDNN 2.x's (3.x moved the scales to run time)
+#if DNNL_VERSION_MAJOR != 2 || DNNL_VERSION_MINOR < 6
+#undef WM_WITH_ONEDNN  // the calls below are oneDNN 2.6+'s (softmax_v2; 3.x moved the scales to run time)
 #endif
 #endif
 
@@ -70,9 +70,13 @@ void bmm_into(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, flo
            a.scalar_type(), " and ", b.scalar_type());
   WM_CHECK(c.scalar_type() == at::kFloat || c.scalar_type() == at::kBFloat16, "c must be float32 or bfloat16, got ",
            c.scalar_type());
-  WM_CHECK(readable_matrix(a) && readable_matrix(b) && c.dim() == 3 && c.is_contiguous(),
-           "a, b must be [n, M, K], [n, K, N] with a unit stride, c [n, M, N] contiguous; got ", a.sizes(), " ",
-           a.strides(), ", ", b.sizes(), " ", b.strides(), ", ", c.sizes());
+  WM_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous(),
+           "a, b must be [n, M, K], [n, K, N], c [n, M, N] contiguous; got ", a.sizes(), ", ", b.sizes(), ", ",
+           c.sizes(), " ", c.strides());
+  if (!readable_matrix(a) || !readable_matrix(b)) {  // no unit stride: read a copy
+    bmm_into(readable_matrix(a) ? a : a.contiguous(), readable_matrix(b) ? b : b.contiguous(), c, alpha);
+    return;
+  }
   WM_CHECK(a.size(0) == b.size(0) && a.size(0) == c.size(0) && a.size(2) == b.size(1) && a.size(1) == c.size(1) &&
                b.size(2) == c.size(2),
            "shapes do not fit: a ", a.sizes(), ", b ", b.sizes(), ", c ", c.sizes());

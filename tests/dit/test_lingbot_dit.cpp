@@ -23,6 +23,9 @@
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/temp_dir.h"
 #include "tools/bench_dit/fixture_inputs.h"
+#if defined(WM_TESTS_LINK_PROGRAMS)
+#include "tools/bench_dit/lingbot_bench.h"
+#endif
 
 namespace wm::dit {
 namespace lingbot_test {
@@ -285,6 +288,44 @@ TEST(LingbotWeights, ShardedCheckpointLoadsAsTheSingleFile) {
   for (const auto& p : pa) EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
   EXPECT_GT(pa.size(), 50u);
 }
+
+#if defined(WM_TESTS_LINK_PROGRAMS)
+// wm_bench_dit --lingbot-hub writes the DiT a block at a time (the release's 40 blocks do not fit
+// in memory): its files are byte for byte those of the whole model randomized and saved, sharded
+// (bfloat16, shards of 20 kB, 3 blocks) and in one file (float32).
+TEST(LingbotWeights, BlockByBlockRandomWriterEqualsTheWholeModelSaved) {
+  at::NoGradGuard no_grad;
+  LingbotConfig c = bench::lingbot_bench_config("tiny", 0);
+  c.num_layers = 3;
+  const fs::path root = testing::make_temp_dir("wm_lingbot_writer");
+  for (const auto& [dt, shard] : {std::pair<at::ScalarType, int64_t>{at::kBFloat16, 20000}, {at::kFloat, 1 << 30}}) {
+    const fs::path streamed = root / ("streamed" + std::to_string(int(dt))), whole = root / ("whole" + std::to_string(int(dt)));
+    const double bytes = bench::write_random_lingbot(c, 7, dt, streamed.string(), shard);
+    LingbotDit m(c);
+    bench::randomize_lingbot(*m, 7);
+    m->to(dt);
+    save_lingbot_dit(*m, whole.string(), shard);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(whole)) names.push_back(e.path().filename().string());
+    ASSERT_EQ(names.size(), size_t(std::distance(fs::directory_iterator(streamed), fs::directory_iterator())));
+    if (dt == at::kFloat)
+      EXPECT_EQ(names.size(), 2u) << "config.json and one file";
+    else
+      EXPECT_GE(names.size(), 4u) << "config.json, the index and shards";
+    double file_bytes = 0;
+    for (const std::string& n : names) {
+      std::ifstream a(whole / n, std::ios::binary), b(streamed / n, std::ios::binary);
+      ASSERT_TRUE(a && b) << n;
+      const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+      EXPECT_TRUE(sa == sb) << n << " differs";
+      file_bytes += double(sa.size());
+    }
+    EXPECT_GT(bytes, 0);
+    EXPECT_GT(file_bytes, bytes) << "the tensors' bytes and the headers";
+  }
+  fs::remove_all(root);
+}
+#endif
 
 // An index is data: a shard it names outside the model's folder (a path up, an absolute one)
 // is refused before anything is opened, even when the file it points to exists.

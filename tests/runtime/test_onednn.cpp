@@ -71,6 +71,11 @@ TEST(OneDnn, RefusesWhatItCannotMultiply) {
   EXPECT_THROW(onednn::bmm_into(a, b, at::empty({2, 4, 5}, at::kDouble)), Error);      // c's dtype
   EXPECT_THROW(onednn::bmm_into(a.unsqueeze(0), b.unsqueeze(0), c.unsqueeze(0)), Error);  // rank
   EXPECT_THROW(onednn::softmax_into(c, at::empty({2, 4, 6}, at::kBFloat16)), Error);   // shapes
+  // A matrix with no unit stride (every other element) is copied, not refused.
+  const at::Tensor wide = at::randn({2, 4, 16}).to(at::kBFloat16), sparse = wide.slice(2, 0, 16, 2);
+  at::Tensor d = at::empty({2, 4, 5});
+  onednn::bmm_into(sparse, b, d);
+  EXPECT_TRUE(at::allclose(d, at::matmul(sparse.to(at::kFloat), b.to(at::kFloat)), 1e-5, 1e-5));
   EXPECT_THROW(onednn::softmax_into(a, at::empty({2, 4, 8}, at::kBFloat16)), Error);   // s not float32
   EXPECT_NO_THROW(onednn::bmm_into(a, b, c));
   EXPECT_TRUE(c.eq(8).all().item<bool>());

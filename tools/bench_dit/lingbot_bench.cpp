@@ -185,11 +185,6 @@ wm::dit::Umt5Config lingbot_hub_umt5_config(const LingbotConfig& c, int layers, 
   return u;
 }
 
-// The DiT of config c with randomize_lingbot's weights (seed), in dtype dt, saved into dir as
-// save_lingbot_dit lays it out, one block made at a time: a model of one block is randomized
-// once per block in the order randomize_lingbot visits the whole model's tensors, so the files
-// equal those of the whole model randomized and saved, and a model larger than memory (the
-// release's 40 blocks: 74 GB in float32) can be written. Returns the bytes written.
 double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarType dt, const std::string& dir,
                             int64_t shard_bytes) {
   WM_CHECK(c.num_layers >= 1, "a model of ", c.num_layers, " blocks");
@@ -237,7 +232,7 @@ double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarTyp
     else
       t.normal_(0.0, 0.02, gen);
     bytes += double(keys[i].second);
-    return t.to(dt).clone();
+    return t.scalar_type() == dt ? t.clone() : t.to(dt);  // a tensor of its own: the block's is reused
   }, dir, shard_bytes);
   return bytes;
 }
@@ -266,6 +261,9 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
   WM_CHECK(o.latent_height % 2 == 0 && o.latent_width % 2 == 0 && o.latent_height > 0 && o.latent_width > 0,
            "the latent size must be even, got ", o.latent_height, " x ", o.latent_width);
   const int64_t gh = o.latent_height / 2, gw = o.latent_width / 2, tpf = gh * gw;
+  WM_CHECK(o.kv_files.empty() || (dev.is_cpu() && o.window_frames > 0),
+           "--kv-files keeps a window (--window-frames > 0) in CPU memory's files; the device is ", dev.str(),
+           ", the window ", o.window_frames, " frames");
   std::fprintf(stderr, "[lingbot] dim %d, %d heads, FFN %d, %d blocks; latents %lld x %lld (%lld tokens a frame), "
                "window %d frames + the chunk's 3; %s\n", c.dim, c.num_heads, c.ffn_dim, c.num_layers,
                static_cast<long long>(o.latent_height), static_cast<long long>(o.latent_width),
@@ -290,10 +288,7 @@ int run_lingbot_bench(const LingbotBenchOptions& o) {
                   seconds_since(t_text), seconds_since(t_text) / c.num_layers);
     dit::LingbotNativeCache cache(o.window_frames + c.frames_per_chunk, 0, c.frames_per_chunk, tpf);
     std::unique_ptr<MappedStorage> files;
-    if (!o.kv_files.empty()) {
-      WM_CHECK(dev.is_cpu(), "--kv-files keeps the window in CPU memory's files; the device is ", dev.str());
-      files = std::make_unique<MappedStorage>(o.kv_files);
-    }
+    if (!o.kv_files.empty()) files = std::make_unique<MappedStorage>(o.kv_files);
     if (o.window_frames > 0) {  // the first commit keeps the tensors as given (no copy)
       const auto t_window = Clock::now();
       cache.commit(synthetic_window(c, o.window_frames, o.window_frames, gh, gw, dt, dev, gen, files.get()));

@@ -78,6 +78,15 @@ wm::dit::LingbotConfig lingbot_bench_config(const std::string& size, int layers)
 // Every parameter N(0, 0.02^2), except LayerNorm / RMSNorm weights 1 and their biases 0, from `seed`.
 void randomize_lingbot(wm::dit::LingbotDitImpl& m, uint64_t seed);
 
+// The DiT of config c with randomize_lingbot's weights (seed), in dtype dt, saved into dir as
+// save_lingbot_dit lays it out (shards of at most shard_bytes), one block made at a time: a
+// model of one block is randomized once per block in the order randomize_lingbot visits the
+// whole model's tensors, so the files equal those of the whole model randomized and saved, and a
+// model larger than memory (the release's 40 blocks: 74 GB in float32) can be written. Returns
+// the bytes written.
+double write_random_lingbot(const wm::dit::LingbotConfig& c, uint64_t seed, at::ScalarType dt, const std::string& dir,
+                            int64_t shard_bytes);
+
 // Run the mode, print a table on stdout and progress on stderr; return the exit code (0).
 int run_lingbot_bench(const LingbotBenchOptions& o);
 int run_lingbot_hub(const LingbotHubOptions& o);
