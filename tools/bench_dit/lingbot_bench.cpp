@@ -158,19 +158,27 @@ LingbotConfig lingbot_bench_config(const std::string& size, int layers) {
   return c;
 }
 
+namespace {
+
+bool is_norm(torch::nn::Module& mod) { return mod.as<torch::nn::LayerNormImpl>() || mod.as<dit::WanRmsNormImpl>(); }
+
+// randomize_lingbot's rule for one parameter (`name` its name in its module).
+void randomize_parameter(at::Tensor t, bool norm, const std::string& name, at::Generator& gen) {
+  if (norm)
+    name == "weight" ? t.fill_(1.0) : t.zero_();
+  else
+    t.normal_(0.0, 0.02, gen);
+}
+
+}  // namespace
+
 void randomize_lingbot(dit::LingbotDitImpl& m, uint64_t seed) {
   at::NoGradGuard ng;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   for (const auto& item : m.named_modules()) {
-    torch::nn::Module& mod = *item.value();
-    const bool norm = mod.as<torch::nn::LayerNormImpl>() || mod.as<dit::WanRmsNormImpl>();
-    for (const auto& p : mod.named_parameters(/*recurse=*/false)) {
-      at::Tensor t = p.value();
-      if (norm)
-        p.key() == "weight" ? t.fill_(1.0) : t.zero_();
-      else
-        t.normal_(0.0, 0.02, gen);
-    }
+    const bool norm = is_norm(*item.value());
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false))
+      randomize_parameter(p.value(), norm, p.key(), gen);
   }
 }
 
@@ -194,7 +202,7 @@ double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarTyp
   struct Entry {
     at::Tensor param;
     bool norm;
-    std::string key;
+    std::string name, key;  // its name in its module; its key in the model
   };
   std::vector<Entry> entries;
   std::vector<std::pair<std::string, int64_t>> keys;
@@ -205,18 +213,16 @@ double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarTyp
   };
   auto flush_block = [&] {
     for (int b = 0; b < c.num_layers; ++b)
-      for (Entry e : block) emit({e.param, e.norm, "blocks." + std::to_string(b) + e.key.substr(8)});
+      for (Entry e : block) emit({e.param, e.norm, e.name, "blocks." + std::to_string(b) + e.key.substr(8)});
     block.clear();
   };
   for (const auto& item : m->named_modules()) {  // pre-order, as named_parameters and randomize_lingbot
-    torch::nn::Module& mod = *item.value();
-    const bool norm = mod.as<torch::nn::LayerNormImpl>() || mod.as<dit::WanRmsNormImpl>();
+    const bool norm = is_norm(*item.value());
     const bool in_block = item.key().rfind("blocks.0", 0) == 0;
     if (!in_block && !block.empty()) flush_block();
-    for (const auto& p : mod.named_parameters(/*recurse=*/false)) {
-      const std::string key = item.key().empty() ? p.key() : item.key() + "." + p.key();
-      (in_block ? block : entries).push_back({p.value(), norm, key});
-      if (!in_block) keys.emplace_back(key, p.value().numel() * int64_t(c10::elementSize(dt)));
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
+      Entry e{p.value(), norm, p.key(), item.key().empty() ? p.key() : item.key() + "." + p.key()};
+      in_block ? block.push_back(e) : emit(e);
     }
   }
   if (!block.empty()) flush_block();
@@ -227,10 +233,7 @@ double write_random_lingbot(const LingbotConfig& c, uint64_t seed, at::ScalarTyp
     WM_CHECK(i == expected++, "tensors asked out of order");
     const Entry& e = entries[i];
     at::Tensor t = e.param.detach();
-    if (e.norm)
-      e.key.size() >= 7 && e.key.compare(e.key.size() - 7, 7, ".weight") == 0 ? t.fill_(1.0) : t.zero_();
-    else
-      t.normal_(0.0, 0.02, gen);
+    randomize_parameter(t, e.norm, e.name, gen);
     bytes += double(keys[i].second);
     return t.scalar_type() == dt ? t.clone() : t.to(dt);  // a tensor of its own: the block's is reused
   }, dir, shard_bytes);
